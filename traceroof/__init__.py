@@ -1,0 +1,42 @@
+"""traceroof: rank the ops of a profiler trace against the roofline of the chip they ran on.
+
+Public API (imported lazily, so ``import traceroof`` stays cheap)::
+
+    from traceroof import read_trace, analyze, get_chip
+    trace = read_trace("trace.json.gz")
+    report = analyze(trace, chip="h100")
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "read_trace": "traceroof.io",
+    "detect_format": "traceroof.io",
+    "Trace": "traceroof.trace",
+    "TraceMeta": "traceroof.trace",
+    "DeviceInfo": "traceroof.trace",
+    "ChipSpec": "traceroof.chips",
+    "get_chip": "traceroof.chips",
+    "detect_chip": "traceroof.chips",
+    "list_chips": "traceroof.chips",
+    "analyze": "traceroof.analysis",
+    "Report": "traceroof.report",
+    "capture": "traceroof.capture",
+    "TraceroofError": "traceroof.errors",
+    "TraceFormatError": "traceroof.errors",
+    "UnknownChipError": "traceroof.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'traceroof' has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -1,0 +1,82 @@
+"""The traceroof exception hierarchy.
+
+Every error the library raises is a :class:`TraceroofError`. The CLI (and only the CLI)
+turns them into one line on stderr and an exit code; each subclass carries its code so the
+mapping lives in one place.
+
+Exit codes (DESIGN §9): 0 ok, 1 gate failed, 2 usage, 3 input not found,
+4 invalid/unsupported trace, 5 unknown chip, 70 internal error.
+"""
+
+from __future__ import annotations
+
+
+class TraceroofError(Exception):
+    """Base class of every error traceroof raises on purpose."""
+
+    exit_code: int = 70
+
+
+class InputNotFoundError(TraceroofError, FileNotFoundError):
+    """The trace path (file or directory) does not exist or holds no trace."""
+
+    exit_code = 3
+
+
+class TraceFormatError(TraceroofError, ValueError):
+    """The input is not a trace we can read, or nothing in it can be recovered.
+
+    The message names the file, the place (byte offset or event index) and what was expected.
+    """
+
+    exit_code = 4
+
+    def __init__(self, path: object, where: str, expected: str) -> None:
+        self.path = str(path)
+        self.where = where
+        self.expected = expected
+        super().__init__(f"{self.path}: {where}: {expected}")
+
+
+class UnsupportedTraceVersion(TraceFormatError):
+    """A recognised format in a version or variant we do not support."""
+
+
+class SchemaError(TraceroofError, ValueError):
+    """A table does not match its declared schema (missing/extra columns, wrong dtypes)."""
+
+    exit_code = 70
+
+
+class UnknownChipError(TraceroofError, LookupError):
+    """A chip name or detected device that is not in the database, or is ambiguous."""
+
+    exit_code = 5
+
+    def __init__(self, message: str, candidates: list[str] | None = None) -> None:
+        self.candidates = list(candidates or [])
+        super().__init__(message)
+
+
+class DuplicateFormulaError(TraceroofError, ValueError):
+    """Two cost formulas were registered for the same op name."""
+
+    exit_code = 70
+
+
+class ReportVersionError(TraceroofError, ValueError):
+    """A saved report JSON has a schema_version this traceroof cannot read."""
+
+    exit_code = 4
+
+
+class GateFailed(TraceroofError):
+    """A CI gate threshold was not met (raised only by callers that want an exception)."""
+
+    exit_code = 1
+
+
+class UsageError(TraceroofError, ValueError):
+    """Invalid option values or combinations passed by the caller."""
+
+    exit_code = 2

@@ -1,0 +1,1 @@
+"""Input formats: one module per format, each exposing ``read(path) -> Trace``."""
