@@ -1,0 +1,55 @@
+"""Shared test helpers.
+
+Real third-party traces live in ``../shared/fixtures/real`` beside the checkout (CI lays
+it there). A test that needs one FAILS when it is missing: it never skips.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REAL = REPO.parent / "shared" / "fixtures" / "real"
+FIXTURES = REPO / "fixtures"
+
+sys.path.insert(0, str(FIXTURES))
+
+
+def real(*parts: str) -> Path:
+    """Path of a real fixture; raises (test fails) when it is missing."""
+    p = REAL.joinpath(*parts)
+    if not p.exists():
+        raise FileNotFoundError(f"real fixture missing: {p} (CI must have ../shared beside the checkout)")
+    return p
+
+
+def load_json(path: Path) -> Any:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data)
+
+
+def kineto(events: list[dict], **header: Any) -> bytes:
+    """A minimal Kineto JSON document as bytes."""
+    return json.dumps({"schemaVersion": 1, **header, "traceEvents": events}).encode()
+
+
+def write(tmp_path: Path, name: str, data: bytes | str) -> Path:
+    p = tmp_path / name
+    p.write_bytes(data.encode() if isinstance(data, str) else data)
+    return p
+
+
+@pytest.fixture(scope="session")
+def example_trace() -> Path:
+    p = FIXTURES / "example_h100_decoder.json.gz"
+    if not p.exists():
+        raise FileNotFoundError(f"{p} missing: run python fixtures/make_example.py")
+    return p

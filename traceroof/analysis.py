@@ -1,0 +1,207 @@
+"""``analyze``: Trace + chip → Report. The pipeline of DESIGN §1, as one pure function."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import polars as pl
+
+from . import steps as steps_mod
+from .chips import ChipSpec, detect_chip, get_chip
+from .costing import apply_costs
+from .errors import UnknownChipError, UsageError
+from .report import Report
+from .roofline import ABOVE_ROOF_TOLERANCE, MATRIX_KINDS, above_roof, add_roofline, rank_ops
+from .trace import Trace
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -> tuple[ChipSpec, str]:
+    """The chip to use and why: the user's choice, else detected from the trace.
+
+    Raises:
+        UnknownChipError: unknown name, or nothing/ambiguous detected (lists candidates and
+            asks for ``--chip``). Never falls back to a default chip.
+    """
+    if isinstance(chip, ChipSpec):
+        return chip, "given"
+    if chip is not None:
+        spec = get_chip(str(chip))
+        return spec, f"--chip {chip}"
+    if not trace.meta.devices:
+        raise UnknownChipError(
+            "the trace names no device (no deviceProperties / device plane stats): pass "
+            "--chip NAME (see `traceroof chips`)"
+        )
+    return detect_chip(trace.meta.devices)
+
+
+def analyze(
+    trace: Trace,
+    chip: str | os.PathLike[str] | ChipSpec | None = None,
+    *,
+    rank: int | None = None,
+    step: int | None = None,
+    group_by: str = "op",
+) -> Report:
+    """Cost every op, put it against the chip's roofline, rank the ops by lost time.
+
+    Args:
+        trace: from :func:`traceroof.read_trace`.
+        chip: a chip name/alias, a path to a chip TOML, a :class:`ChipSpec`, or None to
+            detect it from the trace.
+        rank: keep only this rank.
+        step: keep only this step (``ProfilerStep#N`` number).
+        group_by: ``op`` (framework op, else kernel name) or ``kernel``.
+
+    Returns:
+        A :class:`Report`.
+
+    Raises:
+        UnknownChipError: the chip cannot be resolved.
+        UsageError: ``rank``/``step`` not present in the trace.
+    """
+    spec, reason = resolve_chip(trace, chip)
+    ops, cov = apply_costs(trace)
+    host = trace.host
+    if rank is not None:
+        if rank not in set(ops["rank"].unique().to_list()) | set(host["rank"].unique().to_list()):
+            raise UsageError(f"--rank {rank}: the trace has ranks {sorted(trace.meta.ranks)}")
+        ops = ops.filter(pl.col("rank") == rank)
+        host = host.filter(pl.col("rank") == rank)
+    ops = add_roofline(ops, spec)
+    steps = steps_mod.step_table(ops, host, trace.meta)
+    if step is not None:
+        have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
+        if step not in have:
+            raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
+        ops = ops.filter(pl.col("step") == step)
+        steps = steps.filter(pl.col("step") == step)
+    ranking = rank_ops(ops, by=group_by)
+    summary: dict[str, Any] = steps_mod.summarize(steps)
+    inconsistencies: list[dict[str, Any]] = []
+
+    # HFU against the peak of the dtype that carries most matrix FLOPs
+    mat = ops.filter(pl.col("kind").cast(pl.String).is_in(list(MATRIX_KINDS)), pl.col("flops").is_not_null())
+    dom = (
+        mat.group_by("peak_dtype").agg(pl.col("flops").sum()).sort("flops", descending=True)["peak_dtype"][0]
+        if mat.height
+        else "bf16"
+    )
+    peak = spec.peak(dom) or spec.peak("bf16") or spec.peak("fp16") or spec.peak("fp32")
+    summary["hfu_peak_dtype"] = dom
+    summary["hfu_peak_flops_per_s"] = peak
+    hfu = None
+    st = summary.get("step_time_ns")
+    fl = summary.get("flops_per_step")
+    if st and fl is not None and peak:
+        hfu = fl / (st * 1e-9) / peak
+        summary["achieved_flops_per_s"] = fl / (st * 1e-9)
+    if hfu is not None and hfu > 1.0:
+        inconsistencies.append(
+            {
+                "what": "HFU above 100 %",
+                "value": hfu,
+                "suspects": [
+                    f"peak taken: {peak:.4g} FLOP/s {dom} dense for {spec.name} ({reason})",
+                    "a FLOP formula that over-counts (causal attention not halved?)",
+                    "a chip whose clocks/peaks differ from the datasheet",
+                ],
+            }
+        )
+        hfu = None
+    summary["hfu"] = hfu
+
+    above = above_roof(ops)
+    if above.height:
+        top = (
+            above.group_by(pl.coalesce("op", "name").alias("label"))
+            .agg(pl.len().alias("count"), pl.col("efficiency").max().alias("max_efficiency"),
+                 pl.col("peak_dtype").first(), pl.col("cost_source").first())
+            .sort("count", descending=True)
+        )
+        for label, count, eff, pdt, src in top.head(10).iter_rows():
+            inconsistencies.append(
+                {
+                    "what": f"op above its roof (>{ABOVE_ROOF_TOLERANCE:.0%} of roofline)",
+                    "op": label,
+                    "count": count,
+                    "max_efficiency": eff,
+                    "suspects": [
+                        f"peak taken: {pdt} on {spec.name}",
+                        f"FLOP/byte formula ({src})",
+                        "kernel duration clipped or concurrent-kernel timing",
+                    ],
+                }
+            )
+
+    chip_d = {
+        "key": spec.key,
+        "name": spec.name,
+        "reason": reason,
+        "peak_flops_per_s": dict(spec.peak_flops_per_s),
+        "hbm_bytes_per_s": spec.hbm_bytes_per_s,
+        "hbm_bytes": spec.hbm_bytes,
+        "ridge_point_bf16": spec.ridge_point("bf16") if spec.peak("bf16") else None,
+        "launch_overhead_ns": spec.launch_overhead_ns,
+        "sources": dict(spec.sources),
+    }
+    trace_peaks = [d for d in trace.meta.devices if d.peak_flops_per_s or d.peak_hbm_bytes_per_s]
+    if trace_peaks:
+        d0 = trace_peaks[0]
+        chip_d["trace_says"] = {
+            "device": d0.name,
+            "peak_flops_per_s": d0.peak_flops_per_s,
+            "peak_hbm_bytes_per_s": d0.peak_hbm_bytes_per_s,
+        }
+    meta = trace.meta
+    trace_d = {
+        "format": meta.format,
+        "sources": meta.sources,
+        "ranks": meta.ranks,
+        "world_size": meta.world_size,
+        "devices": sorted({d.name for d in meta.devices}),
+        "synthetic": meta.synthetic,
+        "device_ops": int(ops.height),
+        "device_time_ns": int(ops["dur_ns"].sum() or 0),
+        "host_events": int(host.height),
+        "stats": meta.stats,
+        "versions": meta.versions,
+        "record_shapes": meta.record_shapes,
+    }
+    kernel_ns = cov.device_ns
+    coverage_d = {
+        "device_time_ns": kernel_ns,
+        "by_source_ns": cov.by_source_ns,
+        "costed_share": cov.costed_share,
+        "shapes_share": cov.share("shapes"),
+        "trace_share": cov.share("trace"),
+        "linked_device_time_ns": cov.linked_ns,
+        "linked_costed_share": cov.linked_costed_share,
+        "split_ops": cov.split_ops,
+        "uncosted_top": cov.uncosted_top,
+    }
+    warnings = list(meta.warnings)
+    if ops.height and cov.costed_share < 0.999:
+        unk = 1.0 - cov.costed_share
+        msg = f"{unk:.0%} of device time has no cost model (no FLOPs/bytes)"
+        if cov.uncosted_top:
+            msg += "; largest: " + ", ".join(f"{_short(n)} ({ns / 1e6:.3g} ms)" for n, ns in cov.uncosted_top[:3])
+        warnings.append(msg)
+    if meta.format == "kineto" and ops.height and not meta.record_shapes and cov.share("shapes") == 0:
+        warnings.append(
+            "no shapes recorded: re-run torch.profiler with record_shapes=True to get FLOPs and "
+            "bytes per op"
+        )
+    return Report(
+        trace=trace_d, chip=chip_d, coverage=coverage_d, summary=summary, steps=steps,
+        ranking=ranking, ops=ops, warnings=warnings, inconsistencies=inconsistencies,
+        filters={"rank": rank, "step": step, "group_by": group_by},
+    )
+
+
+def _short(name: str, n: int = 60) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"

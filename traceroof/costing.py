@@ -1,0 +1,173 @@
+"""Fill ``flops``/``bytes``/``kind``/``dtype``/``cost_source`` of an op table (DESIGN §4).
+
+Precedence: numbers the trace carries (``trace``) → a formula over the framework op's
+input shapes (``shapes``, :mod:`traceroof.costs`) → a kind from the kernel name alone
+(``name``, no numbers) → ``unknown``. Unknown stays null, never zero.
+
+When one framework op launched several kernels, its FLOPs and bytes are spread over them in
+proportion to their durations (and the coverage summary says how many ops were split).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import msgspec
+import polars as pl
+
+from . import costs
+from .schema import KIND
+from .trace import Trace
+
+logger = logging.getLogger(__name__)
+
+_json = msgspec.json.Decoder()
+
+
+@dataclass
+class Coverage:
+    """How much device time has a cost model, by source (ns and shares)."""
+
+    device_ns: int = 0
+    by_source_ns: dict[str, int] = field(default_factory=dict)
+    linked_ns: int = 0
+    linked_costed_ns: int = 0
+    split_ops: int = 0
+    uncosted_top: list[tuple[str, int]] = field(default_factory=list)
+
+    def share(self, source: str) -> float:
+        return self.by_source_ns.get(source, 0) / self.device_ns if self.device_ns else 0.0
+
+    @property
+    def costed_share(self) -> float:
+        """Share of device time with FLOPs and bytes (from the trace or shapes)."""
+        return self.share("trace") + self.share("shapes")
+
+    @property
+    def linked_costed_share(self) -> float:
+        """Share of the *linked* kernel time (kernels with a framework op) that is costed."""
+        return self.linked_costed_ns / self.linked_ns if self.linked_ns else 0.0
+
+
+def _parse(text: str | None) -> object:
+    if text is None:
+        return None
+    try:
+        return _json.decode(text)
+    except msgspec.DecodeError:
+        return None
+
+
+def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
+    """Return the op table with costs filled, and the coverage summary.
+
+    Args:
+        trace: a parsed trace. Rows that already have ``cost_source == "trace"`` keep their
+            numbers.
+
+    Returns:
+        ``(ops, coverage)``.
+    """
+    ops = trace.ops
+    shapes = (
+        trace.host.filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
+        .sort("start_ns", descending=True)
+        .unique(["rank", "external_id"], keep="first")
+        .select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")
+    )
+    ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left")
+
+    todo = ops.filter(
+        pl.col("cost_source") != "trace",
+        pl.col("op").is_not_null(),
+        pl.col("kind").cast(pl.String) != "collective",
+        ~pl.col("graph").fill_null(False),
+    )
+    uniq = todo.select("op", "input_dims", "input_types", "concrete_inputs").unique()
+    rows = []
+    for op, dims, types, conc in uniq.iter_rows():
+        c = costs.cost_of(op, _parse(dims), _parse(types), _parse(conc))
+        if c is None or c.flops is None or c.bytes is None:
+            k = costs.kind_of_op(op) if c is None else c.kind
+            rows.append((op, dims, types, conc, None, None, k, None if c is None else c.dtype))
+        else:
+            rows.append((op, dims, types, conc, float(c.flops), float(c.bytes), c.kind, c.dtype))
+    key = ["op", "input_dims", "input_types", "concrete_inputs"]
+    table = pl.DataFrame(
+        rows,
+        schema={
+            "op": pl.String, "input_dims": pl.String, "input_types": pl.String,
+            "concrete_inputs": pl.String, "_f": pl.Float64, "_b": pl.Float64,
+            "_kind": pl.String, "_dtype": pl.String,
+        },
+        orient="row",
+    )
+    ops = ops.join(table, on=key, how="left", nulls_equal=True)
+
+    # spread a framework op's cost over its kernels by duration
+    grp = ["rank", "external_id"]
+    share = pl.col("dur_ns") / pl.col("dur_ns").sum().over(grp)
+    n_k = pl.len().over(grp)
+    share = pl.when(n_k == 1).then(pl.lit(1.0)).otherwise(share.fill_nan(1.0 / n_k))
+    ops = ops.with_columns(
+        pl.when(pl.col("_f").is_not_null() & pl.col("external_id").is_not_null()).then(n_k).alias("_nk")
+    )
+    has_shape_cost = pl.col("_f").is_not_null() & (pl.col("cost_source") != "trace")
+    kernel_kind = pl.col("name").map_batches(
+        lambda s: pl.Series([costs.kind_of_kernel(n or "") for n in s.to_list()], dtype=pl.String),
+        return_dtype=pl.String,
+    )
+    cur_kind = pl.col("kind").cast(pl.String)
+    new_kind = (
+        pl.when(cur_kind.is_in(["memcpy", "memset", "collective"]))
+        .then(cur_kind)
+        .when(pl.col("_kind").is_not_null() & (pl.col("_kind") != "other"))
+        .then(pl.col("_kind"))
+        .otherwise(kernel_kind)
+    )
+    ops = ops.with_columns(
+        pl.when(has_shape_cost).then(pl.col("_f") * share).otherwise(pl.col("flops")).alias("flops"),
+        pl.when(has_shape_cost).then(pl.col("_b") * share).otherwise(pl.col("bytes")).alias("bytes"),
+        pl.when(has_shape_cost)
+        .then(pl.lit("shapes"))
+        .when(pl.col("cost_source") == "trace")
+        .then(pl.lit("trace"))
+        .otherwise(pl.lit("name"))
+        .alias("cost_source"),
+        pl.coalesce(pl.col("dtype"), pl.col("_dtype")).alias("dtype"),
+        new_kind.cast(KIND).alias("kind"),
+    )
+    # 'name' means: a kind from the kernel name, but no numbers; 'unknown' when even that failed
+    ops = ops.with_columns(
+        pl.when((pl.col("cost_source") == "name") & (pl.col("kind").cast(pl.String) == "other"))
+        .then(pl.lit("unknown"))
+        .otherwise(pl.col("cost_source"))
+        .alias("cost_source")
+    )
+
+    cov = Coverage()
+    cov.device_ns = int(ops["dur_ns"].sum() or 0)
+    for src, ns in ops.group_by("cost_source").agg(pl.col("dur_ns").sum()).iter_rows():
+        cov.by_source_ns[src] = int(ns)
+    kernels = ops.filter(~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
+    linked = kernels.filter(pl.col("op").is_not_null())
+    cov.linked_ns = int(linked["dur_ns"].sum() or 0)
+    cov.linked_costed_ns = int(
+        linked.filter(pl.col("flops").is_not_null(), pl.col("bytes").is_not_null())["dur_ns"].sum() or 0
+    )
+    cov.split_ops = int(
+        ops.filter(pl.col("_nk") > 1).select(pl.struct(grp).n_unique()).item() if ops.height else 0
+    )
+    unc = (
+        ops.filter(pl.col("flops").is_null() | pl.col("bytes").is_null())
+        .group_by(pl.coalesce("op", "name").alias("l"))
+        .agg(pl.col("dur_ns").sum())
+        .sort("dur_ns", descending=True)
+        .head(5)
+    )
+    cov.uncosted_top = [(str(a), int(b)) for a, b in unc.iter_rows()]
+    ops = ops.sort("_row").drop(
+        ["_row", "input_dims", "input_types", "concrete_inputs", "_f", "_b", "_kind", "_dtype", "_nk"]
+    )
+    return ops, cov

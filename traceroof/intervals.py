@@ -1,0 +1,75 @@
+"""Interval arithmetic on [start_ns, end_ns) sets, as polars operations.
+
+Every busy/idle/exposed figure in traceroof is a union or a difference of unions, never a
+sum of per-stream durations (BC-33: per-stream sums double count concurrent streams).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def union(df: pl.DataFrame, start: str = "start_ns", end: str = "end_ns", by: list[str] | None = None) -> pl.DataFrame:
+    """Merge overlapping intervals.
+
+    Args:
+        df: rows with ``start`` and ``end`` (ns, end exclusive), optionally grouped by ``by``.
+
+    Returns:
+        Disjoint, sorted intervals: columns ``by + [start_ns, end_ns]``.
+    """
+    by = by or []
+    if df.height == 0:
+        return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    d = df.select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
+    prev_end = pl.col("end_ns").cum_max().shift(1)
+    if by:
+        prev_end = prev_end.over(by)
+    d = d.with_columns((pl.col("start_ns") > prev_end.fill_null(-(2**62))).cum_sum().alias("_seg"))
+    if by:
+        d = d.with_columns(pl.col("_seg").over(by))
+    return (
+        d.group_by([*by, "_seg"], maintain_order=True)
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .drop("_seg")
+        .sort([*by, "start_ns"])
+    )
+
+
+def total(intervals: pl.DataFrame) -> int:
+    """Total length (ns) of disjoint intervals."""
+    if intervals.height == 0:
+        return 0
+    return int((intervals["end_ns"] - intervals["start_ns"]).sum())
+
+
+def union_ns(df: pl.DataFrame, start: str = "start_ns", end: str = "end_ns") -> int:
+    """Length (ns) of the union of the intervals in ``df``."""
+    return total(union(df, start, end))
+
+
+def intersect(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    """Intersection of two sets of disjoint sorted intervals (columns start_ns, end_ns)."""
+    if a.height == 0 or b.height == 0:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+    # sweep: tag boundaries, count coverage
+    ev = pl.concat(
+        [
+            a.select(pl.col("start_ns").alias("t"), pl.lit(1).alias("da"), pl.lit(0).alias("db")),
+            a.select(pl.col("end_ns").alias("t"), pl.lit(-1).alias("da"), pl.lit(0).alias("db")),
+            b.select(pl.col("start_ns").alias("t"), pl.lit(0).alias("da"), pl.lit(1).alias("db")),
+            b.select(pl.col("end_ns").alias("t"), pl.lit(0).alias("da"), pl.lit(-1).alias("db")),
+        ]
+    )
+    ev = ev.group_by("t").agg(pl.col("da").sum(), pl.col("db").sum()).sort("t")
+    ev = ev.with_columns(pl.col("da").cum_sum().alias("ca"), pl.col("db").cum_sum().alias("cb"))
+    ev = ev.with_columns(pl.col("t").shift(-1).alias("t_next"))
+    both = ev.filter((pl.col("ca") > 0) & (pl.col("cb") > 0) & pl.col("t_next").is_not_null())
+    return union(both.select(pl.col("t").alias("start_ns"), pl.col("t_next").alias("end_ns")))
+
+
+def clip(intervals: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """Intervals clipped to [lo, hi)."""
+    return intervals.with_columns(
+        pl.col("start_ns").clip(lo, hi), pl.col("end_ns").clip(lo, hi)
+    ).filter(pl.col("end_ns") > pl.col("start_ns"))

@@ -1,0 +1,244 @@
+"""Turn the raw Kineto columns of one file into the op and host tables, with their links.
+
+Links (all scoped to one file, so two ranks' correlation ids never meet, BC-06):
+kernel ``correlation`` → runtime/driver call (launch start and duration, its
+``External id``) → innermost ``cpu_op`` with that ``External id`` (the framework op and,
+with ``record_shapes=True``, its input shapes). A ``*GraphLaunch`` call whose correlation
+is shared by several kernels marks them ``graph`` (BC-13).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..schema import HOST_SCHEMA, OP_SCHEMA, conform, empty
+from ..trace import TraceMeta
+from . import kineto_vocab as V
+
+_COLLECTIVE_RE = r"(?i)(nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|all_to_all|sendrecv)"
+_NCCL_RE = r"(?i)(nccl|rccl)"
+
+
+def build_tables(
+    dev: pl.DataFrame | None, host: pl.DataFrame | None, meta: TraceMeta, *, rank: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Build (ops, host) for one file. See the module docstring for the links made."""
+    if dev is None:
+        dev = pl.DataFrame()
+    if host is None:
+        host = pl.DataFrame()
+
+    dev = _drop_invalid_durations(dev, meta, "device") if dev.height else dev
+    host = _drop_invalid_durations(host, meta, "host") if host.height else host
+
+    starts = [f["ts_ns"].min() for f in (dev, host) if f.height]
+    starts = [s for s in starts if s is not None]
+    origin = int(min(starts)) if starts else 0
+    meta.origin_ns = origin
+
+    host_tbl = _host_table(host, origin, rank) if host.height else empty(HOST_SCHEMA)
+    if not dev.height:
+        return empty(OP_SCHEMA), host_tbl
+
+    ops = dev.with_columns(
+        pl.lit(rank, dtype=pl.Int32).alias("rank"),
+        pl.coalesce(pl.col("device_arg"), pl.col("pid").cast(pl.Int64, strict=False))
+        .fill_null(0)
+        .cast(pl.Int32)
+        .alias("device"),
+        pl.coalesce(
+            pl.col("stream_arg"),
+            pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False),
+        ).alias("stream"),
+        (pl.col("ts_ns") - origin).alias("start_ns"),
+    )
+
+    # --- launch link: correlation -> runtime call
+    runtime = host_tbl.filter(pl.col("cat") == "runtime", pl.col("correlation").is_not_null())
+    launches = runtime.group_by("correlation", maintain_order=True).agg(
+        pl.col("start_ns").first().alias("launch_start_ns"),
+        pl.col("dur_ns").first().alias("launch_dur_ns"),
+        pl.col("name").first().alias("launch_name"),
+        pl.col("external_id").first().alias("launch_ext"),
+    )
+    ops = ops.join(launches, on="correlation", how="left")
+    ops = ops.with_columns(
+        pl.coalesce(pl.col("launch_ext"), pl.col("external_id")).alias("external_id")
+    )
+
+    # --- graph replay: one *GraphLaunch correlation, several kernels (BC-13)
+    per_corr = pl.len().over("correlation")
+    is_graph_launch = pl.col("launch_name").fill_null("").str.contains("|".join(V.GRAPH_LAUNCH_SUBSTRINGS))
+    ops = ops.with_columns(
+        (is_graph_launch & pl.col("correlation").is_not_null() & (per_corr > 1)).alias("graph")
+    )
+
+    # --- framework op: External id -> innermost cpu_op
+    cpu_ops = (
+        host_tbl.filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
+        .sort("start_ns", descending=True)
+        .unique("external_id", keep="first")
+        .select(
+            "external_id",
+            pl.col("name").alias("op"),
+            pl.col("coll_name").alias("op_coll_name"),
+            pl.col("coll_in_nelems").alias("op_in"),
+            pl.col("coll_out_nelems").alias("op_out"),
+            pl.col("coll_group_size").cast(pl.Int64).alias("op_gs"),
+            pl.col("coll_dtype").alias("op_cdt"),
+        )
+    )
+    ops = ops.join(cpu_ops, on="external_id", how="left")
+
+    # --- kind from the category; kernels are refined later by the cost stage
+    ops = ops.with_columns(
+        pl.when(pl.col("cat") == "memcpy")
+        .then(pl.lit("memcpy"))
+        .when(pl.col("cat") == "memset")
+        .then(pl.lit("memset"))
+        .when(pl.col("name").fill_null("").str.contains(_NCCL_RE) | pl.col("coll_name").is_not_null())
+        .then(pl.lit("collective"))
+        .otherwise(pl.lit("other"))
+        .alias("kind")
+    )
+
+    # --- collectives: the framework op is the c10d collective, not record_param_comms
+    ops = ops.with_columns(
+        pl.when(pl.col("kind") == "collective")
+        .then(
+            pl.coalesce(
+                pl.concat_str(pl.lit("nccl:"), pl.coalesce("coll_name", "op_coll_name")), pl.col("op")
+            )
+        )
+        .otherwise(pl.col("op"))
+        .alias("op")
+    )
+
+    # --- collectives: message bytes per device and group size
+    in_n = pl.coalesce("coll_in_nelems", "op_in")
+    out_n = pl.coalesce("coll_out_nelems", "op_out")
+    cdt = pl.coalesce("coll_dtype", "op_cdt")
+    itemsize = cdt.replace_strict(V.COLL_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    ops = ops.with_columns(
+        pl.when(pl.col("kind") == "collective")
+        .then(pl.max_horizontal(in_n, out_n) * itemsize)
+        .cast(pl.Float64)
+        .alias("comm_bytes"),
+        pl.when(pl.col("kind") == "collective")
+        .then(pl.coalesce("coll_group_size", "op_gs"))
+        .cast(pl.Int32)
+        .alias("group_size"),
+    )
+
+    # --- copies and fills carry their byte count in the trace
+    is_copy = pl.col("kind").is_in(["memcpy", "memset"])
+    ops = ops.with_columns(
+        pl.when(is_copy & pl.col("nbytes").is_not_null()).then(pl.col("nbytes").cast(pl.Float64)).alias("bytes"),
+        pl.when(is_copy & pl.col("nbytes").is_not_null()).then(pl.lit(0.0)).alias("flops"),
+        pl.when(is_copy & pl.col("nbytes").is_not_null())
+        .then(pl.lit("trace"))
+        .otherwise(pl.lit("unknown"))
+        .alias("cost_source"),
+        pl.col("dur_ns").alias("dur_ns"),
+    )
+
+    ops = conform(ops, OP_SCHEMA).select(list(OP_SCHEMA))
+    ops = ops.sort(["device", "stream", "start_ns"])
+    ops = assign_steps(ops, host_tbl, meta)
+
+    n_kernels = ops.filter(pl.col("kind") != "memcpy", pl.col("kind") != "memset").height
+    if n_kernels:
+        unlinked = ops.filter(pl.col("launch_start_ns").is_null())
+        if unlinked.height:
+            share = unlinked["dur_ns"].sum() / max(ops["dur_ns"].sum(), 1)
+            meta.stats["unlinked_device_ops"] = unlinked.height
+            meta.warn(
+                f"{unlinked.height} device ops ({share:.1%} of device time) have no host launch in "
+                "the trace window (no matching correlation); they have no framework op or shapes"
+            )
+    n_graph = int(ops["graph"].sum())
+    if n_graph:
+        meta.stats["graph_kernels"] = n_graph
+        share = ops.filter("graph")["dur_ns"].sum() / max(ops["dur_ns"].sum(), 1)
+        meta.warn(
+            f"{n_graph} kernels ({share:.1%} of device time) were replayed from CUDA/HIP graphs: "
+            "their per-op attribution and shapes are unavailable"
+        )
+    cpu_colls = host_tbl.filter(pl.col("name").str.contains(r"^(nccl|rccl|gloo):")).height
+    if cpu_colls and not ops.filter(pl.col("kind") == "collective").height:
+        meta.warn(
+            f"{cpu_colls} host-side collective annotations (nccl:/gloo:) but no device collective "
+            "kernels: communication time cannot be measured on the device"
+        )
+    return ops, host_tbl
+
+
+def _drop_invalid_durations(df: pl.DataFrame, meta: TraceMeta, what: str) -> pl.DataFrame:
+    bad = df.filter(pl.col("dur_ns") < 0)
+    if bad.height:
+        meta.stats[f"negative_duration_{what}_events"] = bad.height
+        meta.warn(
+            f"{bad.height} {what} events with a negative duration in the input were excluded "
+            f"(first: {bad['name'][0]!r})"
+        )
+        df = df.filter(~(pl.col("dur_ns") < 0))
+    missing = df.filter(pl.col("ts_ns").is_null())
+    if missing.height:
+        meta.stats[f"untimed_{what}_events"] = missing.height
+        meta.warn(f"{missing.height} {what} events without a readable 'ts' were skipped")
+        df = df.filter(pl.col("ts_ns").is_not_null())
+    return df.with_columns(pl.col("dur_ns").fill_null(0))
+
+
+def _host_table(host: pl.DataFrame, origin: int, rank: int) -> pl.DataFrame:
+    h = host.with_columns(
+        pl.lit(rank, dtype=pl.Int32).alias("rank"),
+        (pl.col("ts_ns") - origin).alias("start_ns"),
+    )
+    return conform(h, HOST_SCHEMA).select(list(HOST_SCHEMA)).sort("start_ns")
+
+
+def profiler_steps(host: pl.DataFrame, cat: str = "annotation") -> pl.DataFrame:
+    """``ProfilerStep#N`` windows from the host table: columns step, start_ns, end_ns, rank."""
+    return (
+        host.filter(pl.col("cat") == cat, pl.col("name").str.starts_with("ProfilerStep#"))
+        .with_columns(
+            pl.col("name").str.extract(r"ProfilerStep#(\d+)").cast(pl.Int32).alias("step"),
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        )
+        .select("rank", "step", "start_ns", "end_ns")
+        .sort("start_ns")
+        .unique(["rank", "step"], keep="first", maintain_order=True)
+    )
+
+
+def assign_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """Fill ``ops.step`` from ProfilerStep windows.
+
+    A kernel belongs to the step during which the host launched it (its launch call lies in
+    the CPU-side ``ProfilerStep#N``); kernels without a launch use the device-side
+    ``ProfilerStep#N`` (``gpu_user_annotation``) window, else the CPU window, by device start.
+    """
+    cpu_steps = profiler_steps(host, "annotation")
+    if cpu_steps.height == 0:
+        return ops
+    gpu_steps = profiler_steps(host, "gpu_annotation")
+    ops = ops.with_row_index("_row")
+
+    def _lookup(times: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+        s = steps.select(pl.col("start_ns").alias("_t"), "step", "end_ns")
+        j = times.sort("_t").join_asof(s, on="_t", strategy="backward")
+        return j.with_columns(pl.when(pl.col("_t") < pl.col("end_ns")).then(pl.col("step")).alias("step")).select(
+            "_row", "step"
+        )
+
+    t_launch = ops.filter(pl.col("launch_start_ns").is_not_null()).select("_row", pl.col("launch_start_ns").alias("_t"))
+    t_dev = ops.filter(pl.col("launch_start_ns").is_null()).select("_row", pl.col("start_ns").alias("_t"))
+    parts = []
+    if t_launch.height:
+        parts.append(_lookup(t_launch, cpu_steps))
+    if t_dev.height:
+        parts.append(_lookup(t_dev, gpu_steps if gpu_steps.height else cpu_steps))
+    found = pl.concat(parts) if parts else pl.DataFrame(schema={"_row": pl.UInt32, "step": pl.Int32})
+    ops = ops.drop("step").join(found, on="_row", how="left").sort("_row").drop("_row")
+    return ops.select(list(OP_SCHEMA))

@@ -1,0 +1,29 @@
+"""Markdown renderer: the same sections as the table renderer, for PRs and CI summaries."""
+
+from __future__ import annotations
+
+from ..report import Report
+from . import sections
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    esc = [[c.replace("|", "\\|") for c in r] for r in rows]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(r) + " |" for r in esc]
+    return "\n".join(lines)
+
+
+def render(report: Report, *, top: int = 20) -> str:
+    out = ["# traceroof report", ""]
+    out.append(_table(["", ""], [[f"**{k}**", v] for k, v in sections.header(report) + sections.summary(report)]))
+    out += ["", f"## Top {min(top, report.ranking.height)} ops by time lost against the roofline", ""]
+    out.append(_table([n for n, _ in sections.RANK_COLUMNS], sections.ranking_rows(report, top)))
+    if report.findings:
+        out += ["", "## Findings", ""]
+        out.append(_table(["finding", "severity", "recoverable", "what"], sections.findings_rows(report, top)))
+    inc = sections.inconsistency_lines(report)
+    if inc:
+        out += ["", "## Inconsistencies (not results)", ""] + [f"- {x}" for x in inc]
+    if report.warnings:
+        out += ["", "## Warnings", ""] + [f"- {w}" for w in report.warnings]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,140 @@
+"""The sections every human-readable renderer shows, as plain data (title, key/value rows,
+tables). Table and markdown renderers format these; neither computes anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..report import Report
+from . import fmt
+
+RANK_COLUMNS = (
+    ("op", "label"),
+    ("kind", "kind"),
+    ("count", "count"),
+    ("measured", "measured_ns"),
+    ("expected", "expected_ns"),
+    ("gap", "gap_ns"),
+    ("efficiency", "efficiency"),
+    ("bound", "bound"),
+    ("intensity (FLOP/B)", "intensity"),
+)
+
+
+def header(report: Report) -> list[tuple[str, str]]:
+    t, c, cov = report.trace, report.chip, report.coverage
+    src = t["sources"]
+    files = src[0] if len(src) == 1 else f"{len(src)} files ({src[0]}, …)"
+    rows = [
+        ("trace", f"{t['format']}: {files}" + ("  [SYNTHETIC]" if t.get("synthetic") else "")),
+        ("ranks", ", ".join(str(r) for r in t["ranks"]) + (f" of world size {t['world_size']}" if t.get("world_size") else "")),
+        ("steps", _steps_line(report)),
+        ("device ops", f"{t['device_ops']:,} ops, {fmt.ns(t['device_time_ns'])} of device time"),
+        ("chip", f"{c['name']} ({c['reason']})"),
+        ("peaks (dense)", ", ".join(f"{k} {fmt.flops_per_s(v)}" for k, v in _peaks(c))),
+        ("HBM bandwidth", f"{fmt.bytes_per_s(c['hbm_bytes_per_s'])}"
+         + (f"; ridge point {c['ridge_point_bf16']:.0f} FLOP/byte (bf16)" if c.get("ridge_point_bf16") else "")),
+        ("chip sources", _sources(c)),
+    ]
+    if c.get("trace_says"):
+        ts = c["trace_says"]
+        rows.append(("trace says", f"{ts['device']}: {fmt.flops_per_s(ts.get('peak_flops_per_s'))}, {fmt.bytes_per_s(ts.get('peak_hbm_bytes_per_s'))}"))
+    cov_line = (
+        f"{fmt.pct(cov['costed_share'])} of device time has FLOPs and bytes "
+        f"({fmt.pct(cov['shapes_share'])} from shapes, {fmt.pct(cov['trace_share'])} from the trace)"
+    )
+    if cov.get("linked_device_time_ns") and cov.get("linked_device_time_ns") != t["device_time_ns"]:
+        cov_line += f"; {fmt.pct(cov['linked_costed_share'])} of the kernel time linked to a framework op"
+    rows.append(("cost coverage", cov_line))
+    return rows
+
+
+def _peaks(c: dict[str, Any]) -> list[tuple[str, float]]:
+    order = ["fp8", "int8", "bf16", "fp16", "tf32", "fp32", "fp64"]
+    p = c["peak_flops_per_s"]
+    return [(k, p[k]) for k in order if p.get(k)]
+
+
+def _sources(c: dict[str, Any]) -> str:
+    s = c.get("sources") or {}
+    vals = list(dict.fromkeys(str(v) for v in s.values()))
+    return "; ".join(vals[:2]) + (f" (+{len(vals) - 2} more, see `traceroof chips`)" if len(vals) > 2 else "")
+
+
+def _steps_line(report: Report) -> str:
+    s = report.steps
+    if s.height == 0:
+        return "none"
+    if s["step"].null_count() == s.height:
+        return "unsegmented (no ProfilerStep markers): one step"
+    ids = sorted(x for x in s["step"].unique().to_list() if x is not None)
+    partial = s.filter("partial")["step"].to_list()
+    line = f"{len(ids)} ({ids[0]}…{ids[-1]})" if len(ids) > 1 else f"1 (#{ids[0]})"
+    if partial:
+        line += f"; partial, excluded from averages: {partial}"
+    return line
+
+
+def summary(report: Report) -> list[tuple[str, str]]:
+    s = report.summary
+    if not s.get("steps"):
+        return [("summary", "no device ops to summarise")]
+    rows = [
+        ("step time", f"{fmt.ns(s.get('step_time_ns'))} (mean of {s.get('complete_steps', s['steps'])} complete step(s), per rank)"),
+        ("device busy", f"{fmt.pct(s.get('busy_fraction'))} ({fmt.ns(s.get('busy_ns'))} per step, union over streams)"),
+        ("breakdown", f"compute-bound {fmt.ns(s.get('compute_bound_ns'))}, memory/latency-bound {fmt.ns(s.get('memory_bound_ns'))}, "
+                      f"communication {fmt.ns(s.get('comm_ns'))} ({fmt.ns(s.get('comm_exposed_ns'))} exposed), idle {fmt.ns(s.get('idle_ns'))}"),
+    ]
+    if s.get("hfu") is not None:
+        rows.append((
+            "HFU",
+            f"{fmt.pct(s['hfu'])}: {fmt.flops_per_s(s.get('achieved_flops_per_s'))} achieved of "
+            f"{fmt.flops_per_s(s.get('hfu_peak_flops_per_s'))} {s.get('hfu_peak_dtype')} dense peak "
+            "(hardware FLOPs from the op table)",
+        ))
+    elif any("HFU" in i["what"] for i in report.inconsistencies):
+        rows.append(("HFU", "not shown: above 100 % (see inconsistencies)"))
+    else:
+        rows.append(("HFU", "unknown (no costed FLOPs)"))
+    if s.get("mfu") is not None:
+        rows.append(("MFU", f"{fmt.pct(s['mfu'])} (model FLOPs, {s.get('mfu_note', '')})"))
+    return rows
+
+
+def ranking_rows(report: Report, top: int) -> list[list[str]]:
+    out = []
+    for r in report.ranking.head(top).iter_rows(named=True):
+        out.append([
+            fmt.short(r["label"], 60),
+            str(r["kind"]),
+            f"{r['count']:,}",
+            fmt.ns(r["measured_ns"]),
+            fmt.ns(r["expected_ns"]),
+            fmt.ns(r["gap_ns"]),
+            fmt.pct(r["efficiency"]),
+            str(r["bound"]),
+            fmt.ratio(r["intensity"]),
+        ])
+    return out
+
+
+def findings_rows(report: Report, top: int) -> list[list[str]]:
+    out = []
+    for f in report.findings[:top]:
+        out.append([
+            str(f.get("kind")),
+            str(f.get("severity", "")),
+            fmt.ns(f.get("recoverable_ns")),
+            fmt.short(f.get("title", ""), 90),
+        ])
+    return out
+
+
+def inconsistency_lines(report: Report) -> list[str]:
+    lines = []
+    for i in report.inconsistencies:
+        what = i["what"]
+        if "op" in i:
+            what += f": {fmt.short(i['op'], 60)} ×{i['count']} (up to {fmt.pct(i['max_efficiency'])} of roofline)"
+        lines.append(what + " — suspects: " + "; ".join(i.get("suspects", [])))
+    return lines

@@ -1,0 +1,46 @@
+"""Terminal renderer (rich): header, summary, ranked ops, findings, warnings."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from ..report import Report
+from . import sections
+
+
+def render(report: Report, *, top: int = 20, width: int = 160) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
+    kv = Table.grid(padding=(0, 2))
+    kv.add_column(style="bold")
+    kv.add_column()
+    for k, v in sections.header(report) + sections.summary(report):
+        kv.add_row(k, v)
+    con.print(kv)
+    con.print()
+    t = Table(title=f"Top {min(top, report.ranking.height)} ops by time lost against the roofline (gap = measured − expected)", title_justify="left")
+    for name, _ in sections.RANK_COLUMNS:
+        t.add_column(name, justify="right" if name not in ("op", "kind", "bound") else "left", overflow="fold")
+    for row in sections.ranking_rows(report, top):
+        t.add_row(*row)
+    con.print(t)
+    if report.findings:
+        f = Table(title="Findings (largest recoverable time first)", title_justify="left")
+        for c in ("finding", "severity", "recoverable", "what"):
+            f.add_column(c, overflow="fold")
+        for row in sections.findings_rows(report, top):
+            f.add_row(*row)
+        con.print(f)
+    inc = sections.inconsistency_lines(report)
+    if inc:
+        con.print("[bold]Inconsistencies (not results):[/bold]")
+        for line in inc:
+            con.print(f"  ! {line}", soft_wrap=True)
+    if report.warnings:
+        con.print("[bold]Warnings:[/bold]")
+        for w in report.warnings:
+            con.print(f"  - {w}", soft_wrap=True)
+    return buf.getvalue()

@@ -1,0 +1,166 @@
+"""``Report``: everything an analysis produced, and its versioned JSON form.
+
+A report can be saved once (``analyze -o report.json``) and read back by ``gate`` and
+``serve`` without re-parsing the trace. The JSON layout is documented in
+``docs/report-json.md``; ``schema_version`` changes whenever a field changes meaning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from . import __version__
+from .errors import InputNotFoundError, ReportVersionError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Report:
+    """The result of :func:`traceroof.analyze`.
+
+    Attributes:
+        trace: what was read (format, sources, ranks, world size, devices, event counts).
+        chip: the chip used: name, how it was chosen, the peaks (FLOP/s per dtype, dense),
+            HBM bandwidth (B/s) and their sources.
+        coverage: share of device time with a cost model, by source.
+        summary: step time (ns), device busy fraction, HFU (and the peak it is taken
+            against), FLOPs per step.
+        steps: one row per (rank, step): wall/busy/compute/memory/comm/idle ns, FLOPs.
+        ranking: ops grouped by framework op (or kernel), sorted by ``gap_ns``.
+        ops: the full op table with roofline columns (None when loaded without ops).
+        warnings: every tolerable oddity and loss; every output shows them.
+        inconsistencies: results that cannot be true (HFU/MFU > 100 %, ops above their
+            roof), each naming the suspicious inputs; never printed as results.
+        findings: detector results, largest recoverable time first.
+    """
+
+    trace: dict[str, Any]
+    chip: dict[str, Any]
+    coverage: dict[str, Any]
+    summary: dict[str, Any]
+    steps: pl.DataFrame
+    ranking: pl.DataFrame
+    ops: pl.DataFrame | None = None
+    warnings: list[str] = field(default_factory=list)
+    inconsistencies: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    filters: dict[str, Any] = field(default_factory=dict)
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    traceroof_version: str = __version__
+    schema_version: int = SCHEMA_VERSION
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self, *, include_ops: bool = False, top: int | None = None) -> dict[str, Any]:
+        """A JSON-ready dict. ``top`` limits the ranking rows; ``include_ops`` adds the op table."""
+        ranking = self.ranking.head(top) if top else self.ranking
+        d: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "traceroof_version": self.traceroof_version,
+            "created_at": self.created_at,
+            "filters": self.filters,
+            "trace": self.trace,
+            "chip": self.chip,
+            "coverage": self.coverage,
+            "summary": self.summary,
+            "warnings": self.warnings,
+            "inconsistencies": self.inconsistencies,
+            "findings": self.findings,
+            "steps": _records(self.steps),
+            "ranking": _records(ranking),
+        }
+        if include_ops and self.ops is not None:
+            d["ops"] = _columns(self.ops)
+        return _clean(d)
+
+    def to_json(self, *, include_ops: bool = False, top: int | None = None, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(include_ops=include_ops, top=top), indent=indent)
+
+    def save(self, path: str | os.PathLike[str], *, include_ops: bool = True) -> None:
+        """Write the report (with the op table, so ``serve`` can use it) as JSON."""
+        Path(path).write_text(self.to_json(include_ops=include_ops, indent=None))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str = "<dict>") -> Report:
+        """Rebuild a report from :meth:`to_dict` output.
+
+        Raises:
+            ReportVersionError: unknown ``schema_version``.
+        """
+        v = d.get("schema_version")
+        if v != SCHEMA_VERSION:
+            raise ReportVersionError(
+                f"{source}: report schema_version {v!r}; this traceroof reads version {SCHEMA_VERSION}"
+            )
+        ops = pl.DataFrame(d["ops"]) if d.get("ops") else None
+        if ops is not None:
+            from .schema import KIND
+
+            ops = ops.with_columns(pl.col("kind").cast(KIND))
+        return cls(
+            trace=d["trace"], chip=d["chip"], coverage=d["coverage"], summary=d["summary"],
+            steps=pl.DataFrame(d.get("steps") or [], infer_schema_length=None),
+            ranking=pl.DataFrame(d.get("ranking") or [], infer_schema_length=None),
+            ops=ops, warnings=d.get("warnings", []), inconsistencies=d.get("inconsistencies", []),
+            findings=d.get("findings", []), filters=d.get("filters", {}),
+            created_at=d.get("created_at", ""), traceroof_version=d.get("traceroof_version", ""),
+            schema_version=v,
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Report:
+        """Read a report saved by :meth:`save`.
+
+        Raises:
+            InputNotFoundError: no such file.
+            ReportVersionError: not a traceroof report, or an unknown version.
+        """
+        p = Path(path)
+        if not p.is_file():
+            raise InputNotFoundError(f"{p}: no such file")
+        try:
+            d = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ReportVersionError(f"{p}: not a traceroof report JSON ({exc})") from exc
+        if not isinstance(d, dict) or "schema_version" not in d:
+            raise ReportVersionError(f"{p}: not a traceroof report (no schema_version)")
+        return cls.from_dict(d, source=str(p))
+
+
+def is_report(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` looks like a saved traceroof report (cheap sniff of its start)."""
+    p = Path(path)
+    if not p.is_file() or p.name.endswith(".gz"):
+        return False
+    with open(p, "rb") as fh:
+        head = fh.read(256)
+    return head.lstrip().startswith(b'{"schema_version"')
+
+
+def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
+    if df.height == 0:
+        return []
+    return df.with_columns(pl.col(pl.Enum, pl.Categorical).cast(pl.String)).to_dicts()
+
+
+def _columns(df: pl.DataFrame) -> dict[str, list[Any]]:
+    df = df.with_columns(pl.col(pl.Enum, pl.Categorical).cast(pl.String))
+    return {c: df[c].to_list() for c in df.columns}
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float):
+        return None if (math.isnan(x) or math.isinf(x)) else x
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x

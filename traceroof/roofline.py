@@ -1,0 +1,257 @@
+"""The roofline engine: expected time, bound, gap and efficiency of every op (DESIGN §6).
+
+For an op with F FLOPs and B bytes on a chip with peak P(dtype) and HBM bandwidth W::
+
+    compute_ns  = F / P · 1e9
+    memory_ns   = B / W · 1e9
+    comm_ns     = factor · comm_bytes / link_bandwidth · 1e9      (collectives)
+    expected_ns = max(compute_ns, memory_ns, comm_ns)
+    gap_ns      = dur_ns − expected_ns
+    efficiency  = expected_ns / dur_ns
+
+Source: Williams, Waterman & Patterson, "Roofline: an insightful visual performance model
+for multicore architectures", CACM 52(4), 2009. Collective ring factors: the NCCL
+performance notes (nccl-tests ``doc/PERFORMANCE.md``: algorithm bandwidth vs bus bandwidth):
+AllReduce 2(n−1)/n, AllGather and ReduceScatter (n−1)/n of the full buffer, AllToAll
+(n−1)/n, point-to-point 1.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .chips import ChipSpec
+
+#: op kinds that run on tensor cores / matrix units (use the tensor peak of their dtype).
+MATRIX_KINDS = ("matmul", "attention", "conv")
+
+#: An op whose roofline time is under this multiple of the chip's kernel floor and whose
+#: measured time is within this multiple of it is ``latency`` bound.
+LATENCY_FACTOR = 2.0
+
+#: Above-roof tolerance: efficiency beyond this is an inconsistency, not a result (BC-29/31).
+ABOVE_ROOF_TOLERANCE = 1.05
+
+#: GPUs per node assumed when choosing intra- vs inter-node links for a collective group.
+GPUS_PER_NODE = 8
+
+
+def ring_factor(collective: str | None, n: int | None) -> float | None:
+    """Bus-bandwidth factor of a collective over ``n`` participants (nccl-tests PERFORMANCE.md).
+
+    Returns None when ``n`` is unknown or < 1.
+    """
+    if n is None or n < 1:
+        return None
+    c = (collective or "").lower().replace("_", "")
+    if n == 1:
+        return 0.0
+    if "allreduce" in c:
+        return 2.0 * (n - 1) / n
+    if any(k in c for k in ("allgather", "reducescatter", "alltoall")):
+        return (n - 1) / n
+    return 1.0  # send/recv, broadcast, reduce: the message crosses one link
+
+
+def collective_type(name: str | None, coll_name: str | None = None) -> str:
+    """Canonical collective type from ``Collective name`` or the kernel/HLO name."""
+    s = (coll_name or name or "").lower().replace("_", "").replace("-", "")
+    for key, label in _COLLECTIVE_PATTERNS:
+        if key in s:
+            return label
+    return "collective"
+
+
+_COLLECTIVE_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("allreduce", "all_reduce"),
+    ("reducescatter", "reduce_scatter"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("sendrecv", "send_recv"),
+    ("broadcast", "broadcast"),
+    ("collectivepermute", "collective_permute"),
+    ("send", "send_recv"),
+    ("recv", "send_recv"),
+    ("reduce", "reduce"),
+)
+
+
+def collective_type_expr() -> pl.Expr:
+    """Polars twin of :func:`collective_type` over ``coalesce(op, name)``."""
+    s = (
+        pl.coalesce(pl.col("op"), pl.col("name"))
+        .fill_null("")
+        .str.to_lowercase()
+        .str.replace_all(r"[_\-]", "")
+    )
+    expr = pl.when(pl.lit(False)).then(pl.lit(None, dtype=pl.String))
+    for key, label in _COLLECTIVE_PATTERNS:
+        expr = expr.when(s.str.contains(key, literal=True)).then(pl.lit(label))
+    return expr.otherwise(pl.lit("collective"))
+
+
+def ring_factor_expr(ctype: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """Polars twin of :func:`ring_factor`."""
+    nf = n.cast(pl.Float64)
+    return (
+        pl.when(n.is_null() | (n < 1))
+        .then(pl.lit(None, dtype=pl.Float64))
+        .when(n == 1)
+        .then(pl.lit(0.0))
+        .when(ctype == "all_reduce")
+        .then(2.0 * (nf - 1) / nf)
+        .when(ctype.is_in(["all_gather", "reduce_scatter", "all_to_all"]))
+        .then((nf - 1) / nf)
+        .otherwise(pl.lit(1.0))
+    )
+
+
+def _peak_table(chip: ChipSpec) -> dict[str, float]:
+    return {k: float(v) for k, v in chip.peak_flops_per_s.items() if v}
+
+
+def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
+    """Add the ROOFLINE_SCHEMA columns to an op table.
+
+    Args:
+        ops: an op table (OP_SCHEMA) with ``flops``/``bytes`` filled where known.
+        chip: the chip the ops ran on.
+
+    Returns:
+        ``ops`` with ``peak_flops_per_s``, ``peak_dtype``, ``intensity``, ``compute_ns``,
+        ``memory_ns``, ``comm_ns``, ``expected_ns``, ``bound``, ``gap_ns``, ``efficiency``.
+        Unknown costs stay null (never 0); their bound is ``unknown``.
+
+    Matmul-class ops (matmul, attention, conv) use the tensor peak of their dtype; fp32
+    ones use the fp32 (non-tensor) peak unless the kernel name says TF32 or their achieved
+    rate exceeds the fp32 peak, in which case TF32 is assumed (``peak_dtype`` = ``tf32``).
+    Other ops use the fp32 vector peak (they are memory-bound in practice).
+    """
+    peaks = _peak_table(chip)
+    bw = float(chip.hbm_bytes_per_s)
+    floor_ns = float(chip.launch_overhead_ns)
+    fp32 = peaks.get("fp32")
+    tf32 = peaks.get("tf32")
+
+    is_matrix = pl.col("kind").cast(pl.String).is_in(list(MATRIX_KINDS))
+    dtype = pl.col("dtype").fill_null("fp32")
+    name_tf32 = pl.col("name").fill_null("").str.contains(r"(?i)tf32|xf32")
+    achieved = pl.col("flops") / pl.col("dur_ns") * 1e9
+    use_tf32 = (
+        is_matrix
+        & (dtype == "fp32")
+        & pl.lit(tf32 is not None)
+        & (name_tf32 | (achieved > (fp32 or float("inf")) * ABOVE_ROOF_TOLERANCE))
+    )
+    peak_dtype = (
+        pl.when(use_tf32)
+        .then(pl.lit("tf32"))
+        .when(is_matrix)
+        .then(dtype)
+        .otherwise(pl.lit("fp32") if fp32 else dtype)
+    )
+    out = ops.with_columns(peak_dtype.alias("peak_dtype"))
+    out = out.with_columns(
+        pl.col("peak_dtype").replace_strict(peaks, default=None, return_dtype=pl.Float64).alias("peak_flops_per_s")
+    )
+    # dtypes the chip has no peak for (fp8 on A100, bf16 on V100): fall back to fp16 then fp32
+    for fb in ("fp16", "fp32"):
+        if fb in peaks:
+            out = out.with_columns(
+                pl.when(pl.col("peak_flops_per_s").is_null() & pl.col("flops").is_not_null())
+                .then(pl.lit(peaks[fb]))
+                .otherwise(pl.col("peak_flops_per_s"))
+                .alias("peak_flops_per_s"),
+                pl.when(pl.col("peak_flops_per_s").is_null() & pl.col("flops").is_not_null())
+                .then(pl.lit(fb))
+                .otherwise(pl.col("peak_dtype"))
+                .alias("peak_dtype"),
+            )
+
+    coll = pl.col("kind").cast(pl.String) == "collective"
+    out = out.with_columns(pl.when(coll).then(collective_type_expr()).alias("collective"))
+    factor = ring_factor_expr(pl.col("collective"), pl.col("group_size"))
+    intra = chip.intra_node_bytes_per_s
+    inter = chip.inter_node_bytes_per_s or intra
+    link = (
+        pl.when(pl.col("group_size") <= GPUS_PER_NODE).then(pl.lit(intra)).otherwise(pl.lit(inter))
+    ).cast(pl.Float64)
+
+    out = out.with_columns(
+        (pl.col("flops") / pl.col("peak_flops_per_s") * 1e9).alias("compute_ns"),
+        (pl.col("bytes") / bw * 1e9).alias("memory_ns"),
+        pl.when(coll).then(factor * pl.col("comm_bytes") / link * 1e9).alias("comm_ns"),
+        pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).alias("intensity"),
+    )
+    terms = [pl.col("compute_ns"), pl.col("memory_ns"), pl.col("comm_ns")]
+    known = pl.any_horizontal([t.is_not_null() for t in terms])
+    expected = pl.when(known).then(pl.max_horizontal(terms))
+    out = out.with_columns(expected.alias("expected_ns"))
+    bound = (
+        pl.when(pl.col("expected_ns").is_null())
+        .then(pl.lit("unknown"))
+        .when(
+            (pl.col("expected_ns") < floor_ns)
+            & (pl.col("dur_ns") <= LATENCY_FACTOR * floor_ns)
+            & ~coll
+        )
+        .then(pl.lit("latency"))
+        .when(pl.col("comm_ns").is_not_null() & (pl.col("comm_ns") >= pl.col("expected_ns")))
+        .then(pl.lit("comm"))
+        .when(pl.col("compute_ns").fill_null(-1.0) >= pl.col("memory_ns").fill_null(-1.0))
+        .then(pl.lit("compute"))
+        .otherwise(pl.lit("memory"))
+    )
+    out = out.with_columns(
+        bound.alias("bound"),
+        (pl.col("dur_ns") - pl.col("expected_ns")).alias("gap_ns"),
+        pl.when(pl.col("dur_ns") > 0).then(pl.col("expected_ns") / pl.col("dur_ns")).alias("efficiency"),
+    )
+    return out
+
+
+def above_roof(ops: pl.DataFrame, tolerance: float = ABOVE_ROOF_TOLERANCE) -> pl.DataFrame:
+    """Ops measured faster than their roofline allows (efficiency > ``tolerance``).
+
+    Each is an inconsistency: the FLOP/byte formula, the dtype/peak chosen, or the chip is
+    wrong (BC-29, BC-31); never a result to print as >100 %.
+    """
+    return ops.filter(pl.col("efficiency") > tolerance)
+
+
+def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
+    """Sum ``gap_ns`` per op (or per kernel name) and sort descending (DESIGN §6).
+
+    Args:
+        ops: an op table with roofline columns.
+        by: ``op`` (framework op, falling back to the kernel name) or ``kernel``.
+
+    Returns:
+        One row per group: ``label, kind, count, measured_ns, expected_ns, gap_ns,
+        efficiency, bound, intensity, flops, bytes, costed_count`` where ``expected_ns`` and
+        ``gap_ns`` sum only the ops with a cost model (``costed_count`` of ``count``);
+        groups with no costed op have null gap and sort last.
+    """
+    label = pl.col("name") if by == "kernel" else pl.coalesce(pl.col("op"), pl.col("name"))
+    df = ops.with_columns(label.alias("label"))
+    g = df.group_by("label").agg(
+        pl.col("kind").cast(pl.String).mode().first().alias("kind"),
+        pl.len().alias("count"),
+        pl.col("dur_ns").sum().alias("measured_ns"),
+        pl.col("expected_ns").sum().alias("expected_ns"),
+        pl.col("dur_ns").filter(pl.col("expected_ns").is_not_null()).sum().alias("_costed_dur"),
+        pl.col("gap_ns").sum().alias("gap_ns"),
+        pl.col("expected_ns").is_not_null().sum().alias("costed_count"),
+        pl.col("bound").filter(pl.col("bound") != "unknown").mode().first().alias("bound"),
+        pl.col("flops").sum().alias("flops"),
+        pl.col("bytes").sum().alias("bytes"),
+        pl.col("dtype").drop_nulls().mode().first().alias("dtype"),
+    )
+    g = g.with_columns(
+        pl.when(pl.col("costed_count") > 0).then(pl.col("gap_ns")).alias("gap_ns"),
+        pl.when(pl.col("costed_count") > 0).then(pl.col("expected_ns")).alias("expected_ns"),
+        pl.when(pl.col("_costed_dur") > 0).then(pl.col("expected_ns") / pl.col("_costed_dur")).alias("efficiency"),
+        pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).alias("intensity"),
+        pl.col("bound").fill_null("unknown"),
+    ).drop("_costed_dur")
+    return g.sort(["gap_ns", "measured_ns"], descending=[True, True], nulls_last=True)

@@ -1,0 +1,172 @@
+"""Steps and the per-step breakdown (DESIGN §7).
+
+Step windows come from ``ProfilerStep#N`` annotations: the device-side window
+(``gpu_user_annotation``) when the trace has one, else the host-side one; ops are already
+assigned to steps by their launch time (:func:`traceroof.parsers.kineto_link.assign_steps`).
+Without markers the whole trace is one step, with a warning (BC-14).
+
+Per step: wall time, device busy time (union over all streams), a compute / memory /
+communication / idle breakdown from interval unions, and hardware FLOPs (→ HFU).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from . import intervals as iv
+from .trace import TraceMeta
+
+STEP_SCHEMA = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "wall_ns": pl.Int64,
+    "busy_ns": pl.Int64,
+    "compute_bound_ns": pl.Int64,
+    "memory_bound_ns": pl.Int64,
+    "comm_ns": pl.Int64,
+    "comm_exposed_ns": pl.Int64,
+    "idle_ns": pl.Int64,
+    "ops": pl.Int64,
+    "flops": pl.Float64,
+    "partial": pl.Boolean,
+}
+
+
+def _windows(ops: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+    from .parsers.kineto_link import profiler_steps
+
+    gpu = profiler_steps(host, "gpu_annotation")
+    cpu = profiler_steps(host, "annotation")
+    src = gpu if gpu.height else cpu
+    if src.height == 0:
+        return src
+    # extend each window to cover the device work of the ops assigned to it
+    span = (
+        ops.filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("start_ns").min().alias("_s"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("_e"))
+    )
+    w = src.join(span, on=["rank", "step"], how="left")
+    if not gpu.height:
+        # host windows run ahead of the device: the device window is the span of its ops
+        w = w.with_columns(
+            pl.coalesce("_s", "start_ns").alias("start_ns"), pl.coalesce("_e", "end_ns").alias("end_ns")
+        )
+    return w.select("rank", "step", "start_ns", "end_ns")
+
+
+def step_table(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """One row per (rank, step) with the breakdown in STEP_SCHEMA (all times ns).
+
+    ``ops`` must carry roofline columns (``bound``). Steps with no markers: one row per rank
+    with ``step`` null, spanning the rank's device ops.
+    """
+    w = _windows(ops, host)
+    rows = []
+    if w.height == 0:
+        if ops.height:
+            meta.warn(
+                "no ProfilerStep#N markers: the whole trace is analysed as one unsegmented step"
+            )
+        per_rank = ops.group_by("rank").agg(
+            pl.col("start_ns").min().alias("start_ns"),
+            (pl.col("start_ns") + pl.col("dur_ns")).max().alias("end_ns"),
+        )
+        w = per_rank.with_columns(pl.lit(None, dtype=pl.Int32).alias("step")).select("rank", "step", "start_ns", "end_ns")
+    partial = _partial_steps(ops, host, w, meta)
+    ends = ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    for rank, step, s, e in w.sort("rank", "start_ns").iter_rows():
+        sel = ends.filter(pl.col("rank") == rank)
+        sel = sel.filter(pl.col("step") == step) if step is not None else sel
+        if step is not None and sel.height == 0:
+            # fall back to device time inside the window
+            sel = ends.filter(pl.col("rank") == rank, pl.col("start_ns") < e, pl.col("end_ns") > s)
+        rows.append(_breakdown(rank, step, s, e, sel, (rank, step) in partial))
+    return pl.DataFrame(rows, schema=STEP_SCHEMA, orient="row")
+
+
+def _breakdown(rank: int, step: int | None, s: int, e: int, sel: pl.DataFrame, partial: bool) -> tuple:
+    if sel.height:
+        s = min(s, int(sel["start_ns"].min()))
+        e = max(e, int(sel["end_ns"].max()))
+    kind = pl.col("kind").cast(pl.String)
+    coll = sel.filter(kind == "collective")
+    comp = sel.filter(kind != "collective")
+    busy = iv.union(sel)
+    u_coll = iv.union(coll)
+    u_comp = iv.union(comp)
+    u_cbound = iv.union(comp.filter(pl.col("bound") == "compute"))
+    comm_ns = iv.total(u_coll)
+    exposed = comm_ns - iv.total(iv.intersect(u_coll, u_comp))
+    cb = iv.total(u_cbound)
+    mb = iv.total(u_comp) - cb
+    busy_ns = iv.total(busy)
+    wall = e - s
+    flops = sel["flops"].sum() if sel.height else 0.0
+    return (
+        rank, step, s, e, wall, busy_ns, cb, mb, comm_ns, exposed, wall - busy_ns, sel.height,
+        float(flops or 0.0), partial,
+    )
+
+
+def _partial_steps(ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, meta: TraceMeta) -> set:
+    """The last step of a rank is partial when a launch in it has no device op (BC-14)."""
+    out: set = set()
+    if w.height == 0 or w["step"].null_count() == w.height:
+        return out
+    seen = set(ops["correlation"].drop_nulls().to_list())
+    launches = host.filter(
+        pl.col("cat") == "runtime",
+        pl.col("name").str.contains(r"(?i)launch|memcpy|memset"),
+        pl.col("correlation").is_not_null(),
+    )
+    from .parsers.kineto_link import profiler_steps
+
+    cpu = profiler_steps(host, "annotation")
+    truncated = any("truncated" in x for x in meta.warnings)
+    for rank in w["rank"].unique().to_list():
+        last = w.filter(pl.col("rank") == rank).sort("start_ns").tail(1)
+        step = last["step"][0]
+        win = cpu.filter(pl.col("rank") == rank, pl.col("step") == step)
+        if win.height == 0:
+            continue
+        s, e = int(win["start_ns"][0]), int(win["end_ns"][0])
+        lost = launches.filter(
+            pl.col("rank") == rank, pl.col("start_ns") >= s, pl.col("start_ns") < e,
+            ~pl.col("correlation").is_in(list(seen)),
+        ).height
+        if lost or truncated:
+            out.add((rank, step))
+            meta.warn(
+                f"rank {rank} step {step} is partial ({lost} launches without a device op in the "
+                "trace window" + (", trace truncated" if truncated else "")
+                + "): it is excluded from per-step averages"
+            )
+    return out
+
+
+def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
+    """Averages over complete steps: step time, busy fraction, breakdown (ns)."""
+    full = steps.filter(~pl.col("partial")) if steps.height else steps
+    if full.height == 0:
+        full = steps
+    if full.height == 0:
+        return {"steps": 0}
+    wall = float(full["wall_ns"].mean())
+    busy = float(full["busy_ns"].mean())
+    return {
+        "steps": steps.height,
+        "complete_steps": int((~steps["partial"]).sum()),
+        "step_time_ns": wall,
+        "step_time_median_ns": float(full["wall_ns"].median()),
+        "busy_ns": busy,
+        "busy_fraction": busy / wall if wall else None,
+        "compute_bound_ns": float(full["compute_bound_ns"].mean()),
+        "memory_bound_ns": float(full["memory_bound_ns"].mean()),
+        "comm_ns": float(full["comm_ns"].mean()),
+        "comm_exposed_ns": float(full["comm_exposed_ns"].mean()),
+        "idle_ns": float(full["idle_ns"].mean()),
+        "flops_per_step": float(full["flops"].mean()),
+    }
