@@ -64,6 +64,8 @@ def analyze(
         UnknownChipError: the chip cannot be resolved.
         UsageError: ``rank``/``step`` not present in the trace.
     """
+    if trace.ops.height == 0 and chip is None:
+        return _no_device_ops(trace)
     spec, reason = resolve_chip(trace, chip)
     ops, cov = apply_costs(trace)
     host = trace.host
@@ -200,6 +202,35 @@ def analyze(
         trace=trace_d, chip=chip_d, coverage=coverage_d, summary=summary, steps=steps,
         ranking=ranking, ops=ops, warnings=warnings, inconsistencies=inconsistencies,
         filters={"rank": rank, "step": step, "group_by": group_by},
+    )
+
+
+def _no_device_ops(trace: Trace) -> Report:
+    """A CPU-only (or metadata-only) trace: nothing to put against a roofline."""
+    import polars as pl
+
+    from .steps import STEP_SCHEMA
+
+    meta = trace.meta
+    warnings = list(meta.warnings)
+    msg = "no device ops (kernels, memcpy, memset) in the trace: nothing to put against a roofline"
+    if msg not in warnings:
+        warnings.insert(0, msg)
+    return Report(
+        trace={
+            "format": meta.format, "sources": meta.sources, "ranks": meta.ranks,
+            "world_size": meta.world_size, "devices": sorted({d.name for d in meta.devices}),
+            "synthetic": meta.synthetic, "device_ops": 0, "device_time_ns": 0,
+            "host_events": int(trace.host.height), "stats": meta.stats, "versions": meta.versions,
+            "record_shapes": meta.record_shapes,
+        },
+        chip={},
+        coverage={"device_time_ns": 0, "costed_share": None, "shapes_share": None, "trace_share": None},
+        summary={"steps": 0},
+        steps=pl.DataFrame(schema=STEP_SCHEMA),
+        ranking=pl.DataFrame(),
+        ops=trace.ops,
+        warnings=warnings,
     )
 
 

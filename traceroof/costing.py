@@ -105,15 +105,16 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     )
     ops = ops.join(table, on=key, how="left", nulls_equal=True)
 
-    # spread a framework op's cost over its kernels by duration
+    # spread a framework op's cost over its kernels by duration (copies/fills are not its kernels)
     grp = ["rank", "external_id"]
-    share = pl.col("dur_ns") / pl.col("dur_ns").sum().over(grp)
-    n_k = pl.len().over(grp)
-    share = pl.when(n_k == 1).then(pl.lit(1.0)).otherwise(share.fill_nan(1.0 / n_k))
+    is_kern = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    kdur = pl.when(is_kern).then(pl.col("dur_ns")).otherwise(0)
+    n_k = is_kern.cast(pl.Int64).sum().over(grp)
+    share = pl.when(n_k == 1).then(pl.lit(1.0)).otherwise((pl.col("dur_ns") / kdur.sum().over(grp)).fill_nan(1.0 / n_k))
     ops = ops.with_columns(
-        pl.when(pl.col("_f").is_not_null() & pl.col("external_id").is_not_null()).then(n_k).alias("_nk")
+        pl.when(pl.col("_f").is_not_null() & pl.col("external_id").is_not_null() & is_kern).then(n_k).alias("_nk")
     )
-    has_shape_cost = pl.col("_f").is_not_null() & (pl.col("cost_source") != "trace")
+    has_shape_cost = pl.col("_f").is_not_null() & (pl.col("cost_source") != "trace") & is_kern
     kernel_kind = pl.col("name").map_batches(
         lambda s: pl.Series([costs.kind_of_kernel(n or "") for n in s.to_list()], dtype=pl.String),
         return_dtype=pl.String,

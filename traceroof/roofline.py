@@ -232,7 +232,12 @@ def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
         ``gap_ns`` sum only the ops with a cost model (``costed_count`` of ``count``);
         groups with no costed op have null gap and sort last.
     """
-    label = pl.col("name") if by == "kernel" else pl.coalesce(pl.col("op"), pl.col("name"))
+    copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    label = (
+        pl.col("name")
+        if by == "kernel"
+        else pl.when(copy).then(pl.col("name")).otherwise(pl.coalesce(pl.col("op"), pl.col("name")))
+    )
     df = ops.with_columns(label.alias("label"))
     g = df.group_by("label").agg(
         pl.col("kind").cast(pl.String).mode().first().alias("kind"),

@@ -199,9 +199,14 @@ def _host_table(host: pl.DataFrame, origin: int, rank: int) -> pl.DataFrame:
 
 
 def profiler_steps(host: pl.DataFrame, cat: str = "annotation") -> pl.DataFrame:
-    """``ProfilerStep#N`` windows from the host table: columns step, start_ns, end_ns, rank."""
+    """``ProfilerStep#N`` windows from the host table: columns step, start_ns, end_ns, rank.
+
+    Host-side markers are ``user_annotation`` events, or ``Operator`` (cpu_op) events in
+    PyTorch 1.8/1.9 traces.
+    """
+    cats = ["annotation", "cpu_op"] if cat == "annotation" else [cat]
     return (
-        host.filter(pl.col("cat") == cat, pl.col("name").str.starts_with("ProfilerStep#"))
+        host.filter(pl.col("cat").is_in(cats), pl.col("name").str.starts_with("ProfilerStep#"))
         .with_columns(
             pl.col("name").str.extract(r"ProfilerStep#(\d+)").cast(pl.Int32).alias("step"),
             (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),

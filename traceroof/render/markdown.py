@@ -16,8 +16,9 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def render(report: Report, *, top: int = 20) -> str:
     out = ["# traceroof report", ""]
     out.append(_table(["", ""], [[f"**{k}**", v] for k, v in sections.header(report) + sections.summary(report)]))
-    out += ["", f"## Top {min(top, report.ranking.height)} ops by time lost against the roofline", ""]
-    out.append(_table([n for n, _ in sections.RANK_COLUMNS], sections.ranking_rows(report, top)))
+    if report.ranking.height:
+        out += ["", f"## Top {min(top, report.ranking.height)} ops by time lost against the roofline", ""]
+        out.append(_table([n for n, _ in sections.RANK_COLUMNS], sections.ranking_rows(report, top)))
     if report.findings:
         out += ["", "## Findings", ""]
         out.append(_table(["finding", "severity", "recoverable", "what"], sections.findings_rows(report, top)))

@@ -27,6 +27,13 @@ def header(report: Report) -> list[tuple[str, str]]:
     files = src[0] if len(src) == 1 else f"{len(src)} files ({src[0]}, …)"
     rows = [
         ("trace", f"{t['format']}: {files}" + ("  [SYNTHETIC]" if t.get("synthetic") else "")),
+    ]
+    if not c:
+        return rows + [
+            ("ranks", ", ".join(str(r) for r in t["ranks"])),
+            ("device ops", "none: a CPU-only (or metadata-only) trace, nothing to put against a roofline"),
+        ]
+    rows += [
         ("ranks", ", ".join(str(r) for r in t["ranks"]) + (f" of world size {t['world_size']}" if t.get("world_size") else "")),
         ("steps", _steps_line(report)),
         ("device ops", f"{t['device_ops']:,} ops, {fmt.ns(t['device_time_ns'])} of device time"),

@@ -21,12 +21,20 @@ def render(report: Report, *, top: int = 20, width: int = 160) -> str:
         kv.add_row(k, v)
     con.print(kv)
     con.print()
+    if report.ranking.height == 0:
+        _tail(con, report)
+        return buf.getvalue()
     t = Table(title=f"Top {min(top, report.ranking.height)} ops by time lost against the roofline (gap = measured − expected)", title_justify="left")
     for name, _ in sections.RANK_COLUMNS:
         t.add_column(name, justify="right" if name not in ("op", "kind", "bound") else "left", overflow="fold")
     for row in sections.ranking_rows(report, top):
         t.add_row(*row)
     con.print(t)
+    _tail(con, report, top)
+    return buf.getvalue()
+
+
+def _tail(con: Console, report: Report, top: int = 20) -> None:
     if report.findings:
         f = Table(title="Findings (largest recoverable time first)", title_justify="left")
         for c in ("finding", "severity", "recoverable", "what"):
@@ -43,4 +51,3 @@ def render(report: Report, *, top: int = 20, width: int = 160) -> str:
         con.print("[bold]Warnings:[/bold]")
         for w in report.warnings:
             con.print(f"  - {w}", soft_wrap=True)
-    return buf.getvalue()

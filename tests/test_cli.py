@@ -1,0 +1,121 @@
+"""The CLI contract: outputs, formats, exit codes, one clear line per error (DESIGN §9)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from conftest import REPO, real, write
+
+from traceroof.cli import cli
+
+QWEN = "TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_analyze_table_shows_what_was_read_summary_ranking_and_warnings():
+    res = run("analyze", str(real(QWEN)), "--top", "5")
+    assert res.exit_code == 0, res.output
+    out = res.output
+    for needle in ("kineto:", "NVIDIA H100", "bf16 989.4 TFLOP/s", "3.35 TB/s", "cost coverage", "step time",
+                   "device busy", "HFU", "Top 5 ops", "gap", "efficiency", "Warnings:", "no host launch"):
+        assert needle in out, needle
+
+
+def test_analyze_json_is_versioned_and_ranked_by_gap():
+    res = run("analyze", str(real(QWEN)), "--format", "json", "--top", "50", "-q")
+    assert res.exit_code == 0
+    d = json.loads(res.output)
+    assert d["schema_version"] == 1
+    gaps = [r["gap_ns"] for r in d["ranking"] if r["gap_ns"] is not None]
+    assert gaps == sorted(gaps, reverse=True) and len(gaps) > 5
+    r0 = d["ranking"][0]
+    assert abs(r0["measured_ns"] - r0["expected_ns"] - r0["gap_ns"]) < 1e-6 * r0["measured_ns"]
+    assert d["chip"]["key"] == "h100_sxm"
+
+
+def test_analyze_csv_and_markdown():
+    res = run("analyze", str(real(QWEN)), "--format", "csv", "--top", "7", "-q")
+    rows = list(csv.DictReader(io.StringIO(res.output)))
+    assert len(rows) == 7 and {"label", "gap_ns", "measured_ns", "expected_ns", "bound"} <= set(rows[0])
+    md = run("analyze", str(real(QWEN)), "--format", "markdown", "-q").output
+    assert md.startswith("# traceroof report") and "| op | kind |" in md
+
+
+def test_output_json_saves_full_report_that_reloads(tmp_path):
+    out = tmp_path / "r.json"
+    res = run("analyze", str(real(QWEN)), "-o", str(out), "-q")
+    assert res.exit_code == 0
+    res2 = run("analyze", str(out), "--format", "json", "-q")
+    assert res2.exit_code == 0
+    a, b = json.loads(out.read_text()), json.loads(res2.output)
+    assert a["ranking"][:20] == b["ranking"]
+    assert len(a["ops"]["dur_ns"]) == a["trace"]["device_ops"]
+
+
+def test_rank_and_step_filters():
+    p = str(real("param/et_replay/tests/inputs/dlrm_kineto.tar.gz"))
+    d = json.loads(run("analyze", p, "--rank", "3", "--format", "json", "-q").output)
+    assert d["filters"]["rank"] == 3 and {s["rank"] for s in d["steps"]} == {3}
+    res = run("analyze", p, "--rank", "42")
+    assert res.exit_code == 2 and "--rank 42" in res.output
+    res = run("analyze", p, "--step", "999", "--rank", "0")
+    assert res.exit_code == 2 and "--step 999" in res.output
+
+
+@pytest.mark.parametrize(
+    "make, code, needle",
+    [
+        (lambda tmp: str(tmp / "nope.json"), 3, "no such file"),
+        (lambda tmp: str(write(tmp, "empty.json", b"")), 4, "empty file"),
+        (lambda tmp: str(write(tmp, "x.json", b"<html>")), 4, "byte 0"),
+        (lambda tmp: str(write(tmp, "t.json", json.dumps({"traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 1}]}))), 5, "--chip"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code(tmp_path, make, code, needle):
+    res = run("analyze", make(tmp_path))
+    assert res.exit_code == code, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("traceroof: error:") and needle in lines[0]
+
+
+def test_unknown_chip_lists_candidates():
+    res = run("analyze", str(real(QWEN)), "--chip", "h1000")
+    assert res.exit_code == 5
+    assert "h100" in res.output.lower()
+
+
+def test_usage_error_exit_2_via_console_script():
+    p = subprocess.run([sys.executable, "-m", "traceroof.cli", "analyze", "--top", "zero", "x"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_debug_shows_traceback(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "traceroof.cli", "analyze", str(write(tmp_path, "e.json", b"")), "--debug"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode != 0 and "Traceback" in p.stderr
+
+
+def test_chips_lists_ridge_points():
+    res = run("chips", "--format", "json")
+    rows = {r["key"]: r for r in json.loads(res.output)}
+    # ridge = dense bf16 peak / HBM bandwidth: 989.4e12 / 3.35e12 = 295.3
+    assert round(rows["h100_sxm"]["ridge_point_flops_per_byte"]) == 295
+    table = run("chips").output
+    assert "h100_sxm" in table and "ridge" in table
+
+
+def test_every_command_help_has_an_example():
+    for name, cmd in cli.commands.items():
+        res = run(name, "--help")
+        assert res.exit_code == 0 and "Example" in res.output, name
