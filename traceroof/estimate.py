@@ -1,0 +1,406 @@
+"""``traceroof estimate``: first-principles numbers for a model on a chip.
+
+:func:`estimate` returns an :class:`Estimate` (pure data); :func:`render_estimate` turns it into
+a terminal table, markdown or JSON. The numbers are the ones a performance engineer checks a
+trace against: parameters, weight bytes, FLOPs per token, the attention/linear crossover, training
+memory, KV cache, how many sequences fit, the batch-1 decode floor, the critical batch and the
+prefill intensity. docs/estimate.md derives each one; the sources are Kaplan et al. 2020 (6N),
+Chowdhery et al. 2022 App. B (MFU), the JAX scaling book ("All about transformer inference") and
+Chen, "Transformer inference arithmetic" (kipply, 2022) for KV cache and decode floors.
+
+Conventions:
+
+* Weight bytes = every stored parameter (norms included) × bytes of ``dtype``.
+* Usable HBM = ``hbm_utilization`` (default 0.95) × the chip's HBM: 5 % is left for the CUDA
+  context, allocator fragmentation, workspaces and activations. The KV budget is usable HBM minus
+  the weights: 0.95 × 80e9 − 13,476,831,232 = 62,523,168,768 B = "62.5 GB" for the reference 7B
+  on an 80 GB H100. ``kv_budget_bytes`` overrides it.
+* Decode floor (batch 1) = bytes one token's forward pass reads (all weights of a dense model;
+  attention, embeddings and the top-k experts of a MoE) ÷ HBM bandwidth.
+* Critical batch = the decode batch at which FLOPs per weight byte reach the ridge point:
+  B* = ridge × weight bytes / (2 · N_active); = ridge for a dense bf16 model.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .errors import UsageError
+from .model import (
+    FlopsPerToken,
+    ModelConfig,
+    ParamCounts,
+    Peak,
+    _canon_dtype,
+    _mlp_params,
+    crossover_context_len,
+    dtype_bytes,
+    flops_per_token,
+    param_counts,
+    peak_from_chip,
+)
+
+__all__ = [
+    "Estimate",
+    "estimate",
+    "render_estimate",
+    "kv_bytes_per_token",
+    "kv_bytes_per_sequence",
+    "max_concurrent_sequences",
+    "TRAINING_BYTES_PER_PARAM",
+    "DEFAULT_HBM_UTILIZATION",
+    "ESTIMATE_SCHEMA_VERSION",
+]
+
+#: Mixed-precision Adam: bf16 weights 2 + bf16 grads 2 + fp32 master weights 4 + Adam m, v 8.
+TRAINING_BYTES_PER_PARAM = 16
+#: Fraction of HBM usable for weights + KV cache (the rest: CUDA context, workspaces, activations).
+DEFAULT_HBM_UTILIZATION = 0.95
+ESTIMATE_SCHEMA_VERSION = 1
+
+
+def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
+    """KV-cache bytes one token adds: 2 (K and V) · L · kv_heads · head_dim · bytes.
+
+    Reference 7B: 2·32·32·128·2 = 524,288 B = 512 KiB; with 8 KV heads 131,072 B = 128 KiB.
+    """
+    return 2 * cfg.num_layers * cfg.d_kv * dtype_bytes(kv_dtype)
+
+
+def kv_bytes_per_sequence(cfg: ModelConfig, seq_len: int, kv_dtype: str = "bf16") -> float:
+    """KV-cache bytes of one sequence of ``seq_len`` tokens (sliding-window layers keep W)."""
+    if seq_len <= 0:
+        raise UsageError(f"seq_len must be positive, got {seq_len}")
+    per_layer_token = 2 * cfg.d_kv * dtype_bytes(kv_dtype)
+    tokens = sum(min(seq_len, cfg.window_for_layer(i) or seq_len) for i in range(cfg.num_layers))
+    return per_layer_token * tokens
+
+
+def max_concurrent_sequences(kv_budget_bytes: float, kv_bytes_per_seq: float) -> int:
+    """How many whole sequences' KV caches fit in ``kv_budget_bytes`` (0 if none, or negative)."""
+    if kv_bytes_per_seq <= 0:
+        raise UsageError("KV bytes per sequence must be positive")
+    return max(0, math.floor(kv_budget_bytes / kv_bytes_per_seq))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The first-principles numbers of ``model`` on ``chip``. Units are in the field names:
+    ``_bytes`` bytes, ``_s`` seconds, ``flops_`` FLOP, ``_per_s`` per second; counts are plain.
+    """
+
+    model: str
+    chip: str
+    dtype: str
+    kv_dtype: str
+    seq_len: int
+    batch: int
+    params: ParamCounts
+    flops: FlopsPerToken
+    bytes_per_param: float
+    weight_bytes: float
+    active_weight_bytes: float
+    crossover_context_len: float
+    training_memory_bytes: float
+    kv_bytes_per_token: float
+    kv_bytes_per_sequence: float
+    hbm_bytes: float
+    hbm_utilization: float
+    kv_budget_bytes: float
+    kv_budget_source: str
+    max_concurrent_sequences: int
+    hbm_bytes_per_s: float
+    peak: Peak
+    ridge_point: float
+    critical_batch: float
+    decode_floor_s: float
+    decode_step_floor_s: float
+    prefill_flops: float
+    prefill_bytes: float
+    prefill_intensity: float
+    prefill_floor_s: float
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict; every key carries its unit."""
+        f = self.flops
+        return {
+            "estimate_schema_version": ESTIMATE_SCHEMA_VERSION,
+            "model": self.model, "chip": self.chip, "dtype": self.dtype,
+            "kv_dtype": self.kv_dtype, "seq_len_tokens": self.seq_len, "batch": self.batch,
+            "params": self.params.to_dict(),
+            "bytes_per_param": self.bytes_per_param,
+            "weight_bytes": self.weight_bytes,
+            "active_weight_bytes": self.active_weight_bytes,
+            "flops_per_token": {
+                "linear_forward": f.linear_forward, "linear_train": f.linear_train,
+                "matmul_forward": f.matmul_forward,
+                "attention_forward_avg_causal": f.attention_forward,
+                "forward": f.forward, "train": f.train,
+            },
+            "crossover_context_len_tokens": self.crossover_context_len,
+            "training_bytes_per_param": TRAINING_BYTES_PER_PARAM,
+            "training_memory_bytes": self.training_memory_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_per_sequence": self.kv_bytes_per_sequence,
+            "hbm_bytes": self.hbm_bytes, "hbm_utilization": self.hbm_utilization,
+            "kv_budget_bytes": self.kv_budget_bytes, "kv_budget_source": self.kv_budget_source,
+            "max_concurrent_sequences": self.max_concurrent_sequences,
+            "hbm_bytes_per_s": self.hbm_bytes_per_s,
+            "peak_flops_per_s": self.peak.flops_per_s, "peak_dtype": self.peak.dtype,
+            "peak_source": self.peak.source, "peak_dense": self.peak.dense,
+            "ridge_point_flop_per_byte": self.ridge_point,
+            "critical_batch_tokens": self.critical_batch,
+            "decode_floor_s": self.decode_floor_s,
+            "decode_step_floor_s": self.decode_step_floor_s,
+            "prefill_flops": self.prefill_flops, "prefill_bytes": self.prefill_bytes,
+            "prefill_intensity_flop_per_byte": self.prefill_intensity,
+            "prefill_floor_s": self.prefill_floor_s,
+            "notes": list(self.notes),
+        }
+
+
+def _resolve_chip(chip: Any) -> Any:
+    if isinstance(chip, str):
+        from .chips import get_chip  # the database may be absent in a minimal install
+
+        return get_chip(chip)
+    return chip
+
+
+def _expected_experts(num_experts: int, top_k: int, tokens: float) -> float:
+    """Distinct experts a MoE layer touches for ``tokens`` tokens under uniform routing."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+
+
+def _weights_read_bytes(cfg: ModelConfig, p: ParamCounts, tokens: float, bpp: float) -> float:
+    """Weight bytes a forward pass over ``tokens`` tokens (one step) reads from HBM."""
+    if not cfg.is_moe:
+        return p.all * bpp
+    expert = _mlp_params(cfg.hidden_size, cfg.expert_intermediate_size, True, cfg.mlp_bias)
+    idle = cfg.num_experts - _expected_experts(cfg.num_experts, cfg.num_experts_per_tok, tokens)
+    return (p.all - len(cfg.moe_layers) * idle * expert) * bpp
+
+
+def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1,
+             dtype: str = "bf16", kv_dtype: str | None = None,
+             hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
+             kv_budget_bytes: float | None = None) -> Estimate:
+    """First-principles numbers of ``cfg`` on ``chip`` (a ChipSpec or a name for ``get_chip``).
+
+    Args:
+        seq_len: tokens per sequence (KV cache, concurrency, prefill, attention term).
+        batch: sequences per step (decode step floor, prefill).
+        dtype: weight and compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``...): sets the
+            bytes per parameter and the peak taken.
+        kv_dtype: KV-cache dtype, default ``dtype``.
+        hbm_utilization: fraction of HBM usable for weights + KV cache (default 0.95).
+        kv_budget_bytes: HBM for the KV cache; default usable HBM − weight bytes.
+
+    Raises:
+        UsageError: non-positive seq_len/batch, a dtype the chip has no peak for.
+        UnknownChipError: ``chip`` is a name the database does not know.
+    """
+    if seq_len <= 0 or batch <= 0:
+        raise UsageError(f"seq_len and batch must be positive, got seq_len={seq_len}, "
+                         f"batch={batch}")
+    if not 0 < hbm_utilization <= 1:
+        raise UsageError(f"hbm_utilization must be in (0, 1], got {hbm_utilization}")
+    chip = _resolve_chip(chip)
+    dt = _canon_dtype(dtype)
+    kdt = _canon_dtype(kv_dtype) if kv_dtype else dt
+    bpp = dtype_bytes(dt)
+    dtype_bytes(kdt)
+    peak = peak_from_chip(chip, dt)
+    chip_name = str(getattr(chip, "name", chip))
+    if peak is None:
+        have = ", ".join(sorted(k for k, v in dict(chip.peak_flops_per_s).items() if v))
+        raise UsageError(f"{chip_name} has no dense {dt} peak; choose --dtype from: {have}")
+    notes = list(cfg.assumptions)
+    p = param_counts(cfg)
+    fpt = flops_per_token(cfg, seq_len, causal=True)
+
+    weight_bytes = p.all * bpp
+    active_weight_bytes = _weights_read_bytes(cfg, p, 1, bpp)
+    kv_tok = kv_bytes_per_token(cfg, kdt)
+    kv_seq = kv_bytes_per_sequence(cfg, seq_len, kdt)
+    hbm = float(chip.hbm_bytes)
+    bw = float(chip.hbm_bytes_per_s)
+    if kv_budget_bytes is None:
+        budget = hbm_utilization * hbm - weight_bytes
+        budget_src = (f"{hbm_utilization:.0%} of {hbm / 1e9:.1f} GB HBM minus "
+                      f"{weight_bytes / 1e9:.2f} GB weights")
+        if budget < 0:
+            notes.append(f"the {dt} weights ({weight_bytes / 1e9:.1f} GB) do not fit in "
+                         f"{hbm_utilization:.0%} of one device's HBM: shard them")
+    else:
+        budget = float(kv_budget_bytes)
+        budget_src = "given"
+    n_seq = max_concurrent_sequences(budget, kv_seq)
+
+    ridge = float(chip.ridge_point(dt)) if hasattr(chip, "ridge_point") else peak.flops_per_s / bw
+    critical = ridge * weight_bytes / (2.0 * p.active)
+    decode_floor = active_weight_bytes / bw
+    decode_step = (_weights_read_bytes(cfg, p, batch, bpp) + batch * kv_seq) / bw
+
+    prefill_tokens = batch * seq_len
+    prefill_flops = prefill_tokens * fpt.forward
+    prefill_bytes = _weights_read_bytes(cfg, p, prefill_tokens, bpp) + batch * kv_seq
+    prefill_intensity = prefill_flops / prefill_bytes
+    prefill_floor = max(prefill_flops / peak.flops_per_s, prefill_bytes / bw)
+
+    if cfg.is_moe:
+        notes.append(f"MoE: {cfg.num_experts_per_tok} of {cfg.num_experts} experts active per "
+                     "token; FLOPs use N_active, memory all experts; decode reads assume "
+                     "uniform routing")
+    if cfg.sliding_window:
+        notes.append(f"sliding window {cfg.sliding_window}: KV cache per sequence and attention "
+                     "FLOPs stop growing at the window")
+    return Estimate(
+        model=cfg.name, chip=chip_name, dtype=dt, kv_dtype=kdt, seq_len=seq_len, batch=batch,
+        params=p, flops=fpt, bytes_per_param=bpp, weight_bytes=weight_bytes,
+        active_weight_bytes=active_weight_bytes,
+        crossover_context_len=crossover_context_len(cfg),
+        training_memory_bytes=TRAINING_BYTES_PER_PARAM * p.all,
+        kv_bytes_per_token=kv_tok, kv_bytes_per_sequence=kv_seq, hbm_bytes=hbm,
+        hbm_utilization=hbm_utilization, kv_budget_bytes=budget, kv_budget_source=budget_src,
+        max_concurrent_sequences=n_seq, hbm_bytes_per_s=bw, peak=peak, ridge_point=ridge,
+        critical_batch=critical, decode_floor_s=decode_floor, decode_step_floor_s=decode_step,
+        prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
+        prefill_intensity=prefill_intensity, prefill_floor_s=prefill_floor, notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def _count(n: float) -> str:
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n:,.0f} ({n / div:.2f} {unit})"
+    return f"{n:,.0f}"
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.2f} GB ({b / 2**30:.2f} GiB)"
+
+
+def _binary(b: float) -> str:
+    for div, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(b) >= div:
+            return f"{b / div:,.4g} {unit} ({b:,.0f} B)"
+    return f"{b:,.0f} B"
+
+
+def _flop(f: float, per: str = "") -> str:
+    for div, unit in ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP")):
+        if abs(f) >= div:
+            return f"{f / div:.2f} {unit}{per}"
+    return f"{f:,.0f} FLOP{per}"
+
+
+def _time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} µs"
+
+
+def _rows(e: Estimate) -> list[tuple[str, str, str]]:
+    """(quantity, value with units, how it is computed)."""
+    p, f = e.params, e.flops
+    moe = e.params.active != e.params.total
+    rows: list[tuple[str, str, str]] = [
+        ("parameters N", _count(p.total),
+         "linear layers of the blocks + token embedding + untied LM head (norms excluded)"),
+    ]
+    if p.per_layer is not None:
+        rows.append(("parameters per layer", _count(p.per_layer), "attention + MLP weights"))
+    if moe:
+        rows.append(("active parameters per token", _count(p.active),
+                     "attention + top-k experts + shared experts + router + embeddings"))
+    rows += [
+        ("parameters incl. norms", _count(p.all), "every stored tensor (= sum of numel)"),
+        (f"weight bytes ({e.dtype})", _gb(e.weight_bytes),
+         f"{p.all:,} params x {e.bytes_per_param:g} B"),
+        ("forward FLOPs per token", _flop(f.linear_forward, "/token"),
+         "2N" + ("_active" if moe else "") + " (Kaplan et al. 2020; PaLM App. B)"),
+        ("training FLOPs per token", _flop(f.linear_train, "/token"),
+         "6N" + ("_active" if moe else "") + " = 3 x forward"),
+        (f"attention FLOPs per token (S={e.seq_len:,}, causal)",
+         _flop(f.attention_forward, "/token"),
+         "4·L·d_attn·(S+1)/2 forward; x3 for training"),
+        ("attention/linear crossover", f"{e.crossover_context_len:,.0f} tokens",
+         "S = N_blocks / (2·L·d_attn): 4·L·S·d_attn = 2·N_blocks"),
+        ("training memory", _gb(e.training_memory_bytes),
+         f"{TRAINING_BYTES_PER_PARAM} B/param (bf16 w + grad, fp32 master + Adam m, v); "
+         "activations excluded"),
+        (f"KV cache per token ({e.kv_dtype})", _binary(e.kv_bytes_per_token),
+         "2·L·kv_heads·head_dim·bytes"),
+        (f"KV cache per sequence (S={e.seq_len:,})", _binary(e.kv_bytes_per_sequence),
+         "per token x S"),
+        ("KV budget in HBM", _gb(e.kv_budget_bytes), e.kv_budget_source),
+        (f"max concurrent sequences (S={e.seq_len:,})", f"{e.max_concurrent_sequences:,}",
+         "floor(KV budget / KV per sequence)"),
+        ("peak taken", e.peak.describe(), "dense tensor-core peak"),
+        ("HBM bandwidth", f"{e.hbm_bytes_per_s / 1e12:.3f} TB/s", "chip database"),
+        ("ridge point", f"{e.ridge_point:,.1f} FLOP/byte", "peak / HBM bandwidth"),
+        ("critical batch (decode)", f"{e.critical_batch:,.1f} tokens",
+         "ridge x weight bytes / (2·N" + ("_active" if moe else "") + ")"),
+        ("decode floor (batch 1)", _time(e.decode_floor_s),
+         ("active " if moe else "") + "weight bytes / HBM bandwidth"),
+        (f"decode step floor (batch {e.batch}, S={e.seq_len:,})", _time(e.decode_step_floor_s),
+         "(weights read + batch x KV per sequence) / HBM bandwidth"),
+        (f"prefill intensity (batch {e.batch} x {e.seq_len:,} tokens)",
+         f"{e.prefill_intensity:,.0f} FLOP/byte",
+         "forward FLOPs / (weights read + KV written); activations excluded"),
+        ("prefill floor", _time(e.prefill_floor_s),
+         "max(FLOPs / peak, bytes / HBM bandwidth)"),
+    ]
+    return rows
+
+
+def render_estimate(est: Estimate, fmt: Literal["table", "markdown", "json"] = "table") -> str:
+    """Render an :class:`Estimate` as a terminal ``table``, ``markdown`` or ``json``.
+
+    Every number carries its unit; the table and markdown add how each one is computed.
+
+    Raises:
+        UsageError: an unknown ``fmt``.
+    """
+    if fmt == "json":
+        return json.dumps(est.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    title = (f"{est.model} on {est.chip} ({est.dtype}, KV {est.kv_dtype}, seq {est.seq_len:,}, "
+             f"batch {est.batch})")
+    rows = _rows(est)
+    if fmt == "markdown":
+        out = [f"### Estimate: {title}", "", "| quantity | value | how |", "|---|---:|---|"]
+        out += [f"| {q} | {v} | {h} |" for q, v, h in rows]
+        if est.notes:
+            out += ["", *[f"- note: {n}" for n in est.notes]]
+        return "\n".join(out) + "\n"
+    if fmt == "table":
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left")
+        table.add_column("quantity")
+        table.add_column("value", justify="right")
+        table.add_column("how")
+        for r in rows:
+            table.add_row(*r)
+        buf = io.StringIO()
+        console = Console(file=buf, width=160, color_system=None, force_terminal=False,
+                          highlight=False, soft_wrap=False)
+        console.print(table)
+        for n in est.notes:
+            console.print(f"note: {n}")
+        return buf.getvalue()
+    raise UsageError(f"unknown format {fmt!r}; expected table, markdown or json")
