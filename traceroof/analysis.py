@@ -46,6 +46,10 @@ def analyze(
     rank: int | None = None,
     step: int | None = None,
     group_by: str = "op",
+    model_flops_per_step: float | None = None,
+    model_flops_formula: str | None = None,
+    n_devices: int | None = None,
+    findings: list[str] | None = None,
 ) -> Report:
     """Cost every op, put it against the chip's roofline, rank the ops by lost time.
 
@@ -56,6 +60,12 @@ def analyze(
         rank: keep only this rank.
         step: keep only this step (``ProfilerStep#N`` number).
         group_by: ``op`` (framework op, else kernel name) or ``kernel``.
+        model_flops_per_step: model FLOPs of one step of the whole job (all devices), for
+            MFU (:func:`traceroof.model.model_flops_per_step`); None → no MFU.
+        model_flops_formula: how those FLOPs were computed (shown with the MFU).
+        n_devices: devices the job ran on, for MFU (default: world size, else the number of
+            ranks in the trace).
+        findings: detector names to run (default: all registered detectors).
 
     Returns:
         A :class:`Report`.
@@ -116,6 +126,26 @@ def analyze(
         )
         hfu = None
     summary["hfu"] = hfu
+    costed = ops.filter(pl.col("expected_ns").is_not_null())
+    summary["roofline_efficiency"] = (
+        float(costed["expected_ns"].sum()) / float(costed["dur_ns"].sum()) if costed.height and costed["dur_ns"].sum() else None
+    )
+    summary["roofline_efficiency_covers"] = cov.costed_share
+    steps = _per_step_utilization(steps, peak, model_flops_per_step, n_devices or trace.meta.world_size or max(len(trace.meta.ranks), 1))
+    if model_flops_per_step is not None and st:
+        from .mfu import Inconsistency, Peak, mfu
+
+        nd = n_devices or trace.meta.world_size or max(len(trace.meta.ranks), 1)
+        u = mfu(model_flops_per_step, st, Peak(peak, dom, f"{spec.name}: {reason}", spec.name) if peak else None, nd,
+                flops_formula=model_flops_formula)
+        if isinstance(u, Inconsistency):
+            inconsistencies.append({"what": u.what, "value": u.value, "suspects": list(u.suspects)})
+            summary["mfu"] = None
+        else:
+            summary["mfu"] = u.value
+            summary["mfu_note"] = f"{model_flops_formula or 'model FLOPs given'}; {nd} device(s)"
+        summary["model_flops_per_step"] = model_flops_per_step
+        summary["mfu_devices"] = nd
 
     above = above_roof(ops)
     if above.height:
@@ -140,6 +170,10 @@ def analyze(
                 }
             )
 
+    from .findings import FindingContext, run_detectors
+
+    found = run_detectors(FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=trace.meta), findings)
+
     chip_d = {
         "key": spec.key,
         "name": spec.name,
@@ -150,6 +184,8 @@ def analyze(
         "ridge_point_bf16": spec.ridge_point("bf16") if spec.peak("bf16") else None,
         "launch_overhead_ns": spec.launch_overhead_ns,
         "sources": dict(spec.sources),
+        "peak_source": spec.source("peak_flops_per_s"),
+        "hbm_source": spec.source("hbm_bytes_per_s"),
     }
     trace_peaks = [d for d in trace.meta.devices if d.peak_flops_per_s or d.peak_hbm_bytes_per_s]
     if trace_peaks:
@@ -202,6 +238,23 @@ def analyze(
         trace=trace_d, chip=chip_d, coverage=coverage_d, summary=summary, steps=steps,
         ranking=ranking, ops=ops, warnings=warnings, inconsistencies=inconsistencies,
         filters={"rank": rank, "step": step, "group_by": group_by},
+        findings=[f.to_dict() for f in found],
+    )
+
+
+def _per_step_utilization(steps: pl.DataFrame, peak: float | None, model_flops: float | None, n_devices: int) -> pl.DataFrame:
+    """Add ``hfu`` (op-table FLOPs per device) and ``mfu`` (model FLOPs over all devices) per step.
+
+    Values above 1.0 are set to null here; the summary reports them as inconsistencies.
+    """
+    if not peak or steps.height == 0:
+        return steps.with_columns(pl.lit(None, dtype=pl.Float64).alias("hfu"), pl.lit(None, dtype=pl.Float64).alias("mfu"))
+    wall_s = pl.col("wall_ns").cast(pl.Float64) * 1e-9
+    hfu = pl.col("flops") / wall_s / peak
+    mfu = (pl.lit(model_flops) / wall_s / (peak * n_devices)) if model_flops is not None else pl.lit(None, dtype=pl.Float64)
+    return steps.with_columns(
+        pl.when(hfu <= 1.0).then(hfu).alias("hfu"),
+        pl.when(mfu <= 1.0).then(mfu).cast(pl.Float64).alias("mfu"),
     )
 
 

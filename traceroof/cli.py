@@ -108,6 +108,46 @@ def chip_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--model/--tokens-per-step/--mode/--model-flops-per-step/--devices, shared by analyze and gate."""
+    opts = [
+        click.option("--model", "model_path", type=click.Path(dir_okay=False, path_type=str),
+                     help="Hugging Face-style config.json of the model, for MFU."),
+        click.option("--tokens-per-step", type=click.FloatRange(min=0, min_open=True),
+                     help="Tokens processed per step by the whole job (with --model)."),
+        click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length for the attention term (with --model)."),
+        click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
+                     help="6N (train) or 2N (infer) FLOPs per token, plus attention."),
+        click.option("--model-flops-per-step", type=click.FloatRange(min=0, min_open=True),
+                     help="Model FLOPs per step of the whole job, instead of --model."),
+        click.option("--devices", type=click.IntRange(min=1),
+                     help="Devices the job ran on, for MFU (default: world size from the trace)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def resolve_model_flops(model_path: str | None, tokens_per_step: float | None, seq_len: int | None,
+                        mode: str, model_flops_per_step: float | None) -> tuple[float | None, str | None]:
+    """The model FLOPs per step and how they were obtained (or (None, None))."""
+    if model_path and model_flops_per_step:
+        raise click.UsageError("give --model or --model-flops-per-step, not both")
+    if model_flops_per_step:
+        return model_flops_per_step, "--model-flops-per-step"
+    if not model_path:
+        if tokens_per_step:
+            raise click.UsageError("--tokens-per-step needs --model")
+        return None, None
+    if not tokens_per_step:
+        raise click.UsageError("--model needs --tokens-per-step")
+    from .model import load_model_config, model_flops_breakdown
+
+    cfg = load_model_config(model_path)
+    mf = model_flops_breakdown(cfg, tokens_per_step, mode, seq_len=seq_len)  # type: ignore[arg-type]
+    return float(mf.total), f"{mf.formula} ({Path(model_path).name})"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="traceroof")
 def cli() -> None:
@@ -151,12 +191,17 @@ def load_trace_or_report(path: str, *, jobs: int | None = None):  # type: ignore
 @click.option("--step", type=int, help="Only this step (ProfilerStep#N).")
 @click.option("--group-by", type=click.Choice(["op", "kernel"]), default="op", show_default=True,
               help="Rank by framework op (falling back to kernel name) or by kernel name.")
+@click.option("--findings", "findings_opt", metavar="NAME,...",
+              help="Only these detectors (comma-separated; default: all).")
+@model_options
 @click.option("--jobs", type=click.IntRange(min=1), help="Processes for multi-file traces (default: cores).")
 @quiet_option
 @debug_option
 @_handle_errors
 def analyze(trace: str, chip: str | None, fmt: str | None, output: str | None, top: int,
-            rank: int | None, step: int | None, group_by: str, jobs: int | None) -> None:
+            rank: int | None, step: int | None, group_by: str, findings_opt: str | None,
+            model_path: str | None, tokens_per_step: float | None, seq_len: int | None, mode: str,
+            model_flops_per_step: float | None, devices: int | None, jobs: int | None) -> None:
     """Rank the ops of TRACE by the time they lost against the roofline.
 
     TRACE is a Kineto JSON (.json, .json.gz), a .tar.gz or directory of per-rank traces,
@@ -167,18 +212,23 @@ def analyze(trace: str, chip: str | None, fmt: str | None, output: str | None, t
       traceroof analyze trace.json.gz --chip h100
       traceroof analyze trace.json.gz --format markdown --top 10
       traceroof analyze run/ --rank 0 --step 12 -o report.json
+      traceroof analyze trace.json.gz --model config.json --tokens-per-step 16384
     """
     from .analysis import analyze as run_analysis
     from .render import SUFFIXES, render
     from .report import Report
 
+    mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
+    names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
     obj = load_trace_or_report(trace, jobs=jobs)
     if isinstance(obj, Report):
         report = obj
-        if chip or rank is not None or step is not None:
-            raise click.UsageError("--chip/--rank/--step need a trace, not a saved report")
+        if chip or rank is not None or step is not None or mflops or names:
+            raise click.UsageError("--chip/--rank/--step/--model/--findings need a trace, not a saved report")
     else:
-        report = run_analysis(obj, chip, rank=rank, step=step, group_by=group_by)
+        report = run_analysis(obj, chip, rank=rank, step=step, group_by=group_by,
+                              model_flops_per_step=mflops, model_flops_formula=formula,
+                              n_devices=devices, findings=names)
     if fmt is None:
         fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"
     if output and fmt == "json":
@@ -209,6 +259,91 @@ def chips(fmt: str) -> None:
     from .render.chips import render_chips
 
     click.echo(render_chips(list_chips(), fmt))
+
+
+@cli.command()
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Hugging Face-style config.json.")
+@chip_option
+@click.option("--seq", "seq_len", type=click.IntRange(min=1), default=4096, show_default=True, help="Sequence length (tokens).")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per batch.")
+@click.option("--dtype", default="bf16", show_default=True, help="Weight/compute dtype.")
+@click.option("--kv-dtype", help="KV-cache dtype (default: --dtype).")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
+@debug_option
+@_handle_errors
+def estimate(model_path: str, chip: str | None, seq_len: int, batch: int, dtype: str,
+             kv_dtype: str | None, fmt: str) -> None:
+    """First-principles numbers to check a trace against: parameters, FLOPs per token,
+    KV cache, decode floor, ridge point, crossover context length.
+
+    \b
+    Example:
+      traceroof estimate --model config.json --chip h100 --seq 4096 --batch 8
+    """
+    from .estimate import estimate as run_estimate
+    from .estimate import render_estimate
+    from .model import load_model_config
+
+    if not chip:
+        raise click.UsageError("estimate needs --chip NAME (see `traceroof chips`)")
+    est = run_estimate(load_model_config(model_path), chip, seq_len=seq_len, batch=batch, dtype=dtype, kv_dtype=kv_dtype)
+    click.echo(render_estimate(est, fmt))
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=str))
+@chip_option
+@click.option("--min-mfu", type=click.FloatRange(0, 1), help="Fail below this MFU (fraction, 0.40 = 40 %).")
+@click.option("--min-hfu", type=click.FloatRange(0, 1), help="Fail below this HFU (fraction).")
+@click.option("--min-efficiency", type=click.FloatRange(0, 1), help="Fail below this roofline efficiency (fraction).")
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=str), help="Baseline report (or trace) to compare with.")
+@click.option("--max-drop", type=click.FloatRange(0, 1), help="Largest allowed drop of MFU/HFU/efficiency vs the baseline (fraction: 0.02 = 2 points).")
+@click.option("--max-step-time-increase", type=click.FloatRange(0), help="Largest allowed relative step-time increase vs the baseline (0.05 = 5 %).")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@model_options
+@quiet_option
+@debug_option
+@_handle_errors
+def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | None, min_efficiency: float | None,
+         baseline: str | None, max_drop: float | None, max_step_time_increase: float | None, fmt: str,
+         model_path: str | None, tokens_per_step: float | None, seq_len: int | None, mode: str,
+         model_flops_per_step: float | None, devices: int | None) -> None:
+    """CI check: exit 1 when MFU, HFU, roofline efficiency or step time regresses.
+
+    TRACE and --baseline are traces or reports saved with `analyze -o report.json`.
+    Prints a markdown summary (appended to $GITHUB_STEP_SUMMARY when set), or JSON.
+
+    \b
+    Examples:
+      traceroof gate trace.json.gz --min-hfu 0.40
+      traceroof gate new.json --baseline main.json --max-drop 0.02 --max-step-time-increase 0.05
+    """
+    from .analysis import analyze as run_analysis
+    from .gate import check, write_step_summary
+    from .report import Report
+
+    mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
+
+    def _load(path: str) -> Report:
+        obj = load_trace_or_report(path)
+        if isinstance(obj, Report):
+            return obj
+        return run_analysis(obj, chip, model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices)
+
+    cand = _load(trace)
+    base = _load(baseline) if baseline else None
+    res = check(cand, min_mfu=min_mfu, min_hfu=min_hfu, min_efficiency=min_efficiency, baseline=base,
+                max_drop=max_drop, max_step_time_increase=max_step_time_increase,
+                candidate_name=trace, baseline_name=baseline)
+    md = res.to_markdown()
+    where = write_step_summary(md)
+    click.echo(res.to_json() if fmt == "json" else md)
+    if where:
+        _progress(f"summary appended to {where}")
+    if not res.passed:
+        click.echo("traceroof: gate failed", err=True)
+        sys.exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -62,10 +62,18 @@ def _peaks(c: dict[str, Any]) -> list[tuple[str, float]]:
     return [(k, p[k]) for k in order if p.get(k)]
 
 
+def _refs(text: str | None) -> str:
+    import re
+
+    ids = list(dict.fromkeys(re.findall(r"\[([\w.-]+)\]", text or "")))
+    return ", ".join(ids) if ids else (text or "—")
+
+
 def _sources(c: dict[str, Any]) -> str:
-    s = c.get("sources") or {}
-    vals = list(dict.fromkeys(str(v) for v in s.values()))
-    return "; ".join(vals[:2]) + (f" (+{len(vals) - 2} more, see `traceroof chips`)" if len(vals) > 2 else "")
+    return (
+        f"peaks: {_refs(c.get('peak_source'))}; HBM: {_refs(c.get('hbm_source'))} "
+        "(full citations: `traceroof chips --format json`, docs/chips.md)"
+    )
 
 
 def _steps_line(report: Report) -> str:

@@ -1,0 +1,792 @@
+"""Chip database: dense peaks, memory and interconnect bandwidth of the chips traceroof knows.
+
+The numbers live in ``chips.toml`` beside this module; every number there has a source
+(``ChipSpec.sources``; ``[id]`` tags point into the file's ``[refs]`` table, see
+:func:`references`). ``docs/chips.md`` is the readable table with the disagreements found.
+
+Units everywhere: FLOP/s (int8: OP/s) for peaks, bytes for capacity, B/s (decimal) for
+bandwidths, ns for the launch floor. Peaks are **dense** (never the 2:4-sparsity figure) and
+per *framework device* (one CUDA/HIP/JAX device: an MI250X GCD, a TPU7x TensorCore).
+
+Public API::
+
+    get_chip("h100")                 # key, name or alias, case/separator-insensitive, or a TOML path
+    detect_chip(trace.meta.devices)  # -> (ChipSpec, "device name 'NVIDIA H100 80GB HBM3' ... -> ...")
+    list_chips()
+    chip.peak("bf16"), chip.ridge_point("bf16"), chip.source("hbm_bytes_per_s")
+
+Unknown or ambiguous chips raise :class:`~traceroof.errors.UnknownChipError` listing the
+candidates; nothing ever falls back to a default chip.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from .errors import UnknownChipError
+from .trace import DeviceInfo
+
+__all__ = [
+    "DTYPES",
+    "ChipMatch",
+    "ChipSpec",
+    "canonical_dtype",
+    "detect_chip",
+    "get_chip",
+    "list_chips",
+    "load_chip_file",
+    "references",
+]
+
+#: Peak keys, in display order. fp64/fp32 = vector (non-tensor) rates; tf32 = TF32 tensor core;
+#: bf16/fp16 = tensor rate with FP32 accumulate; fp8, int8 (OP/s), fp4 = tensor rates.
+DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+
+#: Fields that hold a number and therefore need a source.
+NUMERIC_FIELDS: tuple[str, ...] = (
+    "peak_flops_per_s",
+    "hbm_bytes",
+    "hbm_bytes_per_s",
+    "intra_node_bytes_per_s",
+    "inter_node_bytes_per_s",
+    "launch_overhead_ns",
+)
+
+_DTYPE_ALIASES: dict[str, str] = {}
+for _canon, _names in {
+    "fp64": ("fp64", "float64", "f64", "double", "doubletensor"),
+    "fp32": ("fp32", "float32", "f32", "float", "single", "floattensor"),
+    "tf32": ("tf32", "tensorfloat32", "tensorfloat-32"),
+    "bf16": ("bf16", "bfloat16", "bfloat"),
+    "fp16": ("fp16", "float16", "f16", "half", "halftensor"),
+    "fp8": (
+        "fp8", "float8", "f8", "e4m3", "e5m2", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+        "float8_e5m2fnuz", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3", "f8e4m3b11fnuz",
+    ),
+    "int8": ("int8", "i8", "s8", "uint8", "u8", "signed char", "unsigned char", "char", "qint8", "quint8"),
+    "fp4": ("fp4", "float4", "nvfp4", "mxfp4", "f4e2m1fn", "float4_e2m1fn_x2", "e2m1"),
+}.items():
+    for _n in _names:
+        _DTYPE_ALIASES[_n] = _canon
+
+
+def canonical_dtype(name: str) -> str | None:
+    """Map a dtype spelling to a peak key (``"torch.bfloat16"``, ``"c10::BFloat16"``,
+    ``"half"``, XLA ``"f8e4m3fn"``, ... -> ``"bf16"``, ``"fp16"``, ``"fp8"``). ``None`` if unknown."""
+    s = str(name).strip().lower()
+    for prefix in ("torch.", "c10::", "jnp.", "np.", "numpy.", "jax.numpy."):
+        if s.startswith(prefix):
+            s = s[len(prefix):]
+    return _DTYPE_ALIASES.get(s)
+
+
+# --------------------------------------------------------------------------- dataclasses
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChipMatch:
+    """What detection compares with a trace's device description.
+
+    Attributes:
+        names: token patterns tried on the device name ("h100 pcie"; "!tok" = must be absent).
+        compute_capability: (major, minor); AMD: the gfx major/minor (gfx942 -> (9, 4)).
+        num_sms: SMs (NVIDIA) or CUs (AMD) of the full device.
+        mem_gib: runtime-visible memory (totalGlobalMem) in GiB, compared within 6%.
+        clock_mhz: max SM clock; when set, a property-only identification needs a matching clock.
+        identify_by_properties: False when another part (not in the table) shares cc, SMs
+            and memory, so the properties alone must not name this chip.
+    """
+
+    names: tuple[str, ...] = ()
+    compute_capability: tuple[int, int] | None = None
+    num_sms: int | None = None
+    mem_gib: float | None = None
+    clock_mhz: float | None = None
+    identify_by_properties: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChipSpec:
+    """One chip (per framework device).
+
+    Attributes:
+        key: table key (``h100_sxm``).
+        name: display name (``NVIDIA H100 SXM5 80GB``).
+        vendor: ``nvidia`` / ``amd`` / ``google`` / ...
+        aliases: other names accepted by :func:`get_chip` (CUDA/HIP/JAX device names included).
+        peak_flops_per_s: dense peak per dtype key (:data:`DTYPES`), FLOP/s (int8: OP/s).
+            A missing key means the chip has no such path (or none is published).
+        hbm_bytes: memory capacity in bytes (vendor label, taken literally).
+        hbm_bytes_per_s: memory bandwidth, B/s (decimal).
+        intra_node_bytes_per_s: scale-up link (NVLink / Infinity Fabric / ICI), one direction,
+            aggregate per device, B/s; ``None`` if there is none.
+        inter_node_bytes_per_s: scale-out network per device, one direction, B/s; ``None`` when
+            platform-dependent. The source says which NIC is assumed.
+        launch_overhead_ns: device-side floor of one kernel/op, ns (a convention, see sources).
+        sources: field -> source text; ``"[id]"`` refers to :func:`references`. A per-dtype
+            source may be given as ``"peak_flops_per_s.fp8"``.
+        match: detection data (:class:`ChipMatch`).
+        notes: caveats (scope, missing dtypes, confidence).
+        origin: ``"builtin"`` or the path of the user TOML it came from.
+    """
+
+    key: str
+    name: str
+    vendor: str
+    aliases: tuple[str, ...] = ()
+    peak_flops_per_s: Mapping[str, float]
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    intra_node_bytes_per_s: float | None = None
+    inter_node_bytes_per_s: float | None = None
+    launch_overhead_ns: float = 2000.0
+    sources: Mapping[str, str] = field(default_factory=dict)
+    match: ChipMatch = field(default_factory=ChipMatch)
+    notes: tuple[str, ...] = ()
+    origin: str = "builtin"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+        object.__setattr__(self, "notes", tuple(self.notes))
+        peaks = {}
+        for k, v in dict(self.peak_flops_per_s).items():
+            canon = canonical_dtype(k)
+            if canon is None:
+                raise ValueError(f"chip {self.key!r}: unknown dtype key {k!r} (known: {', '.join(DTYPES)})")
+            peaks[canon] = float(v)
+        object.__setattr__(self, "peak_flops_per_s", MappingProxyType(peaks))
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.origin))
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtype keys this chip has a peak for, in :data:`DTYPES` order."""
+        return tuple(d for d in DTYPES if d in self.peak_flops_per_s)
+
+    def peak(self, dtype: str) -> float | None:
+        """Dense peak for ``dtype`` in FLOP/s (int8: OP/s), or ``None`` if the chip has none.
+
+        ``dtype`` may be any spelling :func:`canonical_dtype` knows (``"bfloat16"``,
+        ``"torch.float16"``, ...). Raises ``ValueError`` for a string that is not a dtype.
+        """
+        canon = canonical_dtype(dtype)
+        if canon is None:
+            raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)} (and common spellings)")
+        return self.peak_flops_per_s.get(canon)
+
+    def ridge_point(self, dtype: str = "bf16") -> float:
+        """Arithmetic intensity (FLOP/byte) where the roofline bends: ``peak(dtype) / hbm_bytes_per_s``.
+
+        Raises ``ValueError`` when the chip has no peak for ``dtype`` (e.g. bf16 on V100).
+        """
+        p = self.peak(dtype)
+        if p is None:
+            raise ValueError(f"{self.name} has no {dtype} peak (it has: {', '.join(self.dtypes)})")
+        return p / self.hbm_bytes_per_s
+
+    def source(self, field_name: str, *, expand: bool = False) -> str | None:
+        """The source of a field (``"hbm_bytes_per_s"``, ``"peak_flops_per_s"``,
+        ``"peak_flops_per_s.bf16"``...). With ``expand``, ``[id]`` tags get their citation."""
+        text = self.sources.get(field_name)
+        if text is None and field_name.startswith("peak_flops_per_s."):
+            text = self.sources.get("peak_flops_per_s")
+        if text is None or not expand:
+            return text
+        refs = references()
+        return re.sub(r"\[([A-Za-z0-9_.-]+)\]", lambda m: f"[{m.group(1)}: {refs.get(m.group(1), '?')}]", text)
+
+    def missing_sources(self) -> list[str]:
+        """Numeric fields (including each dtype peak) that have no source; empty when complete."""
+        missing = [f for f in NUMERIC_FIELDS if f != "peak_flops_per_s" and not self.sources.get(f)]
+        missing += [f"peak_flops_per_s.{d}" for d in self.dtypes if not self.source(f"peak_flops_per_s.{d}")]
+        return missing
+
+    def peak_label(self, dtype: str) -> str:
+        """One line for reports: ``"peak=989.4 TFLOP/s bf16 dense (NVIDIA H100 SXM5 80GB, source: ...)"``."""
+        p = self.peak(dtype)
+        canon = canonical_dtype(dtype) or dtype
+        if p is None:
+            return f"peak=unknown ({self.name} has no {canon} peak)"
+        unit = "TOP/s" if canon == "int8" else "TFLOP/s"
+        return f"peak={p / 1e12:.1f} {unit} {canon} dense ({self.name}; source: {self.source('peak_flops_per_s.' + canon)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for reports)."""
+        return {
+            "key": self.key,
+            "name": self.name,
+            "vendor": self.vendor,
+            "aliases": list(self.aliases),
+            "peak_flops_per_s": dict(self.peak_flops_per_s),
+            "hbm_bytes": self.hbm_bytes,
+            "hbm_bytes_per_s": self.hbm_bytes_per_s,
+            "intra_node_bytes_per_s": self.intra_node_bytes_per_s,
+            "inter_node_bytes_per_s": self.inter_node_bytes_per_s,
+            "launch_overhead_ns": self.launch_overhead_ns,
+            "sources": dict(self.sources),
+            "notes": list(self.notes),
+            "origin": self.origin,
+        }
+
+
+# --------------------------------------------------------------------------- loading
+
+_CHIP_KEYS = {
+    "name", "vendor", "aliases", "peak_flops_per_s", "hbm_bytes", "hbm_bytes_per_s",
+    "intra_node_bytes_per_s", "inter_node_bytes_per_s", "launch_overhead_ns", "sources",
+    "match", "notes",
+}
+_MATCH_KEYS = {"names", "compute_capability", "num_sms", "mem_gib", "clock_mhz", "identify_by_properties"}
+_REF_RE = re.compile(r"\[([A-Za-z0-9_.-]+)\]")
+
+
+def _fail(origin: str, where: str, what: str) -> UnknownChipError:
+    return UnknownChipError(f"chip table {origin}: {where}: {what}")
+
+
+def _number(origin: str, where: str, v: Any, *, allow_zero: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise _fail(origin, where, f"expected a number, got {v!r}")
+    if v < 0 or (v == 0 and not allow_zero):
+        raise _fail(origin, where, f"expected a positive number, got {v!r}")
+    return float(v)
+
+
+def _parse_match(origin: str, key: str, raw: Any) -> ChipMatch:
+    if raw is None:
+        return ChipMatch()
+    if not isinstance(raw, dict):
+        raise _fail(origin, f"{key}.match", "expected a table")
+    extra = set(raw) - _MATCH_KEYS
+    if extra:
+        raise _fail(origin, f"{key}.match", f"unknown keys {sorted(extra)} (allowed: {sorted(_MATCH_KEYS)})")
+    cc = raw.get("compute_capability")
+    if cc is not None:
+        if not (isinstance(cc, list) and len(cc) == 2 and all(isinstance(x, int) for x in cc)):
+            raise _fail(origin, f"{key}.match.compute_capability", "expected [major, minor]")
+        cc = (cc[0], cc[1])
+    names = raw.get("names", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        raise _fail(origin, f"{key}.match.names", "expected a list of token patterns")
+    sms = raw.get("num_sms")
+    if sms is not None and (not isinstance(sms, int) or sms <= 0):
+        raise _fail(origin, f"{key}.match.num_sms", f"expected a positive integer, got {sms!r}")
+    mem = raw.get("mem_gib")
+    clock = raw.get("clock_mhz")
+    return ChipMatch(
+        names=tuple(n.strip().lower() for n in names),
+        compute_capability=cc,
+        num_sms=sms,
+        mem_gib=None if mem is None else _number(origin, f"{key}.match.mem_gib", mem),
+        clock_mhz=None if clock is None else _number(origin, f"{key}.match.clock_mhz", clock),
+        identify_by_properties=bool(raw.get("identify_by_properties", True)),
+    )
+
+
+def _parse_chip(key: str, raw: Any, origin: str, *, builtin: bool) -> ChipSpec:
+    if not isinstance(raw, dict):
+        raise _fail(origin, key, "expected a table")
+    extra = set(raw) - _CHIP_KEYS
+    if extra:
+        raise _fail(origin, key, f"unknown keys {sorted(extra)} (allowed: {sorted(_CHIP_KEYS)})")
+    for req in ("name", "vendor", "peak_flops_per_s", "hbm_bytes", "hbm_bytes_per_s"):
+        if req not in raw:
+            raise _fail(origin, key, f"missing required field {req!r}")
+    if builtin and "launch_overhead_ns" not in raw:
+        raise _fail(origin, key, "missing required field 'launch_overhead_ns'")
+    peaks_raw = raw["peak_flops_per_s"]
+    if not isinstance(peaks_raw, dict) or not peaks_raw:
+        raise _fail(origin, f"{key}.peak_flops_per_s", "expected a non-empty table of dtype = FLOP/s")
+    peaks: dict[str, float] = {}
+    for d, v in peaks_raw.items():
+        if d not in DTYPES:
+            raise _fail(origin, f"{key}.peak_flops_per_s.{d}", f"unknown dtype key (allowed: {', '.join(DTYPES)})")
+        peaks[d] = _number(origin, f"{key}.peak_flops_per_s.{d}", v)
+    vendor = str(raw["vendor"]).strip().lower()
+    if not vendor:
+        raise _fail(origin, f"{key}.vendor", "empty")
+
+    def opt(name: str) -> float | None:
+        v = raw.get(name)
+        return None if v is None else _number(origin, f"{key}.{name}", v)
+
+    default_floor = 500.0 if vendor == "google" else 2000.0
+    launch = raw.get("launch_overhead_ns", default_floor)
+    sources = raw.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise _fail(origin, f"{key}.sources", "expected a table of field = \"source text\"")
+    sources = dict(sources)
+    if not builtin:
+        user = f"user chip file {origin}"
+        for f in NUMERIC_FIELDS:
+            sources.setdefault(f, user)
+        if "launch_overhead_ns" not in raw:
+            sources["launch_overhead_ns"] = "default convention (see [launch-floor]); not in the user file"
+    aliases = raw.get("aliases", [])
+    notes = raw.get("notes", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise _fail(origin, f"{key}.aliases", "expected a list of strings")
+    if not isinstance(notes, list) or not all(isinstance(a, str) for a in notes):
+        raise _fail(origin, f"{key}.notes", "expected a list of strings")
+    spec = ChipSpec(
+        key=key,
+        name=str(raw["name"]),
+        vendor=vendor,
+        aliases=tuple(aliases),
+        peak_flops_per_s=peaks,
+        hbm_bytes=_number(origin, f"{key}.hbm_bytes", raw["hbm_bytes"]),
+        hbm_bytes_per_s=_number(origin, f"{key}.hbm_bytes_per_s", raw["hbm_bytes_per_s"]),
+        intra_node_bytes_per_s=opt("intra_node_bytes_per_s"),
+        inter_node_bytes_per_s=opt("inter_node_bytes_per_s"),
+        launch_overhead_ns=_number(origin, f"{key}.launch_overhead_ns", launch, allow_zero=True),
+        sources=sources,
+        match=_parse_match(origin, key, raw.get("match")),
+        notes=tuple(notes),
+        origin="builtin" if builtin else origin,
+    )
+    if builtin:
+        missing = spec.missing_sources()
+        if missing:
+            raise _fail(origin, key, f"numbers without a source: {missing}")
+    return spec
+
+
+@dataclass(frozen=True)
+class _Db:
+    chips: tuple[ChipSpec, ...]
+    by_key: Mapping[str, ChipSpec]
+    by_norm: Mapping[str, ChipSpec]  # normalised key / name / alias -> chip
+    refs: Mapping[str, str]
+
+
+def _norm(s: str) -> str:
+    """Lower-case and drop every non-alphanumeric: 'H100 SXM' == 'h100-sxm' == 'h100_sxm'."""
+    return re.sub(r"[^a-z0-9]+", "", str(s).lower())
+
+
+def _tokens(s: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", str(s).lower())
+
+
+@functools.lru_cache(maxsize=1)
+def _db() -> _Db:
+    origin = "traceroof/chips.toml"
+    text = resources.files("traceroof").joinpath("chips.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    refs = data.get("refs", {})
+    chips_raw = data.get("chips")
+    if not isinstance(chips_raw, dict) or not chips_raw:
+        raise _fail(origin, "chips", "no [chips.*] tables")
+    chips = tuple(_parse_chip(k, v, origin, builtin=True) for k, v in chips_raw.items())
+    by_norm: dict[str, ChipSpec] = {}
+    for c in chips:
+        for label in (c.key, c.name, *c.aliases):
+            n = _norm(label)
+            other = by_norm.get(n)
+            if other is not None and other.key != c.key:
+                raise _fail(origin, c.key, f"name/alias {label!r} is also used by {other.key!r}")
+            by_norm[n] = c
+        for f, text_ in c.sources.items():
+            for ref in _REF_RE.findall(text_):
+                if ref not in refs:
+                    raise _fail(origin, f"{c.key}.sources.{f}", f"unknown reference [{ref}]")
+    return _Db(
+        chips=chips,
+        by_key=MappingProxyType({c.key: c for c in chips}),
+        by_norm=MappingProxyType(by_norm),
+        refs=MappingProxyType(dict(refs)),
+    )
+
+
+def references() -> Mapping[str, str]:
+    """The ``[refs]`` table of ``chips.toml``: reference id -> citation (URL or repo path)."""
+    return _db().refs
+
+
+def list_chips() -> list[ChipSpec]:
+    """Every built-in chip, in table order."""
+    return list(_db().chips)
+
+
+def load_chip_file(path: str | os.PathLike[str]) -> ChipSpec:
+    """Load one chip from a user TOML file.
+
+    Same format as ``chips.toml``: one ``[chips.<key>]`` table (with its
+    ``peak_flops_per_s`` / ``match`` / ``sources`` sub-tables), or the chip's fields at the
+    top level (key = file stem). Required: ``name``, ``vendor``, ``peak_flops_per_s``
+    (FLOP/s per dtype key), ``hbm_bytes``, ``hbm_bytes_per_s``. Fields without a source are
+    attributed to the file.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise UnknownChipError(f"chip file {p} not found; pass a chip name or an existing TOML file")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UnknownChipError(f"chip file {p}: not valid TOML: {e}") from e
+    if "chips" in data:
+        chips = data["chips"]
+        if not isinstance(chips, dict) or len(chips) != 1:
+            n = len(chips) if isinstance(chips, dict) else 0
+            raise UnknownChipError(f"chip file {p}: expected exactly one [chips.<key>] table, found {n}")
+        ((key, raw),) = chips.items()
+    else:
+        key, raw = p.stem, {k: v for k, v in data.items() if k not in ("schema_version", "refs")}
+    return _parse_chip(str(key), raw, str(p), builtin=False)
+
+
+# --------------------------------------------------------------------------- get_chip
+
+
+def _close_matches(query: str, n: int = 5) -> list[str]:
+    db = _db()
+    q = _norm(query)
+    labels = {}
+    for c in db.chips:
+        for label in (c.key, c.name, *c.aliases):
+            labels.setdefault(_norm(label), c.key)
+    out: list[str] = []
+    for m in difflib.get_close_matches(q, list(labels), n=n * 3, cutoff=0.6):
+        if labels[m] not in out:
+            out.append(labels[m])
+    if q:
+        for label, key in labels.items():
+            if key not in out and (q in label or (len(label) >= 3 and label in q)):
+                out.append(key)
+    return out[:n]
+
+
+def _known_list() -> str:
+    return ", ".join(c.key for c in _db().chips)
+
+
+def get_chip(name_or_path: str | os.PathLike[str] | ChipSpec) -> ChipSpec:
+    """Return a chip by key, name or alias, or load it from a TOML file path.
+
+    Matching ignores case and ``-``/``_``/space: ``h100``, ``h100-sxm``, ``H100 SXM``,
+    ``tpu-v5e``, ``v6e``, ``mi300x`` all work. Bare family names pick the common part:
+    ``h100`` -> H100 SXM, ``a100`` -> A100 SXM4 80GB, ``v100`` -> V100 SXM2 32GB,
+    ``h200`` -> H200 SXM. A string naming several variants (``"MI250X/MI250"``) is ambiguous.
+
+    Raises:
+        UnknownChipError: unknown or ambiguous name (the message lists close matches and
+            every known key), or an unreadable/invalid chip file.
+    """
+    if isinstance(name_or_path, ChipSpec):
+        return name_or_path
+    s = os.fspath(name_or_path).strip() if isinstance(name_or_path, os.PathLike) else str(name_or_path).strip()
+    if s.lower().endswith(".toml") or (("/" in s or os.sep in s) and Path(s).is_file()):
+        return load_chip_file(s)
+    db = _db()
+    hit = db.by_norm.get(_norm(s))
+    if hit is not None:
+        return hit
+    cands = _token_candidates(s)
+    if len(cands) == 1:
+        return cands[0]
+    if len(cands) > 1:
+        keys = [c.key for c in cands]
+        raise UnknownChipError(
+            f"chip name {s!r} is ambiguous: it matches {', '.join(keys)}. Pass one of them to --chip.",
+            keys,
+        )
+    close = _close_matches(s)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise UnknownChipError(
+        f"unknown chip {s!r}.{hint} Known chips: {_known_list()}. "
+        "Or pass --chip path/to/chip.toml (same format as traceroof/chips.toml).",
+        close or [c.key for c in db.chips],
+    )
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def _pattern_score(pattern: str, tokens: set[str]) -> int:
+    """Number of positive tokens when ``pattern`` matches ``tokens``, else 0."""
+    pos = 0
+    for t in pattern.split():
+        if t.startswith("!"):
+            if t[1:] in tokens:
+                return 0
+        elif t in tokens:
+            pos += 1
+        else:
+            return 0
+    return pos
+
+
+def _token_candidates(name: str) -> list[ChipSpec]:
+    """Chips whose best name pattern has the most matched tokens (most specific first)."""
+    toks = set(_tokens(name))
+    if not toks:
+        return []
+    best, out = 0, []
+    for c in _db().chips:
+        score = max((_pattern_score(p, toks) for p in c.match.names), default=0)
+        if score == 0:
+            continue
+        if score > best:
+            best, out = score, [c]
+        elif score == best:
+            out.append(c)
+    return out
+
+
+_GENERIC_NAMES = {"", "amdradeongraphics", "radeongraphics", "gpu", "cuda", "device", "nvidiagraphicsdevice"}
+
+
+def _is_generic(name: str) -> bool:
+    n = name.strip().lower()
+    return _norm(n) in _GENERIC_NAMES or n.startswith(("/device:", "/host:"))
+
+
+@dataclass(frozen=True)
+class _Props:
+    name: str
+    cc: tuple[int, int] | None
+    sms: int | None
+    mem_gib: float | None
+    vendor: str | None
+    clock_mhz: float | None
+    peak_flops: float | None
+    peak_bw: float | None
+
+    @staticmethod
+    def of(d: DeviceInfo) -> _Props:
+        extra = d.extra or {}
+        vendor = None
+        v = str(extra.get("device_vendor") or extra.get("vendor") or "").strip().lower()
+        if v in ("nvidia", "amd", "google", "intel"):
+            vendor = v
+        elif extra.get("warpSize") == 64 or extra.get("warp_size") == 64:
+            vendor = "amd"
+        cc = None
+        if d.compute_major is not None and d.compute_minor is not None:
+            cc = (int(d.compute_major), int(d.compute_minor))
+        mem = d.memory_bytes / 2**30 if d.memory_bytes else None
+        clock = None
+        cr = extra.get("clock_rate")  # XPlane: kHz
+        if isinstance(cr, (int, float)) and not isinstance(cr, bool) and cr > 0:
+            clock = cr / 1000.0
+        name = (d.name or "").strip()
+        for k in ("gpu_device_name", "device_type_string"):
+            if _is_generic(name) and isinstance(extra.get(k), str) and extra[k].strip():
+                name = extra[k].strip()
+        return _Props(name, cc, d.num_sms or None, mem, vendor, clock, d.peak_flops_per_s, d.peak_hbm_bytes_per_s)
+
+    @property
+    def informative(self) -> bool:
+        named = bool(self.name) and not _is_generic(self.name)
+        return named or self.cc is not None or self.sms is not None or self.mem_gib is not None
+
+    def describe(self) -> str:
+        parts = []
+        if self.cc is not None:
+            parts.append(f"cc {self.cc[0]}.{self.cc[1]}")
+        if self.sms is not None:
+            parts.append(f"{self.sms} {'CUs' if self.vendor == 'amd' else 'SMs'}")
+        if self.mem_gib is not None:
+            parts.append(f"{self.mem_gib:.1f} GiB")
+        if self.clock_mhz is not None:
+            parts.append(f"{self.clock_mhz:.0f} MHz")
+        return ", ".join(parts)
+
+
+_MEM_TOL = 0.06
+
+
+def _mismatches(c: ChipSpec, p: _Props) -> list[str]:
+    m = c.match
+    out = []
+    if p.vendor is not None and p.vendor != c.vendor:
+        out.append(f"vendor {p.vendor} vs {c.vendor}")
+    if m.compute_capability is not None and p.cc is not None and m.compute_capability != p.cc:
+        out.append(f"compute capability {p.cc[0]}.{p.cc[1]} vs {m.compute_capability[0]}.{m.compute_capability[1]}")
+    if m.num_sms is not None and p.sms is not None and m.num_sms != p.sms:
+        hint = " (MIG / partitioned device?)" if p.sms < m.num_sms else ""
+        out.append(f"{p.sms} SMs/CUs vs {m.num_sms}{hint}")
+    if m.mem_gib is not None and p.mem_gib is not None and abs(p.mem_gib - m.mem_gib) > _MEM_TOL * m.mem_gib:
+        out.append(f"{p.mem_gib:.1f} GiB vs ~{m.mem_gib:g} GiB")
+    return out
+
+
+def _property_candidates(p: _Props) -> list[ChipSpec]:
+    """Chips whose cc, SM count and memory all match (all three must be known on both sides)."""
+    if p.cc is None or p.sms is None or p.mem_gib is None:
+        return []
+    out = []
+    for c in _db().chips:
+        m = c.match
+        if m.compute_capability is None or m.num_sms is None or m.mem_gib is None:
+            continue
+        if _mismatches(c, p):
+            continue
+        if m.clock_mhz is not None and p.clock_mhz is not None and abs(p.clock_mhz - m.clock_mhz) > 0.03 * m.clock_mhz:
+            continue
+        out.append(c)
+    return out
+
+
+class _NoMatch(Exception):
+    def __init__(self, message: str, candidates: Sequence[str]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.candidates = list(candidates)
+
+
+def _ask(msg: str, candidates: Sequence[str]) -> _NoMatch:
+    cands = list(dict.fromkeys(candidates))
+    shown = ", ".join(cands) if cands else _known_list()
+    label = "Candidates" if cands else "Known chips"
+    return _NoMatch(
+        f"{msg} Pass --chip NAME (or --chip path/to/chip.toml). {label}: {shown}.",
+        cands or [c.key for c in _db().chips],
+    )
+
+
+def _identify(p: _Props, allow_property_match: bool) -> tuple[ChipSpec, str]:
+    desc = p.describe()
+    desc_s = f" ({desc})" if desc else ""
+    label = f"device name {p.name!r}"
+    if not _is_generic(p.name):
+        db = _db()
+        exact = db.by_norm.get(_norm(p.name))
+        contradiction = ""
+        if exact is not None:
+            mm = _mismatches(exact, p)
+            if not mm:
+                return exact, f"{label} (exact){', ' + desc if desc else ''} -> {exact.name} [{exact.key}]"
+            contradiction = f"{label} names {exact.key} but the device reports {'; '.join(mm)}."
+        cands = _token_candidates(p.name)
+        if cands:
+            ok = [c for c in cands if not _mismatches(c, p)]
+            if len(ok) == 1:
+                c = ok[0]
+                why = f"{label}{', ' + desc if desc else ''} -> {c.name} [{c.key}]"
+                if len(cands) > 1:
+                    why += f" (family rule: {', '.join(x.key for x in cands)} narrowed by the device properties)"
+                return c, why
+            if not ok:
+                detail = "; ".join(f"{c.key}: {', '.join(_mismatches(c, p))}" for c in cands)
+                raise _ask(
+                    contradiction or f"{label}{desc_s} looks like {', '.join(c.key for c in cands)} "
+                    f"but its properties contradict every one ({detail}).",
+                    [c.key for c in cands],
+                )
+            raise _ask(
+                f"{label}{desc_s} is ambiguous: it fits {', '.join(c.key for c in ok)} "
+                "and the trace does not say which.",
+                [c.key for c in ok],
+            )
+        if contradiction:
+            raise _ask(contradiction, [exact.key] if exact else [])
+        close = _close_matches(p.name)
+        prop = [c.key for c in _property_candidates(p)]
+        raise _ask(f"{label}{desc_s} is not in the chip table.", prop + close)
+    # empty / generic name
+    prop = _property_candidates(p)
+    what = "the device has no name" if not p.name else f"{label} is generic"
+    if not desc:
+        raise _ask(f"cannot identify the chip: {what} and no properties.", [])
+    if allow_property_match and len(prop) == 1:
+        c = prop[0]
+        if c.match.identify_by_properties and (c.match.clock_mhz is None or p.clock_mhz is not None):
+            return c, f"{what}; {desc} match only {c.name} [{c.key}] (property match)"
+    hint = f" Its properties ({desc}) fit {', '.join(c.key for c in prop)}." if prop else f" Properties: {desc}."
+    raise _ask(f"cannot identify the chip: {what}.{hint}", [c.key for c in prop])
+
+
+def _check_stated_peaks(c: ChipSpec, p: _Props) -> str:
+    notes = []
+    if p.peak_flops:
+        bf16 = c.peak("bf16") or max(c.peak_flops_per_s.values())
+        if abs(p.peak_flops - bf16) > 0.1 * bf16:
+            notes.append(f"trace states {p.peak_flops / 1e12:.1f} TFLOP/s peak vs table bf16 {bf16 / 1e12:.1f}")
+    if p.peak_bw and abs(p.peak_bw - c.hbm_bytes_per_s) > 0.1 * c.hbm_bytes_per_s:
+        notes.append(f"trace states {p.peak_bw / 1e9:.0f} GB/s vs table {c.hbm_bytes_per_s / 1e9:.0f} GB/s")
+    return f"; note: {'; '.join(notes)}" if notes else ""
+
+
+def detect_chip(
+    devices: Iterable[DeviceInfo], *, allow_property_match: bool = False
+) -> tuple[ChipSpec, str]:
+    """Identify the chip a trace ran on from its device descriptions.
+
+    Order: exact name/alias match, then the most specific name-token rule (``"H20"`` never
+    matches ``"H200"``; ``"L4"`` never matches ``"L40S"``), narrowed by compute capability,
+    SM/CU count and memory (``"NVIDIA H100"`` with 114 SMs -> H100 PCIe, with 132 -> SXM).
+    A name whose properties contradict the table (a MIG slice, an 80 GB name with 96 GB) is
+    refused. Empty or generic names (``""``, ``"AMD Radeon Graphics"``, ``"/device:GPU:0"``)
+    are refused with the property-compatible candidates listed, unless
+    ``allow_property_match`` is true and cc + SMs + memory fit exactly one chip that can be
+    identified that way.
+
+    Every distinct device is identified; devices that describe nothing (no name, no
+    properties) are ignored when others do. Different chips in one trace are an error.
+
+    Returns:
+        ``(chip, reason)``: the reason says which evidence was used, e.g.
+        ``"device name 'NVIDIA H100 80GB HBM3' (exact), cc 9.0, 132 SMs, 79.2 GiB -> NVIDIA H100 SXM5 80GB [h100_sxm]"``.
+
+    Raises:
+        UnknownChipError: no devices, unknown, generic or contradictory device, or several
+            different chips; ``.candidates`` holds the keys to choose from.
+    """
+    devs = list(devices)
+    if not devs:
+        raise UnknownChipError(
+            "the trace describes no devices (CPU-only trace, or deviceProperties missing); "
+            f"pass --chip NAME to analyse device ops. Known chips: {_known_list()}.",
+            [c.key for c in _db().chips],
+        )
+    groups: dict[_Props, list[DeviceInfo]] = {}
+    for d in devs:
+        groups.setdefault(_Props.of(d), []).append(d)
+    informative = {p: ds for p, ds in groups.items() if p.informative}
+    if not informative:
+        raise UnknownChipError(
+            f"cannot identify the chip: the trace's {len(devs)} device(s) carry no usable name or properties. "
+            f"Pass --chip NAME (or --chip path/to/chip.toml). Known chips: {_known_list()}.",
+            [c.key for c in _db().chips],
+        )
+    results: list[tuple[ChipSpec, str, _Props, list[DeviceInfo]]] = []
+    for p, ds in informative.items():
+        try:
+            chip, why = _identify(p, allow_property_match)
+        except _NoMatch as e:
+            idx = [d.index for d in ds if d.index is not None]
+            where = f" (device {', '.join(map(str, idx))})" if idx and len(informative) > 1 else ""
+            raise UnknownChipError(e.message + where, e.candidates) from None
+        results.append((chip, why, p, ds))
+    chips = list(dict.fromkeys(r[0].key for r in results))
+    if len(chips) > 1:
+        detail = "; ".join(f"{r[2].name or '(unnamed)'} -> {r[0].key}" for r in results)
+        raise UnknownChipError(
+            f"ambiguous: the trace holds different chips ({detail}). "
+            f"Pass --chip NAME to pick one. Candidates: {', '.join(chips)}.",
+            chips,
+        )
+    chip, why, p, _ = results[0]
+    n_info = sum(len(ds) for ds in informative.values())
+    why += _check_stated_peaks(chip, p)
+    if len(devs) > 1:
+        why += f" ({n_info} device{'s' if n_info > 1 else ''}"
+        skipped = len(devs) - n_info
+        why += f", {skipped} without name or properties ignored)" if skipped else ")"
+    return chip, why

@@ -1,0 +1,125 @@
+"""Findings: detectors that say *why* time was lost and *what to do*, with the time it gives back.
+
+A detector is a function ``detect(ctx: FindingContext) -> list[Finding]`` registered by
+name with :func:`register`. :func:`run_detectors` runs the chosen ones and returns their
+findings sorted by recoverable time, largest first. One module per detector; each has a doc
+page under ``docs/findings/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+
+from ..chips import ChipSpec
+from ..errors import UsageError
+from ..trace import TraceMeta
+
+
+@dataclass
+class FindingContext:
+    """What every detector may read.
+
+    Attributes:
+        ops: the op table with roofline columns (``expected_ns``, ``bound``, ``gap_ns`` ...).
+        host: the host table (framework ops, runtime calls, annotations).
+        steps: the per-step table (``traceroof.steps.STEP_SCHEMA``).
+        chip: the chip the ops ran on.
+        meta: trace metadata (warnings, stats).
+    """
+
+    ops: pl.DataFrame
+    host: pl.DataFrame
+    steps: pl.DataFrame
+    chip: ChipSpec
+    meta: TraceMeta
+
+
+@dataclass
+class Finding:
+    """One diagnosis.
+
+    Attributes:
+        kind: the detector's registered name (``unfused_elementwise`` ...).
+        title: one line: what and where.
+        severity: ``high`` / ``medium`` / ``low`` (share of step time recoverable).
+        recoverable_ns: estimated time the fix gives back, ns (the detector's doc page gives
+            the arithmetic).
+        explanation: one paragraph with the fix a practitioner would try.
+        evidence: every number behind the estimate, unit-suffixed keys.
+        rank, step, stream, start_ns, end_ns: where it points (null when it spans several).
+        ops: labels (op or kernel names) of the ops involved.
+        occurrences: how many instances were grouped into this finding.
+    """
+
+    kind: str
+    title: str
+    severity: str
+    recoverable_ns: float
+    explanation: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    rank: int | None = None
+    step: int | None = None
+    stream: int | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+    ops: list[str] = field(default_factory=list)
+    occurrences: int = 1
+    docs: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Detector = Callable[[FindingContext], list[Finding]]
+
+DETECTORS: dict[str, Detector] = {}
+
+
+def register(name: str) -> Callable[[Detector], Detector]:
+    """Register a detector under ``name`` (a duplicate name raises ``ValueError``)."""
+
+    def deco(fn: Detector) -> Detector:
+        if name in DETECTORS:
+            raise ValueError(f"detector {name!r} registered twice")
+        DETECTORS[name] = fn
+        return fn
+
+    return deco
+
+
+def _load_builtin() -> None:
+    import importlib
+    import pkgutil
+
+    for m in pkgutil.iter_modules(__path__):
+        if not m.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{m.name}")
+
+
+def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[Finding]:
+    """Run the named detectors (default: all), largest recoverable time first.
+
+    Raises:
+        UsageError: an unknown detector name (the message lists the known ones).
+    """
+    _load_builtin()
+    if names is None:
+        chosen = list(DETECTORS)
+    else:
+        unknown = [n for n in names if n not in DETECTORS]
+        if unknown:
+            raise UsageError(f"--findings: unknown {unknown}; known: {sorted(DETECTORS)}")
+        chosen = names
+    out: list[Finding] = []
+    if ctx.ops.height == 0:
+        return out
+    for n in chosen:
+        out.extend(DETECTORS[n](ctx))
+    return sorted(out, key=lambda f: -(f.recoverable_ns or 0.0))
+
+
+__all__ = ["Finding", "FindingContext", "DETECTORS", "register", "run_detectors"]

@@ -1,0 +1,141 @@
+"""The CI gate: fail when MFU, HFU, roofline efficiency or step time regresses (DESIGN §9).
+
+``check(report, ...)`` compares one report against absolute thresholds and/or a baseline
+report and returns a :class:`GateResult` (pure; no I/O). The CLI prints its markdown
+summary, appends it to ``$GITHUB_STEP_SUMMARY`` when set, and exits 1 on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import UsageError
+from .report import Report
+
+
+@dataclass
+class Check:
+    """One comparison: ``metric`` measured ``value`` against ``limit`` (``op`` is >= or <=)."""
+
+    metric: str
+    value: float | None
+    limit: float
+    op: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class GateResult:
+    """All checks; ``passed`` when every check passed."""
+
+    checks: list[Check] = field(default_factory=list)
+    candidate: str = ""
+    baseline: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_markdown(self) -> str:
+        head = "### traceroof gate: " + ("✅ passed" if self.passed else "❌ FAILED")
+        lines = [head, "", f"candidate: `{self.candidate}`" + (f", baseline: `{self.baseline}`" if self.baseline else ""), ""]
+        lines += ["| check | value | limit | result |", "|---|---|---|---|"]
+        for c in self.checks:
+            v = "unknown" if c.value is None else _fmt(c.metric, c.value)
+            lines.append(f"| {c.metric} | {v} | {c.op} {_fmt(c.metric, c.limit)} | {'pass' if c.passed else '**FAIL**'}{(' — ' + c.detail) if c.detail else ''} |")
+        return "\n".join(lines) + "\n"
+
+
+def _fmt(metric: str, v: float) -> str:
+    if metric.endswith("_ns") or "step time" in metric:
+        return f"{v / 1e6:.4g} ms"
+    return f"{100 * v:.2f} %"
+
+
+def _metric(report: Report, key: str) -> float | None:
+    v = report.summary.get(key)
+    return None if v is None else float(v)
+
+
+def check(
+    report: Report,
+    *,
+    min_mfu: float | None = None,
+    min_hfu: float | None = None,
+    min_efficiency: float | None = None,
+    baseline: Report | None = None,
+    max_drop: float | None = None,
+    max_step_time_increase: float | None = None,
+    candidate_name: str = "",
+    baseline_name: str | None = None,
+) -> GateResult:
+    """Gate ``report`` on thresholds and/or a baseline.
+
+    Args:
+        min_mfu, min_hfu, min_efficiency: absolute floors, fractions (0.40 = 40 %).
+            ``min_efficiency`` is the roofline efficiency (Σ expected / Σ measured over
+            costed ops).
+        baseline: a report to compare against.
+        max_drop: largest allowed absolute drop of MFU, HFU and roofline efficiency versus
+            the baseline (0.02 = two percentage points); each metric present in both.
+        max_step_time_increase: largest allowed relative step-time increase (0.05 = 5 %).
+
+    A metric that is unknown in the candidate fails its check (an unknown MFU is not a
+    pass). Raises :class:`UsageError` when no check is requested, or baseline options are
+    given without a baseline.
+    """
+    if (max_drop is not None or max_step_time_increase is not None) and baseline is None:
+        raise UsageError("--max-drop/--max-step-time-increase need --baseline REPORT.json")
+    res = GateResult(candidate=candidate_name, baseline=baseline_name)
+    for key, floor, label in ((("mfu", min_mfu, "MFU")), ("hfu", min_hfu, "HFU"), ("roofline_efficiency", min_efficiency, "roofline efficiency")):
+        if floor is None:
+            continue
+        v = _metric(report, key)
+        detail = "" if v is not None else "unknown in this report" + (" (pass --model/--model-flops-per-step)" if key == "mfu" else "")
+        res.checks.append(Check(label, v, floor, ">=", v is not None and v >= floor, detail))
+    if baseline is not None:
+        if max_drop is not None:
+            for key, label in (("mfu", "MFU"), ("hfu", "HFU"), ("roofline_efficiency", "roofline efficiency")):
+                b, c = _metric(baseline, key), _metric(report, key)
+                if b is None:
+                    continue
+                limit = b - max_drop
+                res.checks.append(Check(f"{label} vs baseline", c, limit, ">=", c is not None and c >= limit,
+                                        f"baseline {100 * b:.2f} %, max drop {100 * max_drop:.2f} pp"))
+        if max_step_time_increase is not None:
+            b, c = _metric(baseline, "step_time_ns"), _metric(report, "step_time_ns")
+            if b is not None:
+                limit = b * (1 + max_step_time_increase)
+                res.checks.append(Check("step time vs baseline", c, limit, "<=", c is not None and c <= limit,
+                                        f"baseline {b / 1e6:.4g} ms, max +{100 * max_step_time_increase:.1f} %"))
+    if not res.checks:
+        raise UsageError(
+            "gate: nothing to check: give --min-mfu/--min-hfu/--min-efficiency, or --baseline with "
+            "--max-drop/--max-step-time-increase (a baseline without a comparable metric checks nothing)"
+        )
+    return res
+
+
+def write_step_summary(markdown: str) -> str | None:
+    """Append to ``$GITHUB_STEP_SUMMARY`` when set; returns the path written, else None."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return None
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(markdown + "\n")
+    return path
