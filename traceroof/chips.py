@@ -106,6 +106,8 @@ class ChipMatch:
         clock_mhz: max SM clock; when set, a property-only identification needs a matching clock.
         identify_by_properties: False when another part (not in the table) shares cc, SMs
             and memory, so the properties alone must not name this chip.
+        board_names: exact device names of custom boards of this chip whose reported memory
+            differs from the retail part (checked on cc and SM count only).
     """
 
     names: tuple[str, ...] = ()
@@ -114,6 +116,7 @@ class ChipMatch:
     mem_gib: float | None = None
     clock_mhz: float | None = None
     identify_by_properties: bool = True
+    board_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,7 +254,7 @@ _CHIP_KEYS = {
     "intra_node_bytes_per_s", "inter_node_bytes_per_s", "launch_overhead_ns", "sources",
     "match", "notes",
 }
-_MATCH_KEYS = {"names", "compute_capability", "num_sms", "mem_gib", "clock_mhz", "identify_by_properties"}
+_MATCH_KEYS = {"names", "compute_capability", "num_sms", "mem_gib", "clock_mhz", "identify_by_properties", "board_names"}
 _REF_RE = re.compile(r"\[([A-Za-z0-9_.-]+)\]")
 
 
@@ -288,7 +291,11 @@ def _parse_match(origin: str, key: str, raw: Any) -> ChipMatch:
         raise _fail(origin, f"{key}.match.num_sms", f"expected a positive integer, got {sms!r}")
     mem = raw.get("mem_gib")
     clock = raw.get("clock_mhz")
+    boards = raw.get("board_names", [])
+    if not isinstance(boards, list) or not all(isinstance(n, str) and n.strip() for n in boards):
+        raise _fail(origin, f"{key}.match.board_names", "expected a list of device names")
     return ChipMatch(
+        board_names=tuple(boards),
         names=tuple(n.strip().lower() for n in names),
         compute_capability=cc,
         num_sms=sms,
@@ -666,6 +673,14 @@ def _identify(p: _Props, allow_property_match: bool) -> tuple[ChipSpec, str]:
     label = f"device name {p.name!r}"
     if not _is_generic(p.name):
         db = _db()
+        for c in db.chips:
+            if _norm(p.name) in {_norm(b) for b in c.match.board_names}:
+                mm = [m for m in _mismatches(c, p) if "GiB" not in m]
+                if not mm:
+                    return c, (
+                        f"{label} (custom board of {c.key}){', ' + desc if desc else ''} -> {c.name} [{c.key}]"
+                        " (reported memory not compared: see the chip's notes)"
+                    )
         exact = db.by_norm.get(_norm(p.name))
         contradiction = ""
         if exact is not None:
