@@ -109,7 +109,7 @@ def analyze(
     hfu = None
     st = summary.get("step_time_ns")
     fl = summary.get("flops_per_step")
-    if st and fl is not None and peak:
+    if st and fl and peak:
         hfu = fl / (st * 1e-9) / peak
         summary["achieved_flops_per_s"] = fl / (st * 1e-9)
     if hfu is not None and hfu > 1.0:

@@ -104,10 +104,11 @@ def _breakdown(rank: int, step: int | None, s: int, e: int, sel: pl.DataFrame, p
     mb = iv.total(u_comp) - cb
     busy_ns = iv.total(busy)
     wall = e - s
-    flops = sel["flops"].sum() if sel.height else 0.0
+    # FLOPs of the ops with a cost model; null (not 0) when no op in the step has one
+    flops = float(sel["flops"].sum()) if sel["flops"].is_not_null().any() else None
     return (
         rank, step, s, e, wall, busy_ns, cb, mb, comm_ns, exposed, wall - busy_ns, sel.height,
-        float(flops or 0.0), partial,
+        flops, partial,
     )
 
 
@@ -168,5 +169,5 @@ def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
         "comm_ns": float(full["comm_ns"].mean()),
         "comm_exposed_ns": float(full["comm_exposed_ns"].mean()),
         "idle_ns": float(full["idle_ns"].mean()),
-        "flops_per_step": float(full["flops"].mean()),
+        "flops_per_step": None if full["flops"].is_null().all() else float(full["flops"].mean()),
     }
