@@ -1,0 +1,36 @@
+"""FLOPs and HBM bytes per framework op, from its recorded shapes (DESIGN §4).
+
+One registry (:mod:`.registry`) keyed by canonical op name is the single source of truth;
+the formula modules register into it on import::
+
+    from traceroof.costs import cost_of
+    c = cost_of("aten::addmm", [[512], [141, 512], [512, 512], [], []],
+                ["c10::BFloat16"] * 3 + ["Scalar", "Scalar"], ["", "", "", "1", "1"])
+    c.flops   # 73_924_608.0 = 2·141·512·512
+
+See ``docs/costs.md`` for every formula, its shape convention and its source.
+"""
+
+from __future__ import annotations
+
+from . import attention, conv, elementwise, matmul, memory, norm, optimizer, reduction, triton
+from .args import OpArgs, Tensor, dtype_of, itemsize
+from .kinds import kind_of_kernel, kind_of_op
+from .registry import OpCost, cost_of, formula_for, register_cost, registered_ops
+
+__all__ = [
+    "OpArgs",
+    "OpCost",
+    "Tensor",
+    "cost_of",
+    "dtype_of",
+    "formula_for",
+    "itemsize",
+    "kind_of_kernel",
+    "kind_of_op",
+    "register_cost",
+    "registered_ops",
+]
+
+# the formula modules are imported for their registrations
+del attention, conv, elementwise, matmul, memory, norm, optimizer, reduction, triton

@@ -1,0 +1,160 @@
+"""Op kind from a name alone: the ``name`` level of DESIGN §4 (a kind, no numbers).
+
+Two ordered rule tables, first match wins. Order matters: a FlashAttention kernel name
+contains ``cutlass`` (so attention is tested before matmul), an implicit-GEMM convolution
+contains ``gemm`` (conv before matmul), and vLLM's norm kernel names contain
+``_typeConvert`` (``conv`` must not match ``convert``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .registry import registered_kind
+
+_COLLECTIVE = (
+    r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv"
+    r"|multimem|c10d::|record_param_comms"
+)
+
+#: (pattern, kind) tested on the whole kernel name, first.
+_FULL_NAME_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), k)
+    for p, k in (
+        (_COLLECTIVE, "collective"),
+        (r"^\s*memcpy", "memcpy"),
+        (r"^\s*memset", "memset"),
+    )
+)
+
+#: (pattern, kind) tested on the kernel's function name plus its first template argument
+#: (see :func:`kernel_key`), so that types in the signature (``cutlass::bfloat16_t``,
+#: ``cublasGemvParams``, ``fbgemm_gpu::...`` lambdas) do not decide; first match wins.
+_KERNEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), k)
+    for p, k in (
+        # Inductor kernels: pointwise / reduction / persistent reduction (BC-26)
+        (r"^triton_poi_", "elementwise"),
+        (r"^triton_(red|per)_", "reduction"),
+        (r"^triton_tem_.*(mm|addmm|bmm)", "matmul"),
+        (r"^triton_tem_.*conv", "conv"),
+        # layout transforms, MIOpen tensor ops, KV-cache writes
+        (r"SubTensorOp|batched_transpose|nchwToNhwc|nhwcToNchw|transpose_kernel|"
+         r"reshape_and_cache|kv_indices|store_kvcache", "elementwise"),
+        (r"flash|fmha|attention|attn_fwd|attn_bwd|\bmha_|sdpa|paged_attention|_attn_", "attention"),
+        (r"norm(?!al)|\bbn_(fw|bw)|GammaBeta|RowwiseMoments|ComputeFusedParams|"
+         r"ComputeInternalGradients|BackwardFusedParams", "norm"),
+        (r"conv(?!ert)|winograd|scudnn|fprop|dgrad|wgrad|igemm_(fwd|bwd|wrw)|im2col|"
+         r"implicit_gemm|ImplicitGemm|fft2d_|cudnn", "conv"),
+        (r"(?<!fb)gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|^Cijk_|matmul|^bmm_|splitKreduce|"
+         r"tensorop|hipblaslt|rocblas", "matmul"),
+        (r"softmax", "reduction"),
+        (r"reduce|reduction|argmax|argmin|DeviceScan|cumsum|scan_|_sum_|topk|pool", "reduction"),
+        (r"elementwise|vectorized|unrolled|copy|fill|CatArray|cat_|index|gather|scatter|"
+         r"dropout|distribution|embedding|Functor|rotary|quant|act_and_mul|where|"
+         r"multi_tensor_apply", "elementwise"),
+    )
+)
+
+
+def kernel_key(kernel_name: str) -> str:
+    """The kernel's function name and its first template argument, signature dropped.
+
+    ``"void at::native::reduce_kernel<512, 1, at::native::ReduceOp<...NormTwoOps...>>(...)"``
+    → ``"at::native::reduce_kernel 512"``; ``"void cutlass::Kernel2<cutlass_80_..._gemm_...>
+    (...)"`` → ``"cutlass::Kernel2 cutlass_80_..._gemm_..."``.
+    """
+    s = kernel_name.replace("(anonymous namespace)", "anon")
+    depth = 0
+    base: list[str] = []
+    first: list[str] = []
+    state = 0  # 0: before the first template, 1: in its first argument, 2: done
+    parens = 0  # parentheses inside a template: "<(((8)>(0)))&&...>" compares, not brackets
+    for ch in s:
+        if depth and ch in "()":
+            parens = max(0, parens + (1 if ch == "(" else -1))
+        elif parens and ch in "<>":
+            pass
+        elif ch == "<":
+            depth += 1
+            if depth == 1 and state == 0:
+                state = 1
+            continue
+        elif ch == ">":
+            depth = max(0, depth - 1)
+            if depth == 0 and state == 1:
+                state = 2
+            continue
+        if depth == 0:
+            base.append(ch)
+        elif depth == 1 and state == 1:
+            if ch == ",":
+                state = 2
+            else:
+                first.append(ch)
+    head = "".join(base).split("(", 1)[0].split()
+    name = head[-1] if head else kernel_name
+    return f"{name} {''.join(first).strip()}".strip()
+
+
+#: (pattern, kind) for framework op names that have no registered formula.
+_OP_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), k)
+    for p, k in (
+        (_COLLECTIVE, "collective"),
+        (r"^triton_poi_", "elementwise"),
+        (r"^triton_(red|per)_", "reduction"),
+        (r"^triton_tem_.*(mm|bmm)", "matmul"),
+        (r"memcpy", "memcpy"),
+        (r"memset", "memset"),
+        (r"scaled_dot_product|flash_attention|efficient_attention|flex_attention|attention|"
+         r"attn|fmha|\bmha\b", "attention"),
+        (r"conv(?!ert)", "conv"),
+        (r"norm(?!al)", "norm"),
+        (r"::(mm|bmm|addmm|baddbmm|addbmm|matmul|linear|_scaled_mm|_int_mm|mv|dot)\b|(?<!fb)gemm|"
+         r"matmul|linear", "matmul"),
+        (r"softmax|::(sum|mean|amax|amin|max|min|argmax|argmin|prod|norm|var|std|all|any|"
+         r"logsumexp)\b|cumsum|reduce|pool", "reduction"),
+        (r"::(copy_|_to_copy|to|clone|contiguous|fill_|zero_|cat|index|gather|scatter|"
+         r"embedding)\b|::_foreach_|::_fused_(adam|sgd)|quant|rotary", "elementwise"),
+    )
+)
+
+
+def kind_of_kernel(kernel_name: str) -> str:
+    """Kind of a device kernel from its name alone (a heuristic; ``"other"`` when unsure).
+
+    cutlass/cublas/gemm/nvjet/xmma/wgmma/``Cijk_`` (rocBLAS/hipBLASLt) → ``matmul``;
+    flash/fmha/attention → ``attention``; conv/implicit-GEMM conv/winograd/MIOpen ``igemm``
+    → ``conv``; NCCL/RCCL (any case, incl. ``ncclDevKernel_*``) → ``collective``;
+    elementwise/vectorized/unrolled/copy/fill → ``elementwise``; reduce/softmax/pool →
+    ``reduction``; norm → ``norm``; ``Memcpy``/``Memset`` → ``memcpy``/``memset``;
+    ``triton_poi_`` → ``elementwise``, ``triton_red_``/``triton_per_`` → ``reduction``.
+    """
+    name = kernel_name or ""
+    for pattern, kind in _FULL_NAME_RULES:
+        if pattern.search(name):
+            return kind
+    key = kernel_key(name)
+    for pattern, kind in _KERNEL_RULES:
+        if pattern.search(key):
+            return kind
+    return "other"
+
+
+def kind_of_op(op: str) -> str | None:
+    """Kind of a framework op from its name alone; ``None`` when nothing matches.
+
+    The kind registered with the op's cost formula wins; otherwise name rules
+    (``*scaled_dot_product*``, ``*flash_attention*`` → ``attention``; ``*conv*`` → ``conv``;
+    ``*norm*`` → ``norm``; collectives; copies/fills/indexing/foreach → ``elementwise``).
+    """
+    if not op:
+        return None
+    kind = registered_kind(op)
+    if kind is not None:
+        return kind
+    for pattern, k in _OP_RULES:
+        if pattern.search(op):
+            return k
+    return None
