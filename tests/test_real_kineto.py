@@ -141,3 +141,31 @@ def test_legacy_pytorch_18_trace_links_kernels_through_lowercase_external_id():
     assert set(k["stream"].unique().to_list()) >= {7}
     # PyTorch 1.8 wrote ProfilerStep#5..#10 as Operator events (MANIFEST: 6 ProfilerSteps)
     assert sorted(x for x in t.ops["step"].unique().to_list() if x is not None) == list(range(5, 11))
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz",
+        "TraceLens/tests/traces/h100/Falconsai_nsfw_image_detection__1016002.json.gz",
+        "TraceLens/tests/traces/mi300/ddp_resnet18_no_pool/train_resnet18.json.gz",
+        "TraceLens/tests/traces/perf_model/normalization/normalization_layer_test.json.gz",
+    ],
+)
+def test_cost_coverage_from_shapes_at_least_90_percent(rel):
+    from traceroof import analyze
+
+    r = analyze(read_trace(real(rel)))
+    # share of all device time whose FLOPs and bytes come from the op's recorded shapes
+    assert r.coverage["shapes_share"] >= 0.90, r.coverage
+
+
+def test_qwen_linked_kernels_costed_and_unlinked_share_reported():
+    from traceroof import analyze
+
+    t = read_trace(real("TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"))
+    r = analyze(t)
+    assert r.coverage["linked_costed_share"] >= 0.95
+    # the rest of its kernels have no launch in the window: 509 device ops, reported
+    assert t.meta.stats["unlinked_device_ops"] == 509
+    assert any("509 device ops" in w and "no host launch" in w for w in r.warnings)

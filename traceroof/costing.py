@@ -11,6 +11,7 @@ proportion to their durations (and the coverage summary says how many ops were s
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 import msgspec
@@ -50,6 +51,31 @@ class Coverage:
         return self.linked_costed_ns / self.linked_ns if self.linked_ns else 0.0
 
 
+_OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
+_TEMPLATE_DTYPES = (
+    ("c10::BFloat16", "bf16"), ("c10::Half", "fp16"), ("__nv_bfloat16", "bf16"), ("__half", "fp16"),
+    ("<float", "fp32"), ("<double", "fp64"), ("<long", "int64"), ("<int", "int32"),
+)
+_WIDTH_DTYPE = {1: "uint8", 2: "fp16", 4: "fp32", 8: "fp64"}
+
+
+def element_dtype_of_kernel(name: str) -> str | None:
+    """The element dtype a kernel's template arguments reveal, for ``Tensor[]`` ops.
+
+    Kineto records only ``"TensorList"`` for list arguments (``aten::cat``, ``_foreach_*``), so
+    their bytes are unknown from shapes alone; the launched kernel's name often says the
+    element type (``CatArrayBatchedCopy<OpaqueType<2u>, …>`` = 2-byte elements). Only the width
+    matters for bytes; a bare width maps to a representative dtype of that width.
+    """
+    m = _OPAQUE.search(name)
+    if m:
+        return _WIDTH_DTYPE.get(int(m.group(1)))
+    for needle, dt in _TEMPLATE_DTYPES:
+        if needle in name:
+            return dt
+    return None
+
+
 def _parse(text: str | None) -> object:
     if text is None:
         return None
@@ -57,6 +83,34 @@ def _parse(text: str | None) -> object:
         return _json.decode(text)
     except msgspec.DecodeError:
         return None
+
+
+def _tensorlist_bytes(ops: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+    """Second pass for ``Tensor[]`` ops: bytes from the element dtype of the kernel name."""
+    need = ops.filter(
+        pl.col("_f").is_not_null(), pl.col("_b").is_null(),
+        pl.col("input_types").fill_null("").str.contains("TensorList"),
+    )
+    if need.height == 0:
+        return ops
+    need = need.with_columns(
+        pl.col("name").map_elements(element_dtype_of_kernel, return_dtype=pl.String).alias("_ldt")
+    ).filter(pl.col("_ldt").is_not_null())
+    rows = []
+    for op, dims, types, conc, ldt in need.select(*key, "_ldt").unique().iter_rows():
+        c = costs.cost_of(op, _parse(dims), _parse(types), _parse(conc), tensorlist_dtype=ldt)
+        if c is not None and c.bytes is not None:
+            rows.append((op, dims, types, conc, ldt, float(c.bytes)))
+    if not rows:
+        return ops
+    fix = pl.DataFrame(rows, schema={**{k: pl.String for k in key}, "_ldt": pl.String, "_b2": pl.Float64}, orient="row")
+    ops = ops.with_columns(
+        pl.when(pl.col("_f").is_not_null() & pl.col("_b").is_null())
+        .then(pl.col("name").map_elements(element_dtype_of_kernel, return_dtype=pl.String))
+        .alias("_ldt")
+    )
+    ops = ops.join(fix, on=[*key, "_ldt"], how="left", nulls_equal=True)
+    return ops.with_columns(pl.coalesce("_b", "_b2").alias("_b")).drop("_ldt", "_b2")
 
 
 def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
@@ -88,11 +142,12 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     rows = []
     for op, dims, types, conc in uniq.iter_rows():
         c = costs.cost_of(op, _parse(dims), _parse(types), _parse(conc))
-        if c is None or c.flops is None or c.bytes is None:
-            k = costs.kind_of_op(op) if c is None else c.kind
-            rows.append((op, dims, types, conc, None, None, k, None if c is None else c.dtype))
+        if c is None:
+            rows.append((op, dims, types, conc, None, None, costs.kind_of_op(op), None))
         else:
-            rows.append((op, dims, types, conc, float(c.flops), float(c.bytes), c.kind, c.dtype))
+            f = None if c.flops is None else float(c.flops)
+            b = None if c.bytes is None else float(c.bytes)
+            rows.append((op, dims, types, conc, f, b, c.kind, c.dtype))
     key = ["op", "input_dims", "input_types", "concrete_inputs"]
     table = pl.DataFrame(
         rows,
@@ -104,6 +159,7 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         orient="row",
     )
     ops = ops.join(table, on=key, how="left", nulls_equal=True)
+    ops = _tensorlist_bytes(ops, key)
 
     # spread a framework op's cost over its kernels by duration (copies/fills are not its kernels)
     grp = ["rank", "external_id"]
@@ -112,9 +168,11 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     n_k = is_kern.cast(pl.Int64).sum().over(grp)
     share = pl.when(n_k == 1).then(pl.lit(1.0)).otherwise((pl.col("dur_ns") / kdur.sum().over(grp)).fill_nan(1.0 / n_k))
     ops = ops.with_columns(
-        pl.when(pl.col("_f").is_not_null() & pl.col("external_id").is_not_null() & is_kern).then(n_k).alias("_nk")
+        pl.when(pl.col("_f").is_not_null() & pl.col("_b").is_not_null() & pl.col("external_id").is_not_null() & is_kern)
+        .then(n_k)
+        .alias("_nk")
     )
-    has_shape_cost = pl.col("_f").is_not_null() & (pl.col("cost_source") != "trace") & is_kern
+    has_shape_cost = pl.col("_f").is_not_null() & pl.col("_b").is_not_null() & (pl.col("cost_source") != "trace") & is_kern
     kernel_kind = pl.col("name").map_batches(
         lambda s: pl.Series([costs.kind_of_kernel(n or "") for n in s.to_list()], dtype=pl.String),
         return_dtype=pl.String,
