@@ -39,15 +39,15 @@ EXIT_INTERNAL = 70
 
 
 class _State:
+    """Process-wide CLI flags set by the eager --debug / --quiet options."""
+
     debug = False
+    quiet = False
 
 
 def _progress(msg: str) -> None:
     if not _State.quiet:
         click.echo(f"traceroof: {msg}", err=True)
-
-
-_State.quiet = False  # type: ignore[attr-defined]
 
 
 def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -93,7 +93,7 @@ def debug_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def quiet_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     def cb(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-        _State.quiet = bool(value)  # type: ignore[attr-defined]
+        _State.quiet = bool(value)
         return value
 
     return click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=cb,

@@ -103,7 +103,6 @@ def _forward(a: OpArgs, lay: ConvLayout) -> OpCost | None:
     x, w = a.tensor(0), a.tensor(1)
     if x is None or w is None or w.ndim < 3 or x.ndim not in (w.ndim, w.ndim - 1):
         return None
-    n_sp = w.ndim - 2
     bias = a.tensor(lay.bias) if lay.bias is not None else None
     transposed = lay.transposed if isinstance(lay.transposed, bool) else a.flag(lay.transposed)
     if transposed is None:
