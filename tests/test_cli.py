@@ -26,7 +26,8 @@ def test_analyze_table_shows_what_was_read_summary_ranking_and_warnings():
     assert res.exit_code == 0, res.output
     out = res.output
     for needle in ("kineto:", "NVIDIA H100", "bf16 989.4 TFLOP/s", "3.35 TB/s", "cost coverage", "step time",
-                   "device busy", "HFU", "Top 5 ops", "gap", "efficiency", "Warnings:", "no host launch"):
+                   "device busy", "HFU", "Top 5 ops", "gap", "efficiency", "Warnings:", "no host launch",
+                   "[h100_sxm]"):  # bracketed text is printed, not eaten as rich markup
         assert needle in out, needle
 
 

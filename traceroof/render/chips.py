@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import fmt
@@ -57,6 +58,6 @@ def render_chips(chips: Sequence[Any], fmt_name: str = "table") -> str:
     for h in headers:
         t.add_column(h, justify="left" if h in ("key", "name") else "right")
     for b in body:
-        t.add_row(*b)
+        t.add_row(*(escape(c) for c in b))
     con.print(t)
     return buf.getvalue()

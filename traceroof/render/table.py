@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import io
+import shutil
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..report import Report
 from . import sections
 
 
-def render(report: Report, *, top: int = 20, width: int = 160) -> str:
+def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
+    """Trace values are escaped: kernel names and chip keys contain ``[...]``, which rich
+    would otherwise read as markup and drop."""
+    width = width or max(shutil.get_terminal_size((160, 40)).columns, 100)
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
     kv = Table.grid(padding=(0, 2))
     kv.add_column(style="bold")
     kv.add_column()
     for k, v in sections.header(report) + sections.summary(report):
-        kv.add_row(k, v)
+        kv.add_row(escape(k), escape(v))
     con.print(kv)
     con.print()
     if report.ranking.height == 0:
@@ -28,7 +33,7 @@ def render(report: Report, *, top: int = 20, width: int = 160) -> str:
     for name, _ in sections.RANK_COLUMNS:
         t.add_column(name, justify="right" if name not in ("op", "kind", "bound") else "left", overflow="fold")
     for row in sections.ranking_rows(report, top):
-        t.add_row(*row)
+        t.add_row(*(escape(c) for c in row))
     con.print(t)
     _tail(con, report, top)
     return buf.getvalue()
@@ -40,14 +45,14 @@ def _tail(con: Console, report: Report, top: int = 20) -> None:
         for c in ("finding", "severity", "recoverable", "what"):
             f.add_column(c, overflow="fold")
         for row in sections.findings_rows(report, top):
-            f.add_row(*row)
+            f.add_row(*(escape(c) for c in row))
         con.print(f)
     inc = sections.inconsistency_lines(report)
     if inc:
         con.print("[bold]Inconsistencies (not results):[/bold]")
         for line in inc:
-            con.print(f"  ! {line}", soft_wrap=True)
+            con.print(f"  ! {escape(line)}", soft_wrap=True)
     if report.warnings:
         con.print("[bold]Warnings:[/bold]")
         for w in report.warnings:
-            con.print(f"  - {w}", soft_wrap=True)
+            con.print(f"  - {escape(w)}", soft_wrap=True)
