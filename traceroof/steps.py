@@ -93,7 +93,8 @@ def _breakdown(rank: int, step: int | None, s: int, e: int, sel: pl.DataFrame, p
         e = max(e, int(sel["end_ns"].max()))
     kind = pl.col("kind").cast(pl.String)
     coll = sel.filter(kind == "collective")
-    comp = sel.filter(kind != "collective")
+    # compute = kernels that are not communication; copies and fills do not hide communication
+    comp = sel.filter(~kind.is_in(["collective", "memcpy", "memset"]))
     busy = iv.union(sel)
     u_coll = iv.union(coll)
     u_comp = iv.union(comp)
@@ -101,7 +102,7 @@ def _breakdown(rank: int, step: int | None, s: int, e: int, sel: pl.DataFrame, p
     comm_ns = iv.total(u_coll)
     exposed = comm_ns - iv.total(iv.intersect(u_coll, u_comp))
     cb = iv.total(u_cbound)
-    mb = iv.total(u_comp) - cb
+    mb = iv.total(iv.union(sel.filter(kind != "collective"))) - cb
     busy_ns = iv.total(busy)
     wall = e - s
     # FLOPs of the ops with a cost model; null (not 0) when no op in the step has one

@@ -29,6 +29,8 @@ class FindingContext:
         steps: the per-step table (``traceroof.steps.STEP_SCHEMA``).
         chip: the chip the ops ran on.
         meta: trace metadata (warnings, stats).
+        cache: scratch space the detectors of one run share (so the device-idle gaps are
+            attributed once, to exactly one detector).
     """
 
     ops: pl.DataFrame
@@ -36,6 +38,8 @@ class FindingContext:
     steps: pl.DataFrame
     chip: ChipSpec
     meta: TraceMeta
+    #: results shared between detectors in one run (the idle-gap attribution, windows).
+    cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -119,7 +123,31 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[F
         return out
     for n in chosen:
         out.extend(DETECTORS[n](ctx))
+    out = sorted(out, key=lambda f: -(f.recoverable_ns or 0.0))
+    _cap_to_window(ctx, out)
     return sorted(out, key=lambda f: -(f.recoverable_ns or 0.0))
+
+
+def _cap_to_window(ctx: FindingContext, findings: list[Finding]) -> None:
+    """Guarantee that a rank's claims sum to at most its window (BC-33).
+
+    The detectors claim disjoint time by construction (idle gaps are attributed once; busy
+    claims are bounded by the time their own ops run), so this only bites when busy claims of
+    kernels running concurrently on different streams overlap. Then the smaller findings are
+    cut, largest first kept, and the cut is recorded in their evidence.
+    """
+    from ._common import windows
+
+    w = windows(ctx)
+    everything = (min((a for a, _ in w.values()), default=0), max((b for _, b in w.values()), default=0))
+    used: dict[int | None, float] = {}
+    for f in findings:
+        s, e = w.get(f.rank, (0, 0)) if f.rank is not None else everything
+        room = max((e - s) - used.get(f.rank, 0.0), 0.0)
+        if f.recoverable_ns > room:
+            f.evidence["recoverable_before_cap_ns"] = f.recoverable_ns
+            f.recoverable_ns = room
+        used[f.rank] = used.get(f.rank, 0.0) + f.recoverable_ns
 
 
 __all__ = ["Finding", "FindingContext", "DETECTORS", "register", "run_detectors"]

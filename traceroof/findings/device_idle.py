@@ -1,0 +1,167 @@
+"""Device idle / host-bound stretches not already claimed by another detector.
+
+Claims the idle gaps (between the union of all device ops of a rank) that
+:mod:`traceroof.findings._idle` attributes to ``device_idle``: gaps of at least
+``IDLE_MIN_GAP_NS`` where the next op was submitted only after the device had run dry and that
+are not launch-bound stretches (``launch_bound``), host-sync stalls (``host_device_copies``),
+graph replay (BC-13) or waits on already-queued work. Gaps whose next op has no host launch
+in the trace are claimed too, with cause ``unknown``.
+
+Recoverable = the claimed gaps. For the largest gaps the evidence lists what the host
+thread that launched the next op was doing meanwhile. Waits with work already queued (a
+dependency on another stream/event or on device work the trace did not record) are reported
+separately with recoverable 0. See ``docs/findings/device_idle.md``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from . import Finding, FindingContext, register
+from ._common import fmt_ns, plain, severity, short, wall_ns
+from ._idle import IDLE_MIN_GAP_NS, OWNER_IDLE, timeline
+
+#: Report when the claimed idle time is at least this share of the rank's window.
+MIN_SHARE = 0.02
+#: Report queued-work waits (recoverable 0) when they are at least this share of the window.
+WAIT_MIN_SHARE = 0.10
+#: Largest gaps described in the evidence.
+TOP_GAPS = 5
+
+
+@register("device_idle")
+def detect(ctx: FindingContext) -> list[Finding]:
+    """One finding per rank for host-bound idle time, one for queued-work waits."""
+    tl = timeline(ctx)
+    out: list[Finding] = []
+    for rank in sorted(tl["rank"].unique().to_list()):
+        r = tl.filter(pl.col("rank") == rank)
+        f = _idle_finding(ctx, int(rank), r)
+        if f is not None:
+            out.append(f)
+        f = _wait_finding(ctx, int(rank), r)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _host_during(ctx: FindingContext, rank: int, thread: str | None, s: int, e: int) -> list[list]:
+    """Host events (framework ops, annotations, runtime calls) overlapping ``[s, e)`` on a thread,
+    largest overlap first (ProfilerStep markers left out)."""
+    h = ctx.host.filter(
+        pl.col("rank") == rank,
+        pl.col("cat").is_in(["cpu_op", "annotation", "runtime", "python"]),
+        ~pl.col("name").str.starts_with("ProfilerStep#"),
+        pl.col("start_ns") < e,
+        (pl.col("start_ns") + pl.col("dur_ns")) > s,
+    )
+    if thread is not None:
+        h = h.filter(pl.col("thread") == thread)
+    if h.height == 0:
+        return []
+    ov = h.with_columns(
+        (pl.min_horizontal(pl.col("start_ns") + pl.col("dur_ns"), pl.lit(e)) - pl.max_horizontal("start_ns", pl.lit(s)))
+        .alias("ov")
+    )
+    top = ov.group_by("name").agg(pl.col("ov").max()).sort(["ov", "name"], descending=[True, False]).head(3)
+    return [[short(n, 80), int(v)] for n, v in top.iter_rows()]
+
+
+def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | None:
+    wall = wall_ns(ctx, rank)
+    g = r.filter(pl.col("owner") == OWNER_IDLE)
+    rec = float(g["gap_ns"].sum()) if g.height else 0.0
+    if g.height == 0 or rec < MIN_SHARE * wall:
+        return None
+    by_cause = {c: int(v) for c, v in g.group_by("label").agg(pl.col("gap_ns").sum()).sort("label").iter_rows()}
+    largest = g.sort("gap_ns", descending=True).head(TOP_GAPS)
+    described = []
+    for row in largest.iter_rows(named=True):
+        described.append({
+            "gap_ns": int(row["gap_ns"]),
+            "start_ns": int(row["gap_start_ns"]),
+            "end_ns": int(row["start_ns"]),
+            "step": row["step"],
+            "cause": row["label"],
+            "next_op": short(row["op"] or row["name"], 80),
+            "host": _host_during(ctx, rank, row["launch_thread"], int(row["gap_start_ns"]), int(row["start_ns"])),
+        })
+    big = described[0]
+    host_cause = by_cause.get("host", 0) + by_cause.get("launch", 0)
+    steps = sorted(s for s in g["step"].unique().to_list() if s is not None)
+    title = (
+        f"device idle {rec / wall:.0%} of the time: {g.height:,} gaps ≥ {fmt_ns(IDLE_MIN_GAP_NS)} "
+        f"(largest {fmt_ns(big['gap_ns'])}" + (f" in step {big['step']}" if big["step"] is not None else "") + ")"
+    )
+    host_txt = ", ".join(f"{n} ({fmt_ns(v)})" for n, v in big["host"]) or "no host events recorded"
+    expl = (
+        f"The device had no work for {fmt_ns(rec)} ({rec / wall:.0%} of the window) in {g.height:,} gaps that no other "
+        f"finding explains. {fmt_ns(host_cause)} of it is host-bound: the next kernel was launched only after the "
+        "device ran dry, so the host thread was busy elsewhere"
+        + (f"; {fmt_ns(by_cause.get('unknown', 0))} has no launch in the trace (cause unknown)" if by_cause.get("unknown") else "")
+        + f". During the largest gap the launching thread was in: {host_txt}. "
+        "Fix: keep the device queue full — move data loading and preprocessing off the training thread "
+        "(DataLoader workers, pin_memory, prefetch to device), avoid per-step Python work and CPU-side ops between "
+        "kernels, and overlap the host's work with the device's (asynchronous copies, CUDA graphs for the rest)."
+    )
+    evidence = {
+        "idle_claimed_ns": rec,
+        "gaps": g.height,
+        "by_cause_ns": by_cause,
+        "steps": steps,
+        "window_ns": wall,
+        "idle_share": rec / wall if wall else None,
+        "largest_gaps": described,
+        "min_gap_ns": IDLE_MIN_GAP_NS,
+    }
+    return Finding(
+        kind="device_idle",
+        title=title,
+        severity=severity(rec, wall),
+        recoverable_ns=rec,
+        explanation=expl,
+        evidence=plain(evidence),
+        rank=rank,
+        step=steps[0] if len(steps) == 1 else None,
+        start_ns=big["start_ns"],
+        end_ns=big["end_ns"],
+        ops=[d["next_op"] for d in described],
+        occurrences=g.height,
+        docs="docs/findings/device_idle.md",
+    )
+
+
+def _wait_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | None:
+    wall = wall_ns(ctx, rank)
+    w = r.filter(pl.col("label") == "wait", pl.col("gap_ns") >= IDLE_MIN_GAP_NS)
+    tot = float(w["gap_ns"].sum()) if w.height else 0.0
+    if w.height == 0 or tot < WAIT_MIN_SHARE * wall:
+        return None
+    big = w.sort("gap_ns", descending=True).row(0, named=True)
+    title = (
+        f"device waited {fmt_ns(tot)} ({tot / wall:.0%}) with work already queued: a dependency the trace does "
+        "not show (not counted as recoverable)"
+    )
+    expl = (
+        f"In {w.height:,} gaps the next kernel had been launched before the device went idle, yet it started only "
+        f"later (largest: {fmt_ns(big['gap_ns'])} before {short(big['op'] or big['name'], 60)}). It waited on an "
+        "event or another stream (cudaStreamWaitEvent), another process, or device work the profiler did not "
+        "record. The host was not the bottleneck here; this time is not claimed as recoverable. Check the "
+        "cross-stream dependencies and whether the capture is complete."
+    )
+    return Finding(
+        kind="device_idle",
+        title=title,
+        severity="low",
+        recoverable_ns=0.0,
+        explanation=expl,
+        evidence=plain({
+            "queued_wait_ns": tot, "gaps": w.height, "largest_gap_ns": int(big["gap_ns"]),
+            "largest_gap_start_ns": int(big["gap_start_ns"]), "window_ns": wall,
+        }),
+        rank=rank,
+        start_ns=int(big["gap_start_ns"]),
+        end_ns=int(big["start_ns"]),
+        occurrences=w.height,
+        docs="docs/findings/device_idle.md",
+    )

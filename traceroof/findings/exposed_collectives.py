@@ -1,0 +1,256 @@
+"""Exposed collectives: communication time not hidden behind compute on the same device.
+
+Per (rank, device): ``U_comm`` is the union of the intervals of the collective kernels of all
+streams, ``U_compute`` the union of every other kernel (memcpy/memset are not compute).
+Exposed communication = ``|U_comm − U_compute|`` (BC-33: unions, never per-stream sums;
+two concurrent collectives count once). Each exposed nanosecond is shared evenly by the
+collectives running at that instant, so the per-collective exposed times sum to exactly the
+exposed total. Findings group collectives by type, message size and group size, and carry
+each group's own roofline (``comm_ns`` = ring factor × message bytes ÷ link bandwidth, from
+:mod:`traceroof.roofline`) so an exposed-but-fast collective is told apart from a slow one.
+
+Recoverable = exposed time (what perfect overlap would hide). See ``docs/findings/exposed_collectives.md``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+import polars as pl
+
+from ..roofline import GPUS_PER_NODE
+from . import Finding, FindingContext, register
+from ._common import fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, total, union, union_of, wall_ns
+
+#: Report a group when its exposed time is at least this share of the rank's window ...
+MIN_SHARE = 0.005
+#: ... and at least this long (ns).
+MIN_NS = 1_000
+#: A collective slower than this multiple of its roofline is "slow", not only "exposed".
+SLOW_FACTOR = 2.0
+#: Groups reported per rank (the rest are summed into one finding).
+MAX_FINDINGS = 10
+
+NON_COMPUTE = ("collective", "memcpy", "memset")
+
+
+def exposed_shares(comm: list[tuple[int, int]], compute_union: list[tuple[int, int]]) -> list[float]:
+    """Exposed ns of each comm interval, exposed instants split evenly among concurrent ones.
+
+    Args:
+        comm: ``(start_ns, end_ns)`` per collective op.
+        compute_union: disjoint sorted compute intervals.
+
+    Returns:
+        One float per ``comm`` entry; they sum to ``|union(comm) − compute_union|``.
+    """
+    out = [0.0] * len(comm)
+    if not comm:
+        return out
+    bounds: list[tuple[int, int, int]] = []
+    for i, (s, e) in enumerate(comm):
+        if e > s:
+            bounds.append((s, 1, i))
+            bounds.append((e, -1, i))
+    bounds.sort(key=lambda b: (b[0], b[1]))
+    cstarts = [a for a, _ in compute_union]
+    active: set[int] = set()
+    k = 0
+    while k < len(bounds):
+        t = bounds[k][0]
+        while k < len(bounds) and bounds[k][0] == t:
+            _, d, i = bounds[k]
+            if d < 0:
+                active.discard(i)
+            else:
+                active.add(i)
+            k += 1
+        if not active or k >= len(bounds):
+            continue
+        nxt = bounds[k][0]
+        seg = nxt - t
+        if seg <= 0:
+            continue
+        covered = _overlap(t, nxt, compute_union, cstarts)
+        exposed = seg - covered
+        if exposed > 0:
+            share = exposed / len(active)
+            for i in active:
+                out[i] += share
+    return out
+
+
+def _overlap(s: int, e: int, u: list[tuple[int, int]], starts: list[int]) -> int:
+    i = max(bisect.bisect_right(starts, s) - 1, 0)
+    acc = 0
+    while i < len(u) and u[i][0] < e:
+        lo, hi = max(u[i][0], s), min(u[i][1], e)
+        if hi > lo:
+            acc += hi - lo
+        i += 1
+    return acc
+
+
+@register("exposed_collectives")
+def detect(ctx: FindingContext) -> list[Finding]:
+    """Exposed-communication findings, one per (rank, collective type, message size, group)."""
+    ops = ctx.ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    coll = ops.filter(kind_str() == "collective")
+    if coll.height == 0:
+        return []
+    out: list[Finding] = []
+    for rank in sorted(coll["rank"].unique().to_list()):
+        out.extend(_rank_findings(ctx, ops.filter(pl.col("rank") == rank), int(rank)))
+    return out
+
+
+def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Finding]:
+    wall = wall_ns(ctx, rank)
+    groups: dict[tuple, dict] = defaultdict(lambda: defaultdict(float))
+    rank_comm = rank_exposed = rank_compute = 0
+    for dev in sorted(ops["device"].unique().to_list()):
+        d = ops.filter(pl.col("device") == dev)
+        c = d.filter(kind_str() == "collective").sort("start_ns")
+        if c.height == 0:
+            continue
+        u_comp = union_of(d.filter(~kind_str().is_in(list(NON_COMPUTE))))
+        spans = list(zip(c["start_ns"].to_list(), c["end_ns"].to_list()))
+        u_comm = union(spans)
+        rank_comm += total(u_comm)
+        rank_exposed += total(subtract(u_comm, u_comp))
+        rank_compute += total(u_comp)
+        shares = exposed_shares(spans, u_comp)
+        for row, ex in zip(c.iter_rows(named=True), shares):
+            key = (row["collective"] or "collective", row["op"] or short(row["name"], 60),
+                   row["comm_bytes"], row["group_size"])
+            g = groups[key]
+            g["count"] += 1
+            g["measured_ns"] += row["dur_ns"]
+            g["exposed_ns"] += ex
+            if row["comm_ns"] is not None:
+                g["roofline_ns"] += row["comm_ns"]
+                g["roofline_count"] += 1
+            g.setdefault("streams", set()).add(row["stream"])  # type: ignore[union-attr]
+            g.setdefault("steps", set()).add(row["step"])  # type: ignore[union-attr]
+            if ex > g.get("max_exposed_one_ns", -1.0):
+                g["max_exposed_one_ns"] = ex
+                g["worst_start_ns"] = row["start_ns"]
+                g["worst_end_ns"] = row["end_ns"]
+                g["worst_step"] = row["step"]
+    totals = {
+        "rank_comm_union_ns": rank_comm,
+        "rank_comm_exposed_ns": rank_exposed,
+        "rank_comm_overlapped_ns": rank_comm - rank_exposed,
+        "rank_compute_union_ns": rank_compute,
+        "window_ns": wall,
+    }
+    threshold = max(MIN_NS, MIN_SHARE * wall)
+    ranked = sorted(groups.items(), key=lambda kv: -kv[1]["exposed_ns"])
+    keep = [(k, g) for k, g in ranked if g["exposed_ns"] >= threshold]
+    rest = [(k, g) for k, g in ranked if g["exposed_ns"] < threshold] + keep[MAX_FINDINGS:]
+    keep = keep[:MAX_FINDINGS]
+    out = [_finding(ctx, rank, k, g, totals) for k, g in keep]
+    rest_ns = sum(g["exposed_ns"] for _, g in rest)
+    for f in out:
+        f.evidence["other_groups"] = len(rest)
+        f.evidence["other_groups_exposed_ns"] = rest_ns
+    if rest and rest_ns >= threshold:
+        f = Finding(
+            kind="exposed_collectives",
+            title=f"{len(rest)} more collective groups: {fmt_ns(rest_ns)} of communication exposed",
+            severity=severity(rest_ns, wall),
+            recoverable_ns=float(rest_ns),
+            explanation="Smaller collective groups whose exposed time is individually below the report "
+            "threshold; together they are worth the same overlap work as the groups above.",
+            evidence=plain({**totals, "groups": len(rest), "exposed_ns": rest_ns,
+                            "count": int(sum(g["count"] for _, g in rest))}),
+            rank=rank,
+            ops=[k[1] for k, _ in rest[:10]],
+            occurrences=int(sum(g["count"] for _, g in rest)),
+            docs="docs/findings/exposed_collectives.md",
+        )
+        out.append(f)
+    return out
+
+
+def _finding(ctx: FindingContext, rank: int, key: tuple, g: dict, totals: dict) -> Finding:
+    ctype, label, nbytes, gsize = key
+    n = int(g["count"])
+    measured = float(g["measured_ns"])
+    exposed = float(g["exposed_ns"])
+    roof = float(g["roofline_ns"]) if g.get("roofline_count") else None
+    slowdown = measured / roof if roof else None
+    steps = sorted(s for s in g["steps"] if s is not None)
+    per_step = n / len(steps) if steps else float(n)
+    size = fmt_bytes(nbytes) if nbytes is not None else "size unknown"
+    who = f"{ctype} {size}" + (f" (group {gsize})" if gsize else "")
+    title = f"{who} ×{n}: {fmt_ns(exposed)} exposed of {fmt_ns(measured)}"
+    if slowdown is not None and slowdown >= SLOW_FACTOR:
+        title += f"; runs {slowdown:.3g}× its link roofline"
+        verdict = "slow and exposed"
+    elif roof is not None:
+        verdict = "exposed (near its roofline)"
+    else:
+        verdict = "exposed (no roofline: message size or group unknown)"
+    link = ctx.chip.intra_node_bytes_per_s if (gsize or 0) <= GPUS_PER_NODE else (ctx.chip.inter_node_bytes_per_s or ctx.chip.intra_node_bytes_per_s)
+    expl = (
+        f"{n} {ctype} collectives ({label}) ran {fmt_ns(measured)} in total; {fmt_ns(exposed)} of it had no "
+        f"compute kernel running beside it on any stream of the device, so the device only waited on the "
+        f"network. "
+    )
+    if roof is not None:
+        expl += (
+            f"Their roofline (ring factor × {size} ÷ {link / 1e9 if link else float('nan'):.4g} GB/s) is "
+            f"{fmt_ns(roof)}: "
+        )
+        expl += (
+            "the collective itself is slow (check the link, NCCL algorithm/protocol, contention, stragglers on "
+            "other ranks) and also not overlapped. "
+            if slowdown is not None and slowdown >= SLOW_FACTOR
+            else "the transfer is near its roofline, so the loss is the missing overlap. "
+        )
+    expl += (
+        "Fix: overlap communication with compute (DDP gradient bucketing / bucket_cap_mb, FSDP forward/backward "
+        "prefetch, async tensor parallelism), issue collectives earlier, or change the parallelism layout so "
+        "less data crosses the slowest link."
+    )
+    wall = totals["window_ns"]
+    evidence = {
+        "collective": ctype,
+        "op": label,
+        "message_bytes": nbytes,
+        "group_size": gsize,
+        "count": n,
+        "per_step": per_step,
+        "steps": steps,
+        "streams": sorted(s for s in g["streams"] if s is not None),
+        "measured_ns": measured,
+        "exposed_ns": exposed,
+        "hidden_ns": measured - exposed,
+        "exposed_share": exposed / measured if measured else None,
+        "roofline_ns": roof,
+        "roofline_per_op_ns": (roof / g["roofline_count"]) if roof else None,
+        "slowdown_vs_roofline": slowdown,
+        "link_bytes_per_s": link,
+        "verdict": verdict,
+        "worst_exposed_one_ns": g.get("max_exposed_one_ns"),
+        "worst_step": g.get("worst_step"),
+        **totals,
+    }
+    return Finding(
+        kind="exposed_collectives",
+        title=title,
+        severity=severity(exposed, wall),
+        recoverable_ns=exposed,
+        explanation=expl,
+        evidence=plain(evidence),
+        rank=rank,
+        step=steps[0] if len(steps) == 1 else None,
+        stream=next(iter(g["streams"])) if len(g["streams"]) == 1 else None,
+        start_ns=g.get("worst_start_ns"),
+        end_ns=g.get("worst_end_ns"),
+        ops=[label],
+        occurrences=n,
+        docs="docs/findings/exposed_collectives.md",
+    )

@@ -1,0 +1,154 @@
+"""Host↔device copies and host synchronizations on the critical path.
+
+Two claims, disjoint from each other and from every other detector:
+
+* **copies**: ``Memcpy HtoD`` / ``Memcpy DtoH`` device ops (Kineto names them
+  ``Memcpy HtoD (Pageable -> Device)``, ``Memcpy DtoH (Device -> Pinned)``, ROCm ``... (Host ->
+  Device)``). Their *exposed* time is the union of their intervals minus the union of every
+  kernel and collective on the device (copy-only time, when the copy engine is the only thing
+  working). Recoverable = exposed copy time.
+* **syncs**: the device-idle gaps that contain the return of a host synchronization which
+  began before the device ran dry (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``,
+  ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``/``hipMemcpyWithStream``, a copy call
+  that blocked ≥ 20 µs, a ``cuda_sync`` event): after the host returns, the device waits for
+  the host to launch again (:mod:`traceroof.findings._idle`, label ``sync``). Recoverable = those gaps.
+
+See ``docs/findings/host_device_copies.md``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import polars as pl
+
+from . import Finding, FindingContext, register
+from ._common import fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, total, union, union_of, wall_ns
+from ._idle import OWNER_SYNC, timeline
+
+#: Report when the claim is at least this share of the rank's window ...
+MIN_SHARE = 0.005
+#: ... and at least this long (ns).
+MIN_NS = 5_000
+
+_DIRECTIONS = (
+    ("HtoD", r"(?i)HtoD|Host\s*->\s*Device|Pageable\s*->\s*Device|Pinned\s*->\s*Device"),
+    ("DtoH", r"(?i)DtoH|Device\s*->\s*Host|Device\s*->\s*Pageable|Device\s*->\s*Pinned"),
+)
+
+
+@register("host_device_copies")
+def detect(ctx: FindingContext) -> list[Finding]:
+    """Findings for exposed host↔device copies (per direction) and sync stalls, per rank."""
+    out: list[Finding] = []
+    ops = ctx.ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    for rank in sorted(ops["rank"].unique().to_list()):
+        r = ops.filter(pl.col("rank") == rank)
+        out.extend(_copy_findings(ctx, int(rank), r))
+        f = _sync_finding(ctx, int(rank))
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Finding]:
+    wall = wall_ns(ctx, rank)
+    mem = ops.filter(kind_str() == "memcpy")
+    if mem.height == 0:
+        return []
+    out = []
+    # per device: kernels and collectives (not claimable), plus what an earlier direction claimed
+    # (HtoD and DtoH copy engines can run at once: an instant is claimed once)
+    blocked: dict[int, list[tuple[int, int]]] = {}
+    for dev in mem["device"].unique().to_list():
+        blocked[dev] = union_of(ops.filter(pl.col("device") == dev, ~kind_str().is_in(["memcpy", "memset"])))
+    for direction, rx in _DIRECTIONS:
+        cp = mem.filter(pl.col("name").str.contains(rx))
+        if cp.height == 0:
+            continue
+        exposed = 0
+        for dev in cp["device"].unique().to_list():
+            c = cp.filter(pl.col("device") == dev)
+            u_cp = union_of(c)
+            mine = subtract(u_cp, blocked[dev])
+            exposed += total(mine)
+            if mine:
+                blocked[dev] = union(blocked[dev] + mine)
+        if exposed < max(MIN_NS, MIN_SHARE * wall):
+            continue
+        measured = int(cp["dur_ns"].sum())
+        nbytes = cp["bytes"].sum() if cp["bytes"].null_count() < cp.height else None
+        pageable = cp.filter(pl.col("name").str.contains("(?i)pageable")).height
+        bw = (float(nbytes) / measured * 1e9) if nbytes and measured else None
+        steps = sorted(s for s in cp["step"].unique().to_list() if s is not None)
+        ops_by = cp.group_by(pl.coalesce("op", "name").alias("l")).agg(pl.len()).sort(["len", "l"], descending=[True, False])
+        title = (
+            f"{direction} copies ×{cp.height:,} ({fmt_bytes(nbytes)}): {fmt_ns(exposed)} with nothing else "
+            "running on the device"
+        )
+        expl = (
+            f"{cp.height:,} {direction} copies moved {fmt_bytes(nbytes)} in {fmt_ns(measured)}"
+            + (f" ({bw / 1e9:.3g} GB/s)" if bw else "")
+            + f"; {fmt_ns(exposed)} of that ran with no kernel beside it, so the device waited on the PCIe/host link. "
+            + (f"{pageable} of them are from pageable host memory (synchronous, slow). " if pageable else "")
+            + "Fix: pin host buffers (pin_memory=True) and copy with non_blocking=True on a side stream so the copy "
+            "overlaps compute; keep data on the device; for DtoH, avoid .cpu()/.item() inside the step or batch them."
+        )
+        out.append(Finding(
+            kind="host_device_copies",
+            title=title,
+            severity=severity(exposed, wall),
+            recoverable_ns=float(exposed),
+            explanation=expl,
+            evidence=plain({
+                "what": "copies", "direction": direction, "count": cp.height, "bytes": nbytes,
+                "measured_ns": measured, "exposed_ns": exposed, "achieved_bytes_per_s": bw,
+                "pageable_count": pageable, "steps": steps, "window_ns": wall,
+                "by_op": [[short(a, 80), int(b)] for a, b in ops_by.head(5).iter_rows()],
+            }),
+            rank=rank,
+            step=steps[0] if len(steps) == 1 else None,
+            ops=[short(a, 80) for a, _ in ops_by.head(5).iter_rows()],
+            occurrences=cp.height,
+            docs="docs/findings/host_device_copies.md",
+        ))
+    return out
+
+
+def _sync_finding(ctx: FindingContext, rank: int) -> Finding | None:
+    wall = wall_ns(ctx, rank)
+    g = timeline(ctx).filter(pl.col("rank") == rank, pl.col("owner") == OWNER_SYNC)
+    rec = float(g["gap_ns"].sum()) if g.height else 0.0
+    if g.height == 0 or rec < max(MIN_NS, MIN_SHARE * wall):
+        return None
+    names = Counter(g["sync_name"].to_list())
+    steps = sorted(s for s in g["step"].unique().to_list() if s is not None)
+    big = g.sort("gap_ns", descending=True).row(0, named=True)
+    what = ", ".join(f"{n} ×{c}" for n, c in names.most_common(4))
+    title = f"host synchronizations stall the device: {g.height:,} stalls after {what} ({fmt_ns(rec)} idle)"
+    expl = (
+        f"{g.height:,} times the host blocked until the device drained ({what}); the device then sat idle until the "
+        f"host launched again, {fmt_ns(rec)} in total (largest {fmt_ns(big['gap_ns'])}). Each sync empties the "
+        "launch queue the host had built up. Fix: remove .item(), .tolist(), .cpu(), print(tensor) and explicit "
+        "torch.cuda.synchronize() from the step (log every N steps instead), use non_blocking copies with events, "
+        "and keep control flow on the device."
+    )
+    return Finding(
+        kind="host_device_copies",
+        title=title,
+        severity=severity(rec, wall),
+        recoverable_ns=rec,
+        explanation=expl,
+        evidence=plain({
+            "what": "syncs", "stalls": g.height, "idle_after_sync_ns": rec,
+            "by_call": dict(names), "largest_gap_ns": int(big["gap_ns"]), "steps": steps,
+            "window_ns": wall,
+        }),
+        rank=rank,
+        step=steps[0] if len(steps) == 1 else None,
+        start_ns=int(big["gap_start_ns"]),
+        end_ns=int(big["start_ns"]),
+        ops=list(names),
+        occurrences=g.height,
+        docs="docs/findings/host_device_copies.md",
+    )

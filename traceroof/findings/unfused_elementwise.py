@@ -1,0 +1,359 @@
+"""Unfused elementwise chains: back-to-back memory-bound elementwise / norm / reduction / cast /
+copy kernels on one stream whose intermediates round-trip HBM.
+
+**Runs.** On each (rank, device, stream), in start order, a run is a maximal sequence of
+*eligible* kernels: kind ``elementwise``, ``norm`` or ``reduction`` (casts and copies are
+``elementwise``), roofline ``bound`` ``memory`` or ``latency``, known bytes, not a
+compiler-fused kernel (``triton_*`` from Inductor, BC-26; XLA ``fusion``). Any other kernel on
+the stream ends the run; so does a step change, or an idle gap over :data:`RUN_MAX_GAP_NS`
+between two kernels of different framework ops (kernels of one framework op always stay
+together). A run needs at least two kernels.
+
+**Fused kernel.** The run's *members* are its framework ops (consecutive kernels with one
+``External id``). With recorded shapes (``record_shapes=True``) the fused kernel moves
+
+    reads of the first member (its cost formula's ``bytes_read``)
+    + every later member's input tensor whose size in bytes matches no tensor already
+      seen in the run (not an output of an earlier member, not an input already read)
+    + writes of the last member (its ``bytes_written``).
+
+A tensor of a size already seen is assumed to be that tensor (an intermediate, or the same
+external input read again). That undercounts a *different* external input of exactly the
+same size entering mid-run (a residual); the fused estimate is then low and the claim high.
+Without shapes the fused kernel is taken to move what the run's largest member moves. The
+fused estimate never exceeds what the run moved. Its roofline time is
+``max(fused_bytes / HBM bandwidth, chip launch floor)``: one fused kernel still costs a
+kernel.
+
+**Recoverable** per run = measured time of its kernels − fused roofline time (≥ 0). Runs
+with the same member sequence (across layers and steps) form one finding. See
+``docs/findings/unfused_elementwise.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from typing import Any
+
+import polars as pl
+
+from .. import costs
+from . import Finding, FindingContext, register
+from ._common import busy_ns, fmt_bytes, fmt_ns, kind_str, plain, severity, short, wall_ns
+
+#: Kinds a run is made of.
+KINDS = ("elementwise", "norm", "reduction")
+#: Roofline verdicts a run member may have.
+BOUNDS = ("memory", "latency")
+#: Compiler-fused kernels (Inductor/Triton, XLA fusions): already fused, never flagged.
+FUSED_RE = r"(?i)^triton_|triton_(poi|red|per)_|(^|[^a-z])fusion"
+#: Largest idle gap (ns) between kernels of different framework ops inside one run.
+RUN_MAX_GAP_NS = 100_000
+#: A run has at least this many kernels.
+MIN_KERNELS = 2
+#: Report a chain group when it gives back at least this share of the rank's device busy time ...
+MIN_SHARE_OF_BUSY = 0.005
+#: ... and at least this long (ns).
+MIN_NS = 1_000
+#: Chain groups reported per rank (the rest are summed into one finding).
+MAX_FINDINGS = 10
+
+
+@register("unfused_elementwise")
+def detect(ctx: FindingContext) -> list[Finding]:
+    """One finding per (rank, chain signature) worth reporting."""
+    runs = find_runs(ctx)
+    if not runs:
+        return []
+    bw = float(ctx.chip.hbm_bytes_per_s)
+    floor = float(ctx.chip.launch_overhead_ns)
+    cache: dict[tuple, tuple[float, str]] = {}
+    groups: dict[tuple, dict[str, Any]] = defaultdict(lambda: defaultdict(list))
+    for whole in runs:
+        for run in _split_by_dataflow(whole, _members(whole)):
+            members = run["members"]
+            sig = tuple((m["label"], len(m["dur"])) for m in members)
+            fused_bytes, method = _fused_bytes(members, cache)
+            moved = float(sum(sum(m["bytes"]) for m in members))
+            fused_bytes = min(fused_bytes, moved)
+            fused_ns = max(fused_bytes / bw * 1e9, floor)
+            measured = float(sum(sum(m["dur"]) for m in members))
+            g = groups[(run["rank"], sig)]
+            g["measured"].append(measured)
+            g["fused_ns"].append(fused_ns)
+            g["fused_bytes"].append(fused_bytes)
+            g["moved"].append(moved)
+            g["rec"].append(max(measured - fused_ns, 0.0))
+            g["method"].append(method)
+            g["step"].append(run["step"])
+            g["stream"].append(run["stream"])
+            g["start"].append(run["start"])
+            g["end"].append(run["end"])
+            g["names"].append([m["names"][0] for m in members])
+    out: list[Finding] = []
+    by_rank: dict[int, list] = defaultdict(list)
+    for (rank, sig), g in groups.items():
+        by_rank[rank].append((sig, g))
+    for rank, items in by_rank.items():
+        busy = busy_ns(ctx, rank)
+        wall = wall_ns(ctx, rank)
+        threshold = max(MIN_NS, MIN_SHARE_OF_BUSY * busy)
+        items.sort(key=lambda it: -sum(it[1]["rec"]))
+        keep = [it for it in items if sum(it[1]["rec"]) >= threshold]
+        rest = [it for it in items if sum(it[1]["rec"]) < threshold] + keep[MAX_FINDINGS:]
+        keep = keep[:MAX_FINDINGS]
+        for sig, g in keep:
+            out.append(_finding(ctx, int(rank), sig, g, busy, wall, bw, floor))
+        rest_ns = sum(sum(g["rec"]) for _, g in rest)
+        if rest and rest_ns >= threshold:
+            n = sum(len(g["rec"]) for _, g in rest)
+            out.append(Finding(
+                kind="unfused_elementwise",
+                title=f"{len(rest)} more unfused chains ({n:,} runs): {fmt_ns(rest_ns)} recoverable",
+                severity=severity(rest_ns, wall),
+                recoverable_ns=float(rest_ns),
+                explanation="Smaller unfused elementwise/norm chains, each below the report threshold; the same "
+                "fix (torch.compile, a fused kernel) applies.",
+                evidence=plain({"groups": len(rest), "runs": n, "recoverable_ns": rest_ns,
+                                "measured_ns": sum(sum(g["measured"]) for _, g in rest),
+                                "device_busy_ns": busy, "window_ns": wall}),
+                rank=int(rank),
+                ops=[" → ".join(lbl for lbl, _ in sig) for sig, _ in rest[:5]],
+                occurrences=n,
+                docs="docs/findings/unfused_elementwise.md",
+            ))
+    return out
+
+
+def eligible_expr() -> pl.Expr:
+    """Eligibility of one device op as a run member (see the module docstring)."""
+    fused = pl.col("name").fill_null("").str.contains(FUSED_RE) | pl.col("op").fill_null("").str.contains(FUSED_RE)
+    return (
+        kind_str().is_in(list(KINDS))
+        & pl.col("bound").is_in(list(BOUNDS))
+        & (pl.col("bytes").fill_null(0.0) > 0)
+        & (pl.col("dur_ns") > 0)
+        & ~fused
+        & ~pl.col("graph").fill_null(False)
+    )
+
+
+def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
+    """All runs of ≥ :data:`MIN_KERNELS` eligible kernels, each as a dict of parallel lists."""
+    g = ["rank", "device", "stream"]
+    ops = ctx.ops.select(
+        "rank", "device", "stream", "name", "op", "kind", "bound", "bytes", "dur_ns", "start_ns", "step",
+        "graph", "external_id",
+    ).with_columns(
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), eligible_expr().alias("elig")
+    ).sort(*g, "start_ns")
+    prev = lambda c: pl.col(c).shift(1).over(g)  # noqa: E731
+    same_ext = pl.col("external_id").is_not_null() & (pl.col("external_id") == prev("external_id")).fill_null(False)
+    first = pl.int_range(pl.len()).over(g) == 0
+    brk = (
+        first
+        | ~pl.col("elig")
+        | ~prev("elig").fill_null(False)
+        | (~same_ext & ((pl.col("start_ns") - prev("end_ns")) > RUN_MAX_GAP_NS).fill_null(True))
+        | pl.col("step").ne_missing(prev("step"))
+    )
+    ops = ops.with_columns(brk.cast(pl.Int64).cum_sum().over(g).alias("run"))
+    el = ops.filter("elig")
+    if el.height == 0:
+        return []
+    el = el.with_columns(pl.len().over(*g, "run").alias("_n")).filter(pl.col("_n") >= MIN_KERNELS)
+    if el.height == 0:
+        return []
+    shapes = (
+        ctx.host.filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
+        .join(el.select("rank", "external_id").unique(), on=["rank", "external_id"], how="semi")
+        .sort("start_ns", descending=True)
+        .unique(["rank", "external_id"], keep="first")
+        .select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")
+    )
+    el = el.join(shapes, on=["rank", "external_id"], how="left")
+    agg = el.sort(*g, "start_ns").group_by(*g, "run", maintain_order=True).agg(
+        pl.col("name"), pl.col("op"), pl.col("external_id"), pl.col("dur_ns"), pl.col("bytes"),
+        pl.col("input_dims"), pl.col("input_types"), pl.col("concrete_inputs"),
+        pl.col("start_ns"), pl.col("end_ns"), pl.col("step").first(),
+    )
+    return agg.to_dicts()
+
+
+def _label(op: str | None, name: str | None) -> str:
+    return op if op else short(name, 60)
+
+
+def _members(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Group a run's kernels into framework-op members (consecutive kernels of one External id)."""
+    out: list[dict[str, Any]] = []
+    for i in range(len(run["name"])):
+        ext = run["external_id"][i]
+        if out and ext is not None and out[-1]["ext"] == ext:
+            m = out[-1]
+        else:
+            m = {"ext": ext, "op": run["op"][i], "label": _label(run["op"][i], run["name"][i]),
+                 "dims": run["input_dims"][i], "types": run["input_types"][i],
+                 "conc": run["concrete_inputs"][i], "dur": [], "bytes": [], "names": [],
+                 "start": run["start_ns"][i], "end": run["end_ns"][i]}
+            out.append(m)
+        m["dur"].append(run["dur_ns"][i])
+        m["bytes"].append(run["bytes"][i] or 0.0)
+        m["names"].append(run["name"][i])
+        m["end"] = max(m["end"], run["end_ns"][i])
+    return out
+
+
+@functools.lru_cache(maxsize=65536)
+def _io_of(op: str, dims: str, types: str | None, conc: str | None) -> tuple[tuple[float, ...], float, float] | None:
+    c = costs.cost_of(op, dims, types, conc)
+    if c is None or c.bytes_read is None or c.bytes_written is None:
+        return None
+    args = costs.OpArgs(op, dims, types, conc)
+    return tuple(t.nbytes for _, t in args.tensors() if t.nbytes), float(c.bytes_read), float(c.bytes_written)
+
+
+def _io_sizes(m: dict[str, Any]) -> tuple[tuple[float, ...], float] | None:
+    """(input tensor sizes in bytes, bytes written) of a member, from its recorded shapes."""
+    if not (m["op"] and m["dims"]):
+        return None
+    io = _io_of(m["op"], m["dims"], m["types"], m["conc"])
+    return None if io is None else (io[0], io[2])
+
+
+def _reads(m: dict[str, Any]) -> float:
+    io = _io_of(m["op"], m["dims"], m["types"], m["conc"])
+    return io[1] if io is not None else 0.0
+
+
+def _split_by_dataflow(run: dict[str, Any], members: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Split a run where a member reads nothing an earlier member of the run wrote.
+
+    Only decided when both sides have recorded shapes (sizes in bytes are compared); without
+    shapes the run stays whole. Sub-runs keep at least :data:`MIN_KERNELS` kernels.
+    """
+    parts: list[list[dict[str, Any]]] = [[members[0]]]
+    written: set[float] | None = None
+    io0 = _io_sizes(members[0])
+    written = {io0[1]} if io0 else None
+    for m in members[1:]:
+        io = _io_sizes(m)
+        if io is not None and written is not None and not (set(io[0]) & written):
+            parts.append([m])
+            written = {io[1]}
+            continue
+        parts[-1].append(m)
+        written = (written | {io[1]}) if (io is not None and written is not None) else None
+    out = []
+    for p in parts:
+        if sum(len(m["dur"]) for m in p) < MIN_KERNELS:
+            continue
+        out.append({"rank": run["rank"], "stream": run["stream"], "step": run["step"], "members": p,
+                    "start": p[0]["start"], "end": max(m["end"] for m in p)})
+    return out
+
+
+def _fused_bytes(members: list[dict[str, Any]], cache: dict[tuple, tuple[float, str]]) -> tuple[float, str]:
+    """Bytes one fused kernel would move for these members, and the method used."""
+    key = tuple((m["op"], m["dims"], m["types"], m["conc"]) for m in members)
+    if all(k[0] and k[1] for k in key):
+        if key in cache:
+            return cache[key]
+        got = _from_shapes(members)
+        if got is not None:
+            cache[key] = (got, "shapes")
+            return cache[key]
+    return float(max(sum(m["bytes"]) for m in members)), "largest_member"
+
+
+def _from_shapes(members: list[dict[str, Any]]) -> float | None:
+    seen: set[float] = set()
+    total = 0.0
+    for i, m in enumerate(members):
+        io = _io_sizes(m)
+        if io is None:
+            return None
+        sizes, written = io
+        if i == 0:
+            total += _reads(m)
+            seen.update(sizes)
+        else:
+            for s in sizes:
+                if s not in seen:
+                    total += s
+                    seen.add(s)
+        seen.add(written)
+        if i == len(members) - 1:
+            total += written
+    return total
+
+
+def _finding(ctx: FindingContext, rank: int, sig: tuple, g: dict[str, Any], busy: int, wall: int,
+             bw: float, floor: float) -> Finding:
+    n = len(g["rec"])
+    rec = float(sum(g["rec"]))
+    measured = float(sum(g["measured"]))
+    k = sum(c for _, c in sig)
+    labels = [lbl for lbl, _ in sig]
+    names = [short(x.replace("aten::", ""), 28) for x in labels]
+    if len(names) > 6:
+        names = names[:3] + [f"… {len(names) - 5} more …"] + names[-2:]
+    chain = " → ".join(names)
+    steps = sorted({s for s in g["step"] if s is not None})
+    per_step = n / len(steps) if steps else float(n)
+    fused_b = sum(g["fused_bytes"]) / n
+    moved = sum(g["moved"]) / n
+    fused_ns = sum(g["fused_ns"]) / n
+    methods = sorted(set(g["method"]))
+    when = f"runs {per_step:.3g}× per step" if steps else f"runs {n:,}×"
+    title = f"unfused {k}-kernel chain ({chain}) {when}: {fmt_ns(rec)} recoverable"
+    expl = (
+        f"These {k} memory-bound kernels run back to back on one stream and each reads its input from HBM and "
+        f"writes its result back: one chain moves {fmt_bytes(moved)} and takes {fmt_ns(measured / n)}, while one "
+        f"fused kernel reading the chain's external inputs once and writing its final output once would move "
+        f"{fmt_bytes(fused_b)} (≥ {fmt_ns(fused_ns)} at {bw / 1e12:.3g} TB/s, one kernel floor {fmt_ns(floor)}). "
+        f"Over {n:,} occurrences that is {fmt_ns(rec)}. Fix: let a compiler fuse them (torch.compile, XLA/jax.jit), "
+        "or call the fused op (torch.nn.functional.rms_norm / layer_norm, fused optimizers with fused=True, "
+        "Apex/Liger/vLLM fused kernels)."
+    )
+    i0 = min(range(n), key=lambda i: g["start"][i])
+    streams = sorted(set(g["stream"]))
+    evidence = {
+        "chain": labels,
+        "kernels_per_chain": k,
+        "kernel_names": [short(x, 120) for x in g["names"][i0]],
+        "occurrences": n,
+        "steps": steps,
+        "per_step": per_step,
+        "measured_ns": measured,
+        "measured_per_chain_ns": measured / n,
+        "bytes_moved_per_chain": moved,
+        "fused_bytes_per_chain": fused_b,
+        "fused_roofline_per_chain_ns": fused_ns,
+        "fused_roofline_ns": float(sum(g["fused_ns"])),
+        "recoverable_ns": rec,
+        "recoverable_per_step_ns": rec / len(steps) if steps else None,
+        "fused_bytes_method": methods[0] if len(methods) == 1 else methods,
+        "hbm_bytes_per_s": bw,
+        "kernel_floor_ns": floor,
+        "streams": streams,
+        "device_busy_ns": busy,
+        "window_ns": wall,
+    }
+    return Finding(
+        kind="unfused_elementwise",
+        title=title,
+        severity=severity(rec, wall),
+        recoverable_ns=rec,
+        explanation=expl,
+        evidence=plain(evidence),
+        rank=rank,
+        step=steps[0] if len(steps) == 1 else None,
+        stream=streams[0] if len(streams) == 1 else None,
+        start_ns=int(g["start"][i0]),
+        end_ns=int(g["end"][i0]),
+        ops=labels,
+        occurrences=n,
+        docs="docs/findings/unfused_elementwise.md",
+    )
