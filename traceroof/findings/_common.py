@@ -89,17 +89,10 @@ def severity(recoverable_ns: float, wall: float) -> str:
 
 
 def fmt_ns(v: float | None) -> str:
-    """A duration with its unit (``3.1 ms``)."""
-    if v is None:
-        return "?"
-    a = abs(float(v))
-    if a >= 1e9:
-        return f"{v / 1e9:.3g} s"
-    if a >= 1e6:
-        return f"{v / 1e6:.3g} ms"
-    if a >= 1e3:
-        return f"{v / 1e3:.3g} µs"
-    return f"{v:.0f} ns"
+    """A duration with its unit (``3.1 ms``); ``?`` when unknown."""
+    from ..render.fmt import ns
+
+    return "?" if v is None else ns(v)
 
 
 def fmt_bytes(v: float | None) -> str:
