@@ -1,0 +1,229 @@
+"""Live capture (traceroof.capture): a real jax profiler server on loopback, and the failure
+layers of BC-19/BC-20 -- no server, idle server, silent server, empty or missing file."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceroof import capture as cap
+
+TARGET = textwrap.dedent(
+    """
+    import os, sys, time
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax, jax.numpy as jnp
+    port, mode, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    server = jax.profiler.start_server(port)  # keep the handle alive (BC-19)
+
+    @jax.jit
+    def loop_step(x):
+        return jnp.tanh(x @ x) * 0.5
+
+    x = jnp.ones((64, 64))
+    loop_step(x).block_until_ready()
+    print("READY", flush=True)
+    end = time.time() + seconds
+    while time.time() < end:
+        if mode == "busy":
+            x = loop_step(x).block_until_ready()
+        else:
+            time.sleep(0.05)
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def target(tmp_path):
+    pytest.importorskip("jax")
+    pytest.importorskip("xprof")
+    script = tmp_path / "target.py"
+    script.write_text(TARGET)
+    procs = []
+
+    def start(mode: str, seconds: float = 20.0) -> int:
+        port = _free_port()
+        p = subprocess.Popen([sys.executable, str(script), str(port), mode, str(seconds)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs.append(p)
+        line = p.stdout.readline()
+        assert line.strip() == "READY", f"target did not start: {line!r}"
+        return port
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait(timeout=10)
+
+
+def test_capture_end_to_end(target, tmp_path):
+    port = target("busy")
+    t0 = time.monotonic()
+    trace = cap.capture(f"127.0.0.1:{port}", 1.0, tmp_path / "out", timeout_s=60)
+    assert time.monotonic() - t0 < 30
+    path = Path(trace.meta.sources[0])
+    assert path.name.endswith(".xplane.pb") and path.stat().st_size > 0
+    assert (tmp_path / "out") in path.parents  # found recursively under plugins/profile/<ts>/
+    ops = trace.ops.filter(pl.col("hlo_module") == "jit_loop_step")
+    assert ops.height > 10  # the loop ran many times during the window
+    assert ops["dur_ns"].sum() > 0
+    # the dot of the loop: 2*64*64*64 FLOPs per execution, from the captured HLO
+    mm = ops.filter(pl.col("kind") == "matmul")
+    assert mm.height > 0 and set(mm["flops"].unique()) == {2.0 * 64**3}
+
+
+def test_capture_xplane_returns_the_written_file(target, tmp_path):
+    port = target("busy")
+    path = cap.capture_xplane(f"localhost:{port}", 0.5, tmp_path, timeout_s=60)
+    assert path.exists() and path.stat().st_size > 0
+    assert path.parent.parent.name == "profile" and path.parent.parent.parent.name == "plugins"
+
+
+def test_idle_server_is_an_empty_capture(target, tmp_path):
+    port = target("idle")
+    with pytest.raises(cap.EmptyCaptureError) as exc:
+        cap.capture(f"127.0.0.1:{port}", 0.5, tmp_path, timeout_s=60, retries=0)
+    assert exc.value.exit_code == 7
+    assert "recorded nothing" in str(exc.value) and "start_server" in str(exc.value)
+
+
+def test_refused_port_is_no_server_quickly():
+    port = _free_port()  # nothing listens there now
+    t0 = time.monotonic()
+    with pytest.raises(cap.NoServerError) as exc:
+        cap.capture(f"127.0.0.1:{port}", 1.0)
+    assert time.monotonic() - t0 < 3
+    assert exc.value.exit_code == 6
+    assert "connection refused" in str(exc.value)
+
+
+def test_unresolvable_host_is_no_server():
+    with pytest.raises(cap.NoServerError, match="cannot resolve"):
+        cap.capture_xplane("no-such-host.invalid:9999", 1.0)
+
+
+def test_silent_server_times_out(tmp_path):
+    """A port that accepts TCP and never speaks: the client is killed at the timeout."""
+    pytest.importorskip("xprof")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                pass
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(cap.CaptureTimeoutError) as exc:
+            cap.capture_xplane(f"127.0.0.1:{port}", 0.5, tmp_path, timeout_s=3, retries=0)
+        elapsed = time.monotonic() - t0
+        assert 2.5 < elapsed < 10
+        assert exc.value.exit_code == 8
+    finally:
+        stop.set()
+        th.join()
+        for c in held:
+            c.close()
+        srv.close()
+
+
+# --- client behaviour with a stand-in client (no jax needed) --------------------------------
+
+FAKE_CLIENT = textwrap.dedent(
+    """
+    import json, os, sys
+    address, logdir, duration_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    log = os.path.join(logdir, "calls.json")
+    calls = json.load(open(log)) if os.path.exists(log) else []
+    calls.append(duration_ms)
+    json.dump(calls, open(log, "w"))
+    mode = os.environ["FAKE_MODE"]
+    if mode == "empty-then-data" and len(calls) < 2:
+        print(json.dumps({"status": "error", "error": "UNAVAILABLE: No trace event was collected"}))
+        sys.exit(2)
+    run = os.path.join(logdir, "plugins", "profile", "2026_01_01_00_00_0%d" % len(calls))
+    os.makedirs(run, exist_ok=True)
+    with open(os.path.join(run, "h_1.xplane.pb"), "wb") as f:
+        if mode != "zero-bytes":
+            f.write(open(os.environ["FAKE_XPLANE"], "rb").read())
+    print(json.dumps({"status": "ok"}))
+    """
+)
+
+CPU_XPLANE = Path(__file__).resolve().parents[1] / "fixtures" / "jax_cpu" / "train_step.xplane.pb"
+
+
+@pytest.fixture
+def fake_server(monkeypatch):
+    """A listening socket (so the TCP probe passes) and the fake client in place of xprof's."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    monkeypatch.setattr(cap, "_CLIENT", FAKE_CLIENT)
+    monkeypatch.setenv("FAKE_XPLANE", str(CPU_XPLANE))
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def test_empty_capture_is_retried_with_a_longer_window(fake_server, monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_MODE", "empty-then-data")
+    trace = cap.capture(f"127.0.0.1:{fake_server}", 1.0, tmp_path, retries=1)
+    assert trace.ops.height == 477
+    assert json.loads((tmp_path / "calls.json").read_text()) == [1000, 2000]
+
+
+def test_zero_byte_file_is_an_empty_capture(fake_server, monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_MODE", "zero-bytes")
+    with pytest.raises(cap.EmptyCaptureError, match="empty file"):
+        cap.capture_xplane(f"127.0.0.1:{fake_server}", 1.0, tmp_path, retries=0)
+
+
+def test_parse_address():
+    assert cap.parse_address("localhost:9999") == ("localhost", 9999)
+    assert cap.parse_address("9999") == ("127.0.0.1", 9999)
+    assert cap.parse_address("grpc://10.0.0.1:6009") == ("10.0.0.1", 6009)
+    assert cap.parse_address("[::1]:9001") == ("::1", 9001)
+    with pytest.raises(cap.NoServerError):
+        cap.parse_address("localhost")
+
+
+def test_library_api_is_callable_however_imported():
+    import traceroof
+
+    first = traceroof.capture  # the function (lazy export) or the module, by import order
+    import traceroof.capture as module
+
+    assert callable(first) and callable(traceroof.capture) and callable(module)
+    assert module.capture_xplane and module.NoServerError
+    with pytest.raises(cap.NoServerError):
+        traceroof.capture(f"127.0.0.1:{_free_port()}", 0.5)
+    codes = {c.__name__: c.exit_code for c in (cap.NoServerError, cap.EmptyCaptureError,
+                                                cap.CaptureTimeoutError, cap.CaptureUnavailable)}
+    assert codes == {"NoServerError": 6, "EmptyCaptureError": 7, "CaptureTimeoutError": 8,
+                     "CaptureUnavailable": 9}
