@@ -109,9 +109,11 @@ def analyze(
     hfu = None
     st = summary.get("step_time_ns")
     fl = summary.get("flops_per_step")
+    ndev = summary.get("devices_per_rank") or 1
     if st and fl and peak:
-        hfu = fl / (st * 1e-9) / peak
-        summary["achieved_flops_per_s"] = fl / (st * 1e-9)
+        # per device: a rank with several devices (XPlane host) shares its FLOPs among them
+        hfu = fl / ndev / (st * 1e-9) / peak
+        summary["achieved_flops_per_s"] = fl / ndev / (st * 1e-9)
     if hfu is not None and hfu > 1.0:
         inconsistencies.append(
             {
@@ -250,7 +252,7 @@ def _per_step_utilization(steps: pl.DataFrame, peak: float | None, model_flops: 
     if not peak or steps.height == 0:
         return steps.with_columns(pl.lit(None, dtype=pl.Float64).alias("hfu"), pl.lit(None, dtype=pl.Float64).alias("mfu"))
     wall_s = pl.col("wall_ns").cast(pl.Float64) * 1e-9
-    hfu = pl.col("flops") / wall_s / peak
+    hfu = pl.col("flops") / pl.col("devices") / wall_s / peak
     mfu = (pl.lit(model_flops) / wall_s / (peak * n_devices)) if model_flops is not None else pl.lit(None, dtype=pl.Float64)
     return steps.with_columns(
         pl.when(hfu <= 1.0).then(hfu).alias("hfu"),

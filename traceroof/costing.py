@@ -131,8 +131,11 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         .select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")
     )
     ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left")
+    # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
+    ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))
 
     todo = ops.filter(
+        ~pl.col("_pre"),
         pl.col("cost_source") != "trace",
         pl.col("op").is_not_null(),
         pl.col("kind").cast(pl.String) != "collective",
@@ -172,14 +175,20 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         .then(n_k)
         .alias("_nk")
     )
-    has_shape_cost = pl.col("_f").is_not_null() & pl.col("_b").is_not_null() & (pl.col("cost_source") != "trace") & is_kern
-    kernel_kind = pl.col("name").map_batches(
-        lambda s: pl.Series([costs.kind_of_kernel(n or "") for n in s.to_list()], dtype=pl.String),
-        return_dtype=pl.String,
+    has_shape_cost = (
+        pl.col("_f").is_not_null() & pl.col("_b").is_not_null() & ~pl.col("_pre")
+        & (pl.col("cost_source") != "trace") & is_kern
+    )
+    # the kernel-name heuristic runs once per distinct name (a few hundred), not per row
+    names = ops["name"].fill_null("").unique().to_list()
+    kernel_kind = (
+        pl.col("name")
+        .fill_null("")
+        .replace_strict({n: costs.kind_of_kernel(n) for n in names}, default="other", return_dtype=pl.String)
     )
     cur_kind = pl.col("kind").cast(pl.String)
     new_kind = (
-        pl.when(cur_kind.is_in(["memcpy", "memset", "collective"]))
+        pl.when(cur_kind != "other")  # the parser's kind (copies, collectives, HLO categories)
         .then(cur_kind)
         .when(pl.col("_kind").is_not_null() & (pl.col("_kind") != "other"))
         .then(pl.col("_kind"))
@@ -190,8 +199,8 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         pl.when(has_shape_cost).then(pl.col("_b") * share).otherwise(pl.col("bytes")).alias("bytes"),
         pl.when(has_shape_cost)
         .then(pl.lit("shapes"))
-        .when(pl.col("cost_source") == "trace")
-        .then(pl.lit("trace"))
+        .when(pl.col("_pre") | (pl.col("cost_source") == "trace"))
+        .then(pl.col("cost_source"))
         .otherwise(pl.lit("name"))
         .alias("cost_source"),
         pl.coalesce(pl.col("dtype"), pl.col("_dtype")).alias("dtype"),
@@ -227,6 +236,6 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     )
     cov.uncosted_top = [(str(a), int(b)) for a, b in unc.iter_rows()]
     ops = ops.sort("_row").drop(
-        ["_row", "input_dims", "input_types", "concrete_inputs", "_f", "_b", "_kind", "_dtype", "_nk"]
+        ["_row", "_pre", "input_dims", "input_types", "concrete_inputs", "_f", "_b", "_kind", "_dtype", "_nk"]
     )
     return ops, cov

@@ -46,6 +46,8 @@ def detect_format(path: str | os.PathLike[str], head: bytes | None = None) -> st
             return "tar"
         if inner.lstrip()[:1] in (b"{", b"["):
             return "kineto"
+        if p.name.endswith(".xplane.pb.gz") or inner[:1] == b"\x0a":
+            return "xplane"
         if p.name.endswith((".tar.gz", ".tgz")):
             return "tar"
         raise TraceFormatError(p, "byte 0", "gzip of a Kineto JSON trace or of a tar of traces")

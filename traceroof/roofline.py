@@ -32,6 +32,9 @@ LATENCY_FACTOR = 2.0
 #: Above-roof tolerance: efficiency beyond this is an inconsistency, not a result (BC-29/31).
 ABOVE_ROOF_TOLERANCE = 1.05
 
+#: XLA async-pair instruction names (``copy-start.4``, ``all-gather-done``).
+ASYNC_PAIR_RE = r"-(start|done)(\.\d+)?$"
+
 #: GPUs per node assumed when choosing intra- vs inter-node links for a collective group.
 GPUS_PER_NODE = 8
 
@@ -184,12 +187,20 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
         pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).alias("intensity"),
     )
     terms = [pl.col("compute_ns"), pl.col("memory_ns"), pl.col("comm_ns")]
+    # XLA async pairs (copy-start/copy-done, all-gather-start/-done): the transfer runs between
+    # the two halves, overlapped with other ops. The "-start" half only issues it and the
+    # "-done" half waits for what is not yet finished, so their durations are exposed transfer
+    # time, not bandwidth use: their expected time is 0 (fully overlapped) and all of their
+    # duration is gap. The roofline terms are kept for reference.
+    is_async = pl.col("name").fill_null("").str.contains(ASYNC_PAIR_RE)
     known = pl.any_horizontal([t.is_not_null() for t in terms])
-    expected = pl.when(known).then(pl.max_horizontal(terms))
+    expected = pl.when(is_async).then(pl.lit(0.0)).when(known).then(pl.max_horizontal(terms))
     out = out.with_columns(expected.alias("expected_ns"))
     bound = (
         pl.when(pl.col("expected_ns").is_null())
         .then(pl.lit("unknown"))
+        .when(is_async)
+        .then(pl.when(coll).then(pl.lit("comm")).otherwise(pl.lit("memory")))
         .when(
             (pl.col("expected_ns") < floor_ns)
             & (pl.col("dur_ns") <= LATENCY_FACTOR * floor_ns)

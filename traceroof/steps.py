@@ -31,6 +31,7 @@ STEP_SCHEMA = {
     "ops": pl.Int64,
     "flops": pl.Float64,
     "partial": pl.Boolean,
+    "devices": pl.Int32,  # devices of the rank in this step (times are per-device means)
 }
 
 
@@ -88,29 +89,38 @@ def step_table(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.Dat
 
 
 def _breakdown(rank: int, step: int | None, s: int, e: int, sel: pl.DataFrame, partial: bool) -> tuple:
+    """One step of one rank. A rank with several devices (an XPlane host with 4 TPU chips)
+    gets each device's breakdown from its own unions, averaged over its devices; FLOPs are
+    the rank's total and ``devices`` says how many devices share them."""
     if sel.height:
         s = min(s, int(sel["start_ns"].min()))
         e = max(e, int(sel["end_ns"].max()))
-    kind = pl.col("kind").cast(pl.String)
-    coll = sel.filter(kind == "collective")
-    # compute = kernels that are not communication; copies and fills do not hide communication
-    comp = sel.filter(~kind.is_in(["collective", "memcpy", "memset"]))
-    busy = iv.union(sel)
-    u_coll = iv.union(coll)
-    u_comp = iv.union(comp)
-    u_cbound = iv.union(comp.filter(pl.col("bound") == "compute"))
-    comm_ns = iv.total(u_coll)
-    exposed = comm_ns - iv.total(iv.intersect(u_coll, u_comp))
-    cb = iv.total(u_cbound)
-    mb = iv.total(iv.union(sel.filter(kind != "collective"))) - cb
-    busy_ns = iv.total(busy)
     wall = e - s
+    devices = sorted(sel["device"].unique().to_list()) if sel.height else [0]
+    parts = [_device_breakdown(sel.filter(pl.col("device") == d)) for d in devices] if sel.height else [(0, 0, 0, 0, 0)]
+    n = len(parts)
+    busy_ns, cb, mb, comm_ns, exposed = (int(round(sum(p[i] for p in parts) / n)) for i in range(5))
     # FLOPs of the ops with a cost model; null (not 0) when no op in the step has one
     flops = float(sel["flops"].sum()) if sel["flops"].is_not_null().any() else None
     return (
         rank, step, s, e, wall, busy_ns, cb, mb, comm_ns, exposed, wall - busy_ns, sel.height,
-        flops, partial,
+        flops, partial, n,
     )
+
+
+def _device_breakdown(sel: pl.DataFrame) -> tuple[int, int, int, int, int]:
+    """(busy, compute-bound, memory/latency-bound, comm, exposed comm) ns of one device."""
+    kind = pl.col("kind").cast(pl.String)
+    coll = sel.filter(kind == "collective")
+    # compute = kernels that are not communication; copies and fills do not hide communication
+    comp = sel.filter(~kind.is_in(["collective", "memcpy", "memset"]))
+    u_coll = iv.union(coll)
+    u_comp = iv.union(comp)
+    comm_ns = iv.total(u_coll)
+    exposed = comm_ns - iv.total(iv.intersect(u_coll, u_comp))
+    cb = iv.total(iv.union(comp.filter(pl.col("bound") == "compute")))
+    mb = iv.total(iv.union(sel.filter(kind != "collective"))) - cb
+    return iv.total(iv.union(sel)), cb, mb, comm_ns, exposed
 
 
 def _partial_steps(ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, meta: TraceMeta) -> set:
@@ -171,4 +181,5 @@ def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
         "comm_exposed_ns": float(full["comm_exposed_ns"].mean()),
         "idle_ns": float(full["idle_ns"].mean()),
         "flops_per_step": None if full["flops"].is_null().all() else float(full["flops"].mean()),
+        "devices_per_rank": int(full["devices"].max()),
     }

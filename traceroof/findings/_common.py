@@ -49,9 +49,15 @@ def windows(ctx: FindingContext) -> dict[int, tuple[int, int]]:
 
 
 def wall_ns(ctx: FindingContext, rank: int) -> int:
-    """Length (ns) of rank ``rank``'s window (see :func:`windows`)."""
+    """Device time (ns) of rank ``rank``'s window (see :func:`windows`): its length times the
+    number of devices the rank drives, so shares of summed per-device times (busy, idle,
+    recoverable) stay ≤ 100 % on hosts with several devices (an XPlane host with 4 TPU chips)."""
     s, e = windows(ctx).get(int(rank), (0, 0))
-    return max(e - s, 0)
+    if "devices" not in ctx.cache:
+        ctx.cache["devices"] = {
+            int(r): int(n) for r, n in ctx.ops.group_by("rank").agg(pl.col("device").n_unique()).iter_rows()
+        }
+    return max(e - s, 0) * max(ctx.cache["devices"].get(int(rank), 1), 1)
 
 
 def busy_ns(ctx: FindingContext, rank: int) -> int:

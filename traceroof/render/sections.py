@@ -126,11 +126,21 @@ def ranking_rows(report: Report, top: int) -> list[list[str]]:
             fmt.ns(r["measured_ns"]),
             fmt.ns(r["expected_ns"]),
             fmt.ns(r["gap_ns"]),
-            fmt.pct(r["efficiency"]),
+            _efficiency(r["efficiency"]),
             str(r["bound"]),
             fmt.ratio(r["intensity"]),
         ])
     return out
+
+
+def _efficiency(v: Any) -> str:
+    """Efficiency as a percentage; above the 105 % tolerance it is not a result (see the
+    inconsistencies section), so it is never printed as one."""
+    from ..roofline import ABOVE_ROOF_TOLERANCE
+
+    if v is not None and v > ABOVE_ROOF_TOLERANCE:
+        return "above roof (!)"
+    return fmt.pct(v)
 
 
 def findings_rows(report: Report, top: int) -> list[list[str]]:
