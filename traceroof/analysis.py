@@ -45,7 +45,7 @@ def analyze(
     *,
     rank: int | None = None,
     step: int | None = None,
-    group_by: str = "op",
+    group_by: str | None = None,
     model_flops_per_step: float | None = None,
     model_flops_formula: str | None = None,
     n_devices: int | None = None,
@@ -59,7 +59,9 @@ def analyze(
             detect it from the trace.
         rank: keep only this rank.
         step: keep only this step (``ProfilerStep#N`` number).
-        group_by: ``op`` (framework op, else kernel name) or ``kernel``.
+        group_by: ``op`` (framework op, else kernel name) or ``kernel``; default ``op``
+            for Kineto traces and ``kernel`` (the HLO instruction) for XPlane, whose ``op``
+            is only the HLO opcode (every fusion would be one row).
         model_flops_per_step: model FLOPs of one step of the whole job (all devices), for
             MFU (:func:`traceroof.model.model_flops_per_step`); None → no MFU.
         model_flops_formula: how those FLOPs were computed (shown with the MFU).
@@ -92,6 +94,8 @@ def analyze(
             raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
         ops = ops.filter(pl.col("step") == step)
         steps = steps.filter(pl.col("step") == step)
+    if group_by is None:
+        group_by = "kernel" if trace.meta.format == "xplane" else "op"
     ranking = rank_ops(ops, by=group_by)
     summary: dict[str, Any] = steps_mod.summarize(steps)
     inconsistencies: list[dict[str, Any]] = []
