@@ -120,3 +120,28 @@ def test_every_command_help_has_an_example():
     for name, cmd in cli.commands.items():
         res = run(name, "--help")
         assert res.exit_code == 0 and "Example" in res.output, name
+
+
+def test_xplane_tpu_profile_end_to_end():
+    res = run("analyze", str(real("xprof/xprof/convert/test_xplanes/tpu_inference_2.xplane.pb")), "--format", "json", "-q", "--top", "50")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["chip"]["key"] == "tpu_v6e" and d["trace"]["format"] == "xplane"
+    assert d["coverage"]["trace_share"] == pytest.approx(1.0)  # per-op FLOPs/bytes from the trace
+    # async copy halves are exposed transfer time: expected 0, never "above the roof"
+    done = [r for r in d["ranking"] if r["label"].startswith("copy-done")]
+    assert done and all(r["expected_ns"] == 0 for r in done)
+    assert not any("copy" in (i.get("op") or "") for i in d["inconsistencies"])
+
+
+def test_cpu_jax_profile_with_a_user_chip_file():
+    from conftest import FIXTURES
+
+    chip = FIXTURES / "jax_cpu" / "cpu_chip.toml"
+    res = run("analyze", str(FIXTURES / "jax_cpu" / "train_step.xplane.pb"), "--chip", str(chip), "--format", "json", "-q")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["chip"]["peak_flops_per_s"]["fp32"] == 160e9 and d["chip"]["reason"].endswith("cpu_chip.toml")
+    assert d["coverage"]["costed_share"] == pytest.approx(1.0)
+    res = run("analyze", str(FIXTURES / "jax_cpu" / "train_step.xplane.pb"))
+    assert res.exit_code == 5 and "'CPU'" in res.output  # a CPU is no chip in the database
