@@ -189,8 +189,9 @@ def load_trace_or_report(path: str, *, jobs: int | None = None):  # type: ignore
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Rows of the ranking to show.")
 @click.option("--rank", type=int, help="Only this rank.")
 @click.option("--step", type=int, help="Only this step (ProfilerStep#N).")
-@click.option("--group-by", type=click.Choice(["op", "kernel"]), default="op", show_default=True,
-              help="Rank by framework op (falling back to kernel name) or by kernel name.")
+@click.option("--group-by", type=click.Choice(["op", "kernel"]),
+              help="Rank by framework op (falling back to kernel name) or by kernel name. "
+              "Default: op for Kineto, kernel (HLO instruction) for XPlane.")
 @click.option("--findings", "findings_opt", metavar="NAME,...",
               help="Only these detectors (comma-separated; default: all).")
 @model_options
@@ -199,7 +200,7 @@ def load_trace_or_report(path: str, *, jobs: int | None = None):  # type: ignore
 @debug_option
 @_handle_errors
 def analyze(trace: str, chip: str | None, fmt: str | None, output: str | None, top: int,
-            rank: int | None, step: int | None, group_by: str, findings_opt: str | None,
+            rank: int | None, step: int | None, group_by: str | None, findings_opt: str | None,
             model_path: str | None, tokens_per_step: float | None, seq_len: int | None, mode: str,
             model_flops_per_step: float | None, devices: int | None, jobs: int | None) -> None:
     """Rank the ops of TRACE by the time they lost against the roofline.
@@ -344,6 +345,43 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
     if not res.passed:
         click.echo("traceroof: gate failed", err=True)
         sys.exit(1)
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=str))
+@chip_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything but loopback exposes the trace to the network.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True, help="Port (0: any free port).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in the default browser.")
+@quiet_option
+@debug_option
+@_handle_errors
+def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool) -> None:
+    """Open the roofline dashboard of TRACE (or of a report saved with -o report.json).
+
+    Tabs: roofline, ranked ops, timeline, steps, findings. A trace that cannot be read
+    still starts the server, which shows the error line this command prints. Needs the
+    web extra: pip install 'traceroof[web]'.
+
+    \b
+    Examples:
+      traceroof serve trace.json.gz
+      traceroof serve report.json --port 8080 --open
+      traceroof serve trace.json.gz --chip a100 --host 0.0.0.0
+    """
+    try:
+        from .web import app as web
+    except ImportError as exc:
+        from .errors import UsageError
+
+        raise UsageError(f"serve needs the web extra ({exc.name} is missing): pip install 'traceroof[web]'") from exc
+
+    _progress(f"loading {trace}")
+    dash_app, error = web.load_app(trace, chip, load_trace_or_report, reraise=_State.debug)
+    if error:
+        click.echo(error, err=True)
+    web.run(dash_app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,8 +8,8 @@ per-rank Kineto traces, read in parallel processes and concatenated with a ``ran
 from __future__ import annotations
 
 import gzip
-import io
 import logging
+import multiprocessing
 import os
 import tarfile
 from collections.abc import Callable
@@ -117,7 +117,9 @@ def _parallel(items: list[str], fn: Callable[[str], Trace], jobs: int | None) ->
     jobs = jobs or os.cpu_count() or 1
     if len(items) == 1 or jobs == 1:
         return [fn(i) for i in items]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+    # spawn, not fork: forking a process whose polars/Rayon threads hold locks can deadlock
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
         return list(pool.map(fn, items))
 
 
@@ -188,4 +190,4 @@ def merge(traces: list[Trace]) -> Trace:
     )
 
 
-__all__ = ["read_trace", "detect_format", "merge", "io"]
+__all__ = ["read_trace", "detect_format", "merge"]

@@ -1,0 +1,453 @@
+"""Pure figure builders: an op table (or step table) and the chip in, a plotly Figure out.
+
+No Dash here and no state: the callbacks in :mod:`.callbacks` are one-line adapters to these
+functions, and the tests call them directly on real traces. Every trace a figure carries has
+``meta = {"role": ...}`` (``ops``, ``roof``, ``hbm``, ``ridge``, ``selected``, ``bars``,
+``launches``, ``breakdown``, ``utilization``) so tests and callbacks can tell them apart.
+
+Units: roofline axes are FLOP/byte (x) and FLOP/s (y); timeline x is ms since the trace
+origin; step bars are ms.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import plotly.graph_objects as go
+import polars as pl
+
+from ..render import fmt
+from . import views
+
+#: One colour per op kind (stable across figures and pages).
+KIND_COLORS: dict[str, str] = {
+    "matmul": "#1f77b4",
+    "attention": "#9467bd",
+    "conv": "#17becf",
+    "elementwise": "#ff7f0e",
+    "reduction": "#bcbd22",
+    "norm": "#e377c2",
+    "collective": "#d62728",
+    "memcpy": "#8c564b",
+    "memset": "#7f7f7f",
+    "other": "#2ca02c",
+}
+SELECT_COLOR = "#111111"
+FINDING_FILL = "rgba(214, 39, 40, 0.10)"
+FOCUS_FILL = "rgba(214, 39, 40, 0.28)"
+DTYPE_ORDER = ["fp8", "int8", "bf16", "fp16", "tf32", "fp32", "fp64"]
+_BASE_LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "margin": {"l": 70, "r": 30, "t": 70, "b": 60},
+    "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
+    "hoverlabel": {"align": "left"},
+}
+
+
+# --------------------------------------------------------------------- roofline
+def roofs(chip: dict[str, Any]) -> list[tuple[list[str], float]]:
+    """The chip's distinct compute roofs: (dtypes sharing the peak, peak FLOP/s), highest first."""
+    peaks = {k: float(v) for k, v in (chip.get("peak_flops_per_s") or {}).items() if v}
+    by_value: dict[float, list[str]] = {}
+    for k in sorted(peaks, key=lambda d: DTYPE_ORDER.index(d) if d in DTYPE_ORDER else 99):
+        by_value.setdefault(peaks[k], []).append(k)
+    return sorted(((d, p) for p, d in by_value.items()), key=lambda x: -x[1])
+
+
+def ridge_point(peak_flops_per_s: float, hbm_bytes_per_s: float) -> float:
+    """Arithmetic intensity (FLOP/byte) where the HBM slope meets a compute roof: peak ÷ bandwidth."""
+    return peak_flops_per_s / hbm_bytes_per_s
+
+
+def roofline_figure(
+    ops: pl.DataFrame,
+    chip: dict[str, Any],
+    *,
+    by: str = "op",
+    selected: str | None = None,
+    max_points: int = 20_000,
+) -> go.Figure:
+    """Log-log roofline: arithmetic intensity vs achieved FLOP/s, one point per op group.
+
+    Args:
+        ops: op table with roofline columns (already filtered to the rank/step shown).
+        chip: ``Report.chip``: ``peak_flops_per_s`` (dense FLOP/s per dtype),
+            ``hbm_bytes_per_s`` (B/s), ``name``.
+        by: op-group key, ``op`` or ``kernel`` (:func:`views.label_expr`).
+        selected: label of the selected op group (ringed).
+        max_points: most groups drawn (largest measured time first); the rest are named in
+            the subtitle. One point per group keeps 10^5+ ops fast; points are WebGL.
+
+    Returns:
+        A figure whose ``ops`` traces (one per kind) hold one point per placeable op group:
+        x = Σflops/Σbytes, y = Σflops/Σdur over the group's ops with both numbers; marker
+        area ∝ the group's device time; ``customdata`` = the group label. One ``roof`` trace
+        per distinct dtype peak (horizontal from its ridge), the ``hbm`` slope and the
+        ``ridge`` points (x = peak ÷ bandwidth).
+    """
+    fig = go.Figure()
+    fig.update_layout(**_BASE_LAYOUT)
+    W = float(chip.get("hbm_bytes_per_s") or 0)
+    roof_list = roofs(chip)
+    if not roof_list or not W:
+        return _empty(fig, "No chip peaks: nothing to put against a roofline (CPU-only or metadata-only trace).")
+    groups = views.op_groups(ops, by)
+    placed = views.roofline_groups(groups).sort("measured_ns", descending=True)
+    shown = placed.head(max_points)
+    used = set(shown["peak_dtype"].drop_nulls().to_list()) if shown.height else set()
+
+    ridges = [ridge_point(p, W) for _, p in roof_list]
+    xs = shown["roof_intensity"].to_list() + ridges
+    ys = shown["achieved_flops_per_s"].to_list()
+    x_lo, x_hi = min(xs) / 4, max(xs) * 4
+    y_hi = roof_list[0][1] * 2.5
+    y_lo = min(ys + [W * x_lo, roof_list[-1][1]]) / 3
+
+    # roofs: HBM slope up to the highest ridge, then one flat roof per distinct peak
+    fig.add_trace(go.Scatter(
+        x=[x_lo, max(ridges)], y=[W * x_lo, W * max(ridges)], mode="lines",
+        line={"color": "#444", "width": 2}, name=f"HBM {fmt.bytes_per_s(W)}", legendgroup="roofs",
+        hovertemplate=f"HBM slope: {fmt.bytes_per_s(W)} × intensity<extra></extra>",
+        meta={"role": "hbm", "hbm_bytes_per_s": W},
+    ))
+    for dtypes, peak in roof_list:
+        on = bool(used & set(dtypes))
+        r = ridge_point(peak, W)
+        name = "/".join(dtypes)
+        fig.add_trace(go.Scatter(
+            x=[r, x_hi], y=[peak, peak], mode="lines",
+            line={"color": "#444" if on else "#9a9a9a", "width": 2 if on else 1, "dash": "solid" if on else "dot"},
+            name=f"{name} roof {fmt.flops_per_s(peak)}", legendgroup="roofs",
+            hovertemplate=f"{name} dense peak {fmt.flops_per_s(peak)}<extra></extra>",
+            meta={"role": "roof", "dtypes": dtypes, "peak_flops_per_s": peak, "used": on},
+        ))
+        fig.add_annotation(x=math.log10(x_hi), y=math.log10(peak), text=f"{name} {fmt.flops_per_s(peak)}",
+                           xanchor="right", yanchor="bottom", showarrow=False,
+                           font={"size": 10, "color": "#333" if on else "#888"})
+    fig.add_trace(go.Scatter(
+        x=ridges, y=[p for _, p in roof_list], mode="markers",
+        marker={"symbol": "diamond", "size": 9, "color": "#444"}, name="ridge points", legendgroup="roofs",
+        text=[f"ridge point {'/'.join(d)}: {ridge_point(p, W):.0f} FLOP/byte ({fmt.flops_per_s(p)} ÷ {fmt.bytes_per_s(W)})"
+              for d, p in roof_list],
+        hovertemplate="%{text}<extra></extra>",
+        meta={"role": "ridge", "ridges": ridges},
+    ))
+
+    # op groups: one WebGL trace per kind
+    if shown.height:
+        tmax = float(shown["measured_ns"].max())
+        for kind in [k for k in KIND_COLORS if k in set(shown["kind"].to_list())] + sorted(
+                set(shown["kind"].to_list()) - set(KIND_COLORS)):
+            sub = shown.filter(pl.col("kind") == kind)
+            fig.add_trace(go.Scattergl(
+                x=sub["roof_intensity"].to_list(), y=sub["achieved_flops_per_s"].to_list(), mode="markers",
+                name=kind,
+                marker={"color": KIND_COLORS.get(kind, "#2ca02c"), "opacity": 0.75,
+                        "size": [5 + 35 * math.sqrt(t / tmax) for t in sub["measured_ns"].to_list()],
+                        "line": {"width": 0.5, "color": "#ffffff"}},
+                customdata=sub["label"].to_list(),
+                text=[_roof_hover(r, chip, W) for r in sub.iter_rows(named=True)],
+                hovertemplate="%{text}<extra></extra>",
+                meta={"role": "ops", "kind": kind},
+            ))
+        if selected is not None:
+            sel = shown.filter(pl.col("label") == selected)
+            if sel.height:
+                fig.add_trace(go.Scatter(
+                    x=sel["roof_intensity"].to_list(), y=sel["achieved_flops_per_s"].to_list(), mode="markers",
+                    marker={"symbol": "circle-open", "size": 5 + 35 * math.sqrt(float(sel["measured_ns"][0]) / tmax) + 10,
+                            "color": SELECT_COLOR, "line": {"width": 3}},
+                    name="selected", customdata=sel["label"].to_list(), hoverinfo="skip",
+                    meta={"role": "selected", "label": selected},
+                ))
+    else:
+        fig.add_annotation(text="No op has both FLOPs and bytes: nothing to place under the roofs.",
+                           xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font={"size": 14})
+    fig.update_layout(
+        title={"text": f"Roofline · {chip.get('name', '')}", "subtitle": {"text": views.roofline_note(groups, shown.height)}},
+        xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)", "range": [math.log10(x_lo), math.log10(x_hi)],
+               "exponentformat": "power"},
+        yaxis={"type": "log", "title": "achieved FLOP/s", "range": [math.log10(y_lo), math.log10(y_hi)],
+               "exponentformat": "SI"},
+        legend={"itemsizing": "constant"},
+        clickmode="event",
+        hovermode="closest",
+        uirevision="roofline",
+        meta={"points": shown.height, "groups": groups.height},
+    )
+    return fig
+
+
+def _roof_hover(r: dict[str, Any], chip: dict[str, Any], W: float) -> str:
+    peak = (chip.get("peak_flops_per_s") or {}).get(r["peak_dtype"]) if r["peak_dtype"] else None
+    attain = min(peak, W * r["roof_intensity"]) if peak else None
+    lines = [
+        f"<b>{_esc(fmt.short(r['label'], 90))}</b>",
+        f"{r['kind']} · {r['count']:,} ops · {fmt.ns(r['measured_ns'])} ({fmt.pct(r['share'])} of device time)",
+        f"intensity {r['roof_intensity']:.3g} FLOP/byte · achieved {fmt.flops_per_s(r['achieved_flops_per_s'])}",
+        f"FLOPs {fmt.count(r['roof_flops'])} · bytes {fmt.count(r['roof_bytes'], 'B')}",
+    ]
+    if attain:
+        lines.append(f"roof here ({r['peak_dtype']}): {fmt.flops_per_s(attain)} → {fmt.pct(r['achieved_flops_per_s'] / attain)} of it")
+    lines.append(f"roofline {fmt.ns(r['expected_ns'])} · gap {fmt.ns(r['gap_ns'])} · efficiency {fmt.pct(r['efficiency'])} · {r['bound']}-bound")
+    return "<br>".join(lines)
+
+
+# --------------------------------------------------------------------- timeline
+def timeline_figure(
+    ops: pl.DataFrame,
+    *,
+    findings: list[dict[str, Any]] | tuple[()] = (),
+    selected: str | None = None,
+    by: str = "op",
+    window: tuple[float, float] | list[float] | None = None,
+    focus: int | None = None,
+    max_bars: int = 4000,
+    launches: bool = True,
+    uirevision: str = "timeline",
+) -> go.Figure:
+    """A Gantt of device streams (and host launches) for the ops given (one step, usually).
+
+    Args:
+        ops: op table rows to draw (filtered to the rank(s)/step chosen).
+        findings: ``Report.findings``; those overlapping the time drawn are shaded.
+        selected: label of the selected op group; its ops get a ``selected`` trace on top.
+        by: op-group key (``op``/``kernel``) that ``selected`` refers to.
+        window: (start_ns, end_ns) to show; None = all of ``ops``. The x axis is set to it;
+            when ``ops`` has more than ``max_bars`` rows, only the window's ops are drawn.
+        focus: index (into ``findings``) of a finding to emphasise.
+        max_bars: above this many ops in view, each row's ops are merged into time buckets
+            (:func:`views.aggregate_bars`); zooming in (a smaller ``window``) shows single ops.
+        launches: add a "host launches" row from ``launch_start_ns``/``launch_dur_ns``.
+        uirevision: plotly ``uirevision`` (keeps the user's zoom while it is unchanged).
+
+    Returns:
+        A figure with horizontal ``bars`` traces (one per kind; x = duration ms, base =
+        start ms since the trace origin, y = row), a ``launches`` trace, a ``selected`` trace
+        and one shaded rectangle per finding in view. ``layout.meta`` has ``ops_in_view``,
+        ``bars`` and ``aggregated``.
+    """
+    fig = go.Figure()
+    fig.update_layout(**_BASE_LAYOUT)
+    if ops.height == 0:
+        return _empty(fig, "No device ops in this selection.")
+    rows = views.timeline_rows(ops, launches=launches)
+    multi = ops["rank"].n_unique() > 1
+    order = list(reversed(rows))  # plotly puts the first category at the bottom
+    win = tuple(window) if window is not None else None
+    # all ops when they fit (plotly zooms by itself); else only the window's, merged if still too many
+    vis = (ops if ops.height <= max_bars else views.window_ops(ops, win)).with_columns(views.label_expr(by).alias("label"))
+    row_key = _row_expr(multi)
+    n_dev_rows = max(1, sum(1 for r in rows if not r.endswith("host launches")))
+    aggregated = vis.height > max_bars
+    n_bars = 0
+    if aggregated:
+        bars = views.aggregate_bars(vis, row_key, max(20, max_bars // n_dev_rows))
+    else:
+        bars = vis.with_columns(row_key.alias("row"), pl.col("kind").cast(pl.String),
+                                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                                pl.lit(1).alias("count"), pl.col("dur_ns").alias("busy_ns"))
+    for kind in [k for k in KIND_COLORS if k in set(bars["kind"].to_list())] + sorted(
+            set(bars["kind"].to_list()) - set(KIND_COLORS)):
+        sub = bars.filter(pl.col("kind") == kind)
+        n_bars += sub.height
+        fig.add_trace(go.Bar(
+            orientation="h", name=kind, y=sub["row"].to_list(),
+            base=[s / 1e6 for s in sub["start_ns"].to_list()],
+            x=[max(e - s, 1) / 1e6 for s, e in zip(sub["start_ns"].to_list(), sub["end_ns"].to_list())],
+            marker={"color": KIND_COLORS.get(kind, "#2ca02c"), "line": {"width": 0}},
+            customdata=sub["label"].to_list(),
+            text=[_bar_hover(r, aggregated) for r in sub.iter_rows(named=True)],
+            textposition="none", hovertemplate="%{text}<extra></extra>", width=0.72,
+            meta={"role": "bars", "kind": kind, "ops": int(sub["count"].sum())},
+        ))
+    if launches:
+        _add_launches(fig, vis, multi, max_bars, n_dev_rows)
+    if selected is not None:
+        sel = vis.filter(pl.col("label") == selected).head(max_bars)
+        if sel.height:
+            fig.add_trace(go.Scatter(
+                x=[(s + d / 2) / 1e6 for s, d in zip(sel["start_ns"].to_list(), sel["dur_ns"].to_list())],
+                y=_row_values(sel, multi), mode="markers", name=f"selected: {fmt.short(selected, 40)}",
+                marker={"symbol": "diamond", "size": 11, "color": "#ffd400", "line": {"width": 1.5, "color": SELECT_COLOR}},
+                customdata=sel["label"].to_list(),
+                text=[f"<b>selected</b>: {_esc(fmt.short(n, 90))}<br>{fmt.ns(d)}" for n, d in
+                      zip(sel["name"].to_list(), sel["dur_ns"].to_list())],
+                hovertemplate="%{text}<extra></extra>",
+                meta={"role": "selected", "label": selected, "ops": sel.height},
+            ))
+    t0 = int(ops["start_ns"].min())
+    t1 = int((ops["start_ns"] + ops["dur_ns"]).max())
+    ranks = sorted(ops["rank"].unique().to_list())
+    n_marked = 0
+    for i, f in views.findings_in_view(list(findings), ranks, *(win or (t0, t1)))[:60]:
+        y0, y1 = _finding_rows(f, order, multi)
+        fig.add_shape(type="rect", xref="x", yref="y" if y0 is not None else "paper",
+                      x0=f["start_ns"] / 1e6, x1=f["end_ns"] / 1e6,
+                      y0=y0 if y0 is not None else 0, y1=y1 if y1 is not None else 1,
+                      fillcolor=FOCUS_FILL if i == focus else FINDING_FILL,
+                      line={"width": 1.5 if i == focus else 0, "color": "#d62728"}, layer="below")
+        fig.add_annotation(x=f["start_ns"] / 1e6, y=1 + 0.035 * (n_marked % 3), yref="paper", xanchor="left",
+                           yanchor="bottom", text=f"#{i + 1}", showarrow=False, font={"size": 10, "color": "#b22222"},
+                           hovertext=_esc(f"#{i + 1} {f.get('title', f.get('kind', ''))} · recoverable "
+                                          f"{fmt.ns(f.get('recoverable_ns'))}"))
+        n_marked += 1
+    height = max(420, 205 + 46 * len(order))
+    sub_txt = f"{vis.height:,} ops in view"
+    if aggregated:
+        sub_txt += f", merged into {n_bars:,} bars (zoom in to see single ops)"
+    sub_txt += " · shaded: findings" if findings else ""
+    fig.update_layout(
+        title={"text": "Timeline", "subtitle": {"text": sub_txt}},
+        barmode="overlay",
+        xaxis={"title": "time since trace start (ms)", "showgrid": True, "zeroline": False,
+               **({"range": [win[0] / 1e6, win[1] / 1e6]} if win else {})},
+        yaxis={"type": "category", "categoryorder": "array", "categoryarray": order, "range": [-0.6, len(order) - 0.4],
+               "fixedrange": True, "automargin": True},
+        height=height,
+        dragmode="zoom",
+        hovermode="closest",
+        clickmode="event",
+        uirevision=uirevision,
+        margin={"l": 70, "r": 30, "t": 95, "b": 110},
+        legend={"orientation": "h", "x": 0, "y": -62 / (height - 205), "yanchor": "top"},  # below the axis title
+        meta={"ops_in_view": vis.height, "bars": n_bars, "aggregated": aggregated, "rows": rows},
+    )
+    return fig
+
+
+def _row_expr(multi: bool) -> pl.Expr:
+    s = pl.lit("stream ") + pl.col("stream").cast(pl.String)
+    return (pl.lit("rank ") + pl.col("rank").cast(pl.String) + pl.lit(" · ") + s) if multi else s
+
+
+def _row_values(df: pl.DataFrame, multi: bool) -> list[str]:
+    return df.select(_row_expr(multi).alias("row"))["row"].to_list()
+
+
+def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: bool, max_bars: int, n_rows: int) -> None:
+    la = vis.filter(pl.col("launch_start_ns").is_not_null()).select(
+        "rank", "label", "name", "kind",
+        pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_dur_ns").fill_null(0).alias("dur_ns"),
+    )
+    if la.height == 0:
+        return
+    key = (pl.lit("rank ") + pl.col("rank").cast(pl.String) + pl.lit(" · host launches")) if multi else pl.lit("host launches")
+    if la.height > max_bars:
+        b = views.aggregate_bars(la, key, max(20, max_bars // n_rows))
+    else:
+        b = la.with_columns(key.alias("row"), (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                            pl.lit(1).alias("count"), pl.col("dur_ns").alias("busy_ns"))
+    fig.add_trace(go.Bar(
+        orientation="h", name="host launch", y=b["row"].to_list(),
+        base=[s / 1e6 for s in b["start_ns"].to_list()],
+        x=[max(e - s, 1) / 1e6 for s, e in zip(b["start_ns"].to_list(), b["end_ns"].to_list())],
+        marker={"color": "#555555", "line": {"width": 0}}, width=0.5,
+        customdata=b["label"].to_list(),
+        text=[f"launch of {_esc(fmt.short(r['name'], 80))}<br>{fmt.ns(r['busy_ns'])}" + (f" ({r['count']:,} launches)" if r["count"] > 1 else "")
+              for r in b.iter_rows(named=True)],
+        textposition="none", hovertemplate="%{text}<extra></extra>",
+        meta={"role": "launches", "launches": int(b["count"].sum())},
+    ))
+
+
+def _bar_hover(r: dict[str, Any], aggregated: bool) -> str:
+    if aggregated and r["count"] > 1:
+        return (f"<b>{r['count']:,} ops</b> {r['start_ns'] / 1e6:.3f}–{r['end_ns'] / 1e6:.3f} ms, busy {fmt.ns(r['busy_ns'])}"
+                f"<br>most time: {_esc(fmt.short(r['name'], 90))} ({r['kind']})")
+    lines = [f"<b>{_esc(fmt.short(r['name'], 90))}</b>"]
+    if r.get("label") and r["label"] != r["name"]:
+        lines.append(f"op: {_esc(fmt.short(r['label'], 60))}")
+    lines.append(f"{r['kind']} · start {r['start_ns'] / 1e6:.4f} ms · {fmt.ns(r['dur_ns'] if 'dur_ns' in r else r['busy_ns'])}")
+    if r.get("bound") is not None:
+        lines.append(f"{r['bound']}-bound · roofline {fmt.ns(r.get('expected_ns'))} · gap {fmt.ns(r.get('gap_ns'))} · "
+                     f"efficiency {fmt.pct(r.get('efficiency'))}")
+    return "<br>".join(lines)
+
+
+def _finding_rows(f: dict[str, Any], order: list[str], multi: bool) -> tuple[float | None, float | None]:
+    """The y extent (category positions) of a finding: its rank's rows when several ranks are drawn."""
+    if not multi or f.get("rank") is None:
+        return None, None
+    idx = [i for i, r in enumerate(order) if r.startswith(f"rank {f['rank']} ·")]
+    if not idx:
+        return None, None
+    return min(idx) - 0.5, max(idx) + 0.5
+
+
+# --------------------------------------------------------------------- steps
+BREAKDOWN = (
+    ("compute_bound_ns", "compute-bound", "#1f77b4"),
+    ("memory_bound_ns", "memory / latency-bound", "#ff7f0e"),
+    ("comm_only_ns", "communication only", "#d62728"),
+    ("idle_ns", "idle", "#c7c7c7"),
+)
+
+
+def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> go.Figure:
+    """Per-step stacked device time (compute / memory / communication only / idle) with HFU/MFU.
+
+    Args:
+        steps: ``Report.steps`` (one row per (rank, step); ``traceroof.steps.STEP_SCHEMA``
+            plus ``hfu``, ``mfu``).
+        rank: one rank, or ``"all"``.
+
+    Returns:
+        A stacked bar figure (ms; the four parts of a step add up to its wall time, all
+        unions over streams) with HFU and MFU (%, right axis) as lines where known.
+    """
+    fig = go.Figure()
+    fig.update_layout(**_BASE_LAYOUT)
+    v = views.steps_view(steps, rank)
+    if v.height == 0:
+        return _empty(fig, "No steps (no device ops).")
+    labels = v["label"].to_list()
+    wall = v["wall_ns"].to_list()
+    exposed = v["comm_exposed_ns"].to_list()
+    for col, name, color in BREAKDOWN:
+        vals = v[col].to_list()
+        text = [f"{name}: {fmt.ns(x)} ({fmt.pct((x or 0) / w if w else None)} of the step)" for x, w in zip(vals, wall)]
+        if col == "comm_only_ns":
+            text = [t + f"<br>exposed communication (not hidden by compute): {fmt.ns(e)}" for t, e in zip(text, exposed)]
+        fig.add_trace(go.Bar(
+            x=labels, y=[(x or 0) / 1e6 for x in vals], name=name, marker={"color": color},
+            text=text, textposition="none", hovertemplate="%{x}<br>%{text}<extra></extra>",
+            meta={"role": "breakdown", "column": col},
+        ))
+    for col, name, dash in (("hfu", "HFU", "solid"), ("mfu", "MFU", "dash")):
+        if col in v.columns and v[col].drop_nulls().len():
+            fig.add_trace(go.Scatter(
+                x=labels, y=[None if x is None else 100 * x for x in v[col].to_list()], name=name, yaxis="y2",
+                mode="lines+markers", line={"color": "#111", "dash": dash}, marker={"size": 7},
+                hovertemplate=f"%{{x}}<br>{name} %{{y:.1f}} %<extra></extra>",
+                meta={"role": "utilization", "column": col},
+            ))
+    for lab, part in zip(labels, v["partial"].to_list()):
+        if part:
+            fig.add_annotation(x=lab, y=1, yref="paper", text="partial", showarrow=False, font={"size": 10, "color": "#b22222"})
+    fig.update_layout(
+        title={"text": "Steps", "subtitle": {"text": "device time per step (unions over streams): the four parts add up to the "
+                                                     "step's wall time; communication hidden under other kernels counts "
+                                                     "with them"}},
+        barmode="stack",
+        xaxis={"type": "category", "title": ""},
+        yaxis={"title": "time (ms)"},
+        yaxis2={"title": "HFU / MFU (%)", "overlaying": "y", "side": "right", "range": [0, 100], "showgrid": False,
+                "tickmode": "linear", "tick0": 0, "dtick": 20, "ticksuffix": " %"},
+        legend={"orientation": "h", "y": -0.15, "x": 0},
+        hovermode="x unified" if len(labels) <= 64 else "closest",
+        meta={"steps": len(labels)},
+    )
+    return fig
+
+
+# --------------------------------------------------------------------- helpers
+def _empty(fig: go.Figure, text: str) -> go.Figure:
+    fig.add_annotation(text=text, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font={"size": 14})
+    fig.update_layout(xaxis={"visible": False}, yaxis={"visible": False}, meta={"points": 0, "bars": 0, "ops_in_view": 0})
+    return fig
+
+
+def _esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

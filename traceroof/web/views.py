@@ -1,0 +1,458 @@
+"""Pure data views for the dashboard: op table in, small tables / records / strings out.
+
+Nothing here imports Dash or plotly; every function is a pure function of its inputs so it
+can be unit-tested without a browser. Figures are built from these in :mod:`.figures`.
+
+Selector values are strings because that is what Dash dropdowns carry: ``rank`` is
+``"all"`` or a rank number; ``step`` is ``"all"``, ``"none"`` (device ops outside any
+``ProfilerStep#N``) or a step number.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+from ..roofline import rank_ops
+from ..schema import KINDS
+
+ALL = "all"
+NO_STEP = "none"
+
+#: Columns of the Ops tab table, in order: (id, header, kind of number).
+TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("sel", "", "text"),
+    ("label", "op", "text"),
+    ("kind", "kind", "text"),
+    ("count", "count", "int"),
+    ("measured_us", "measured (µs)", "float"),
+    ("expected_us", "roofline (µs)", "float"),
+    ("gap_us", "gap (µs)", "float"),
+    ("share_pct", "share of time (%)", "float"),
+    ("efficiency_pct", "efficiency (%)", "float"),
+    ("bound", "bound", "text"),
+    ("intensity", "intensity (FLOP/B)", "float"),
+    ("achieved_tflops", "achieved (TFLOP/s)", "float"),
+    ("peak_dtype", "peak dtype", "text"),
+)
+
+
+# --------------------------------------------------------------------- selection
+def label_expr(by: str = "op") -> pl.Expr:
+    """The op-group label of a row: the same rule as :func:`traceroof.roofline.rank_ops`.
+
+    ``by="op"``: the framework op, falling back to the kernel name (copies and memsets keep
+    their own name); ``by="kernel"``: the kernel name. A test checks that the groups built
+    here have exactly the labels of ``rank_ops``.
+    """
+    if by == "kernel":
+        return pl.col("name")
+    copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    return pl.when(copy).then(pl.col("name")).otherwise(pl.coalesce(pl.col("op"), pl.col("name")))
+
+
+def filter_ops(ops: pl.DataFrame, rank: str | int | None = ALL, step: str | int | None = ALL) -> pl.DataFrame:
+    """The rows of ``ops`` for one rank and/or one step (``"all"`` keeps everything)."""
+    if rank not in (None, ALL, ""):
+        ops = ops.filter(pl.col("rank") == int(rank))
+    if step == NO_STEP:
+        ops = ops.filter(pl.col("step").is_null())
+    elif step not in (None, ALL, ""):
+        ops = ops.filter(pl.col("step") == int(step))
+    return ops
+
+
+def rank_options(ops: pl.DataFrame) -> list[dict[str, str]]:
+    """Dropdown options for the rank selector (``all`` first)."""
+    ranks = sorted(r for r in ops["rank"].unique().to_list() if r is not None)
+    return [{"label": "all ranks", "value": ALL}] + [{"label": f"rank {r}", "value": str(r)} for r in ranks]
+
+
+def step_options(ops: pl.DataFrame) -> list[dict[str, str]]:
+    """Dropdown options for the step selector: all, each step, and ops outside any step."""
+    steps = sorted(s for s in ops["step"].unique().to_list() if s is not None)
+    out = [{"label": "all steps" if steps else "whole trace (no steps)", "value": ALL}]
+    out += [{"label": f"step {s}", "value": str(s)} for s in steps]
+    n_none = ops["step"].null_count()
+    if steps and n_none:
+        out.append({"label": f"outside steps ({n_none:,} ops)", "value": NO_STEP})
+    return out
+
+
+def stream_options(ops: pl.DataFrame) -> list[dict[str, str]]:
+    streams = sorted(s for s in ops["stream"].unique().to_list() if s is not None)
+    return [{"label": f"stream {s}", "value": str(s)} for s in streams]
+
+
+def present_kinds(ops: pl.DataFrame) -> list[str]:
+    """The op kinds present, in the schema's order."""
+    have = set(ops["kind"].cast(pl.String).unique().to_list())
+    return [k for k in KINDS if k in have]
+
+
+def present_bounds(ops: pl.DataFrame) -> list[str]:
+    order = ["compute", "memory", "comm", "latency", "unknown"]
+    have = set(ops["bound"].fill_null("unknown").unique().to_list())
+    return [b for b in order if b in have] + sorted(have - set(order))
+
+
+def filter_table_ops(
+    ops: pl.DataFrame,
+    kinds: list[str] | None = None,
+    bounds: list[str] | None = None,
+    streams: list[str] | None = None,
+) -> pl.DataFrame:
+    """The Ops tab's filters (empty or None keeps everything)."""
+    if kinds:
+        ops = ops.filter(pl.col("kind").cast(pl.String).is_in(list(kinds)))
+    if bounds:
+        ops = ops.filter(pl.col("bound").fill_null("unknown").is_in(list(bounds)))
+    if streams:
+        ops = ops.filter(pl.col("stream").is_in([int(s) for s in streams]))
+    return ops
+
+
+# --------------------------------------------------------------------- op groups
+def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
+    """One row per op group, ranked by lost time (``gap_ns``) like the report's ranking.
+
+    Args:
+        ops: an op table with roofline columns (``expected_ns``, ``gap_ns``, ``bound`` ...).
+        by: ``op`` or ``kernel`` (see :func:`label_expr`).
+
+    Returns:
+        The columns of :func:`traceroof.roofline.rank_ops` plus ``peak_dtype`` (the most
+        common), ``share`` (of the table's device time), ``roof_flops`` / ``roof_bytes`` /
+        ``roof_ns`` (sums over the ops that have both FLOPs and bytes: the ones a roofline can
+        place), ``achieved_flops_per_s = roof_flops / roof_ns`` (FLOP/s) and
+        ``roof_intensity = roof_flops / roof_bytes`` (FLOP/byte). Sorted by ``gap_ns``
+        descending, nulls last.
+    """
+    if ops.height == 0:
+        return rank_ops(ops, by=by).with_columns(
+            pl.lit(None, dtype=pl.String).alias("peak_dtype"),
+            *(pl.lit(None, dtype=pl.Float64).alias(c) for c in
+              ("share", "roof_flops", "roof_bytes", "roof_ns", "achieved_flops_per_s", "roof_intensity")),
+        )
+    ranking = rank_ops(ops, by=by)
+    placed = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()
+    extra = (
+        ops.with_columns(label_expr(by).alias("label"))
+        .group_by("label")
+        .agg(
+            pl.col("peak_dtype").drop_nulls().mode().first().alias("peak_dtype"),
+            pl.col("flops").filter(placed).sum().alias("roof_flops"),
+            pl.col("bytes").filter(placed).sum().alias("roof_bytes"),
+            pl.col("dur_ns").filter(placed).sum().cast(pl.Float64).alias("roof_ns"),
+        )
+    )
+    total = float(ops["dur_ns"].sum() or 0)
+    out = ranking.join(extra, on="label", how="left").with_columns(
+        (pl.col("measured_ns") / total if total else pl.lit(None, dtype=pl.Float64)).alias("share"),
+        pl.when(pl.col("roof_ns") > 0).then(pl.col("roof_flops") / (pl.col("roof_ns") * 1e-9)).alias("achieved_flops_per_s"),
+        pl.when(pl.col("roof_bytes") > 0).then(pl.col("roof_flops") / pl.col("roof_bytes")).alias("roof_intensity"),
+    )
+    return out.sort(["gap_ns", "measured_ns"], descending=[True, True], nulls_last=True)
+
+
+def roofline_groups(groups: pl.DataFrame) -> pl.DataFrame:
+    """The op groups a log-log roofline can place: FLOPs > 0, bytes > 0, time > 0."""
+    return groups.filter(pl.col("roof_flops") > 0, pl.col("roof_bytes") > 0, pl.col("roof_ns") > 0)
+
+
+def roofline_note(groups: pl.DataFrame, shown: int) -> str:
+    """One line saying how many groups are plotted and how much time is not."""
+    placed = roofline_groups(groups)
+    total = float(groups["measured_ns"].sum() or 0) if groups.height else 0.0
+    off = groups.height - placed.height
+    off_ns = total - float(placed["measured_ns"].sum() or 0) if placed.height else total
+    line = f"{shown:,} op group{'s' if shown != 1 else ''} plotted"
+    if shown < placed.height:
+        line += f" (the {placed.height - shown:,} smallest of {placed.height:,} left out)"
+    if off:
+        share = off_ns / total if total else 0.0
+        line += (f"; {off:,} group{'s' if off != 1 else ''} ({100 * share:.1f} % of device time) "
+                 "have no FLOPs or no bytes and cannot be placed")
+    return line
+
+
+def table_records(groups: pl.DataFrame, selected: str | None = None) -> list[dict[str, Any]]:
+    """Rows for the Ops tab table: numbers in display units, ``id`` = the group label,
+    ``sel`` = "★" on the selected group."""
+    if groups.height == 0:
+        return []
+    df = groups.select(
+        pl.col("label").alias("id"),
+        (pl.when(pl.col("label") == selected).then(pl.lit("★")).otherwise(pl.lit("")) if selected is not None
+         else pl.lit("")).alias("sel"),
+        "label",
+        "kind",
+        "count",
+        (pl.col("measured_ns") / 1e3).alias("measured_us"),
+        (pl.col("expected_ns") / 1e3).alias("expected_us"),
+        (pl.col("gap_ns") / 1e3).alias("gap_us"),
+        (pl.col("share") * 100).alias("share_pct"),
+        (pl.col("efficiency") * 100).alias("efficiency_pct"),
+        "bound",
+        "intensity",
+        (pl.col("achieved_flops_per_s") / 1e12).alias("achieved_tflops"),
+        "peak_dtype",
+    )
+    return [{k: _num(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
+
+
+def table_summary(groups: pl.DataFrame, ops: pl.DataFrame) -> str:
+    """The line above the Ops table: how many groups, ops and how much time it holds."""
+    t = float(ops["dur_ns"].sum() or 0) if ops.height else 0.0
+    gap = float(groups["gap_ns"].sum() or 0) if groups.height else 0.0
+    return (f"{groups.height:,} op groups · {ops.height:,} ops · {t / 1e6:.3f} ms of device time · "
+            f"{gap / 1e6:.3f} ms lost against the roofline")
+
+
+def groups_csv(groups: pl.DataFrame) -> str:
+    """The Ops table as CSV (raw units: ns, FLOP, bytes, FLOP/s)."""
+    cols = ["label", "kind", "count", "measured_ns", "expected_ns", "gap_ns", "share", "efficiency", "bound",
+            "flops", "bytes", "intensity", "achieved_flops_per_s", "peak_dtype", "costed_count"]
+    return groups.select([c for c in cols if c in groups.columns]).write_csv()
+
+
+def ops_csv(ops: pl.DataFrame) -> str:
+    """The filtered op table (one row per device op) as CSV."""
+    return ops.with_columns(pl.col(pl.Enum, pl.Categorical).cast(pl.String)).write_csv()
+
+
+# --------------------------------------------------------------------- timeline
+def timeline_rows(ops: pl.DataFrame, *, launches: bool = True) -> list[str]:
+    """The row names of the timeline, top to bottom: per rank, its host launches then its streams."""
+    ranks = sorted(ops["rank"].unique().to_list()) if ops.height else []
+    multi = len(ranks) > 1
+    rows: list[str] = []
+    for r in ranks:
+        sub = ops.filter(pl.col("rank") == r)
+        if launches and sub["launch_start_ns"].drop_nulls().len():
+            rows.append(row_name(r, None, multi))
+        for s in sorted(sub["stream"].unique().to_list()):
+            rows.append(row_name(r, s, multi))
+    return rows
+
+
+def row_name(rank: int, stream: int | None, multi: bool) -> str:
+    base = "host launches" if stream is None else f"stream {stream}"
+    return f"rank {rank} · {base}" if multi else base
+
+
+def window_ops(ops: pl.DataFrame, window: tuple[float, float] | None) -> pl.DataFrame:
+    """The ops overlapping ``window`` = (start_ns, end_ns); all when None."""
+    if window is None:
+        return ops
+    t0, t1 = window
+    return ops.filter(pl.col("start_ns") < t1, (pl.col("start_ns") + pl.col("dur_ns")) > t0)
+
+
+def aggregate_bars(ops: pl.DataFrame, rows_key: pl.Expr, bins: int) -> pl.DataFrame:
+    """Merge the ops of each row into at most ``bins`` time buckets (for huge steps).
+
+    Returns one row per (row, bucket): ``row, start_ns, end_ns, busy_ns`` (sum of op
+    durations), ``count``, ``kind`` (the kind with the most time) and ``name`` (and
+    ``label``, when ``ops`` has one) of the op with the most time.
+    """
+    t0 = int(ops["start_ns"].min())
+    t1 = int((ops["start_ns"] + ops["dur_ns"]).max())
+    width = max(1, math.ceil((t1 - t0 + 1) / bins))
+    df = ops.with_columns(rows_key.alias("row"), ((pl.col("start_ns") - t0) // width).alias("_bin"),
+                          pl.col("kind").cast(pl.String))
+    top = pl.col("dur_ns").arg_max()
+    return (
+        df.group_by("row", "_bin")
+        .agg(
+            pl.col("start_ns").min(),
+            (pl.col("start_ns") + pl.col("dur_ns")).max().alias("end_ns"),
+            pl.col("dur_ns").sum().alias("busy_ns"),
+            pl.len().alias("count"),
+            pl.col("kind").get(top).alias("kind"),
+            pl.col("name").get(top).alias("name"),
+            *([pl.col("label").get(top).alias("label")] if "label" in ops.columns else []),
+        )
+        .drop("_bin")
+        .sort("row", "start_ns")
+    )
+
+
+def findings_in_view(findings: list[dict[str, Any]], ranks: list[int], t0: int, t1: int) -> list[tuple[int, dict[str, Any]]]:
+    """(index, finding) of the findings with a time window overlapping [t0, t1] on ``ranks``."""
+    out = []
+    for i, f in enumerate(findings):
+        s, e = f.get("start_ns"), f.get("end_ns")
+        if s is None or e is None:
+            continue
+        if f.get("rank") is not None and ranks and f["rank"] not in ranks:
+            continue
+        if e >= t0 and s <= t1:
+            out.append((i, f))
+    return out
+
+
+def step_values(ops: pl.DataFrame) -> set[str]:
+    """The step selector's values for ``ops``."""
+    return {o["value"] for o in step_options(ops)}
+
+
+def finding_target(finding: dict[str, Any], valid_steps: set[str] | None = None) -> dict[str, Any]:
+    """Where "show on the timeline" goes: rank and step selector values and a time window (ns).
+
+    The window is the finding's own, padded by 10 % on each side (at least 1 µs). A step
+    the selector does not offer (``valid_steps``) becomes ``all``.
+    """
+    s, e = finding.get("start_ns"), finding.get("end_ns")
+    window = None
+    if s is not None and e is not None:
+        pad = max(1_000, (e - s) // 10)
+        window = [s - pad, e + pad]
+    rank = finding.get("rank")
+    step = finding.get("step")
+    step_v = ALL if step is None else str(step)
+    if valid_steps is not None and step_v not in valid_steps:
+        step_v = ALL
+    return {"rank": ALL if rank is None else str(rank), "step": step_v, "window": window}
+
+
+def stored_window(store: dict[str, Any] | None, key: str) -> list[float] | None:
+    """The window kept in the timeline's store, if it was drawn for the same rank/step ``key``."""
+    if not store or store.get("key") != key:
+        return None
+    return store.get("window")
+
+
+#: :func:`timeline_window` result meaning "leave the timeline as it is".
+UNCHANGED = object()
+
+
+def timeline_window(triggered: list[str], focus: dict[str, Any] | None, relayout: dict[str, Any] | None,
+                    current: list[float] | None, *, n_ops: int, max_bars: int) -> Any:
+    """The time window (ns) the timeline should draw after an event, or :data:`UNCHANGED`.
+
+    Args:
+        triggered: the ``component.property`` ids that fired (``ctx.triggered_prop_ids``).
+        focus: the focus store (``{"window": [s, e], ...}`` set by "show on timeline").
+        relayout: the graph's ``relayoutData`` (zoom/pan/reset).
+        current: the window drawn now.
+        n_ops: ops in the selection; zoom events re-draw (with the ops of the new window)
+            only when they exceed ``max_bars``: otherwise every op is drawn already and plotly
+            zooms by itself.
+    """
+    trig = set(triggered)
+    if "focus.data" in trig:
+        return (focus or {}).get("window")
+    if trig & {"rank-select.value", "step-select.value", "group-by.value"} or not trig:
+        return None
+    if "timeline-graph.relayoutData" in trig:
+        r = relayout or {}
+        if "xaxis.range[0]" in r and "xaxis.range[1]" in r:
+            rng = [r["xaxis.range[0]"], r["xaxis.range[1]"]]
+        elif isinstance(r.get("xaxis.range"), list):
+            rng = r["xaxis.range"]
+        elif r.get("xaxis.autorange"):
+            rng = None
+        else:
+            return UNCHANGED
+        if n_ops <= max_bars:
+            return UNCHANGED  # every op is drawn: plotly zooms by itself
+        return None if rng is None else [float(rng[0]) * 1e6, float(rng[1]) * 1e6]
+    return current
+
+
+def selection_from_event(trigger: Any, roof_click: dict[str, Any] | None, cell: dict[str, Any] | None,
+                         timeline_click: dict[str, Any] | None) -> str | None:
+    """The op-group label selected by a click on the roofline, the ops table or the timeline.
+
+    Returns :data:`UNCHANGED` for clicks on things that are not op groups (roofs, ridge
+    points); None (no selection) for ``clear`` and a change of grouping.
+    """
+    if trigger in ("roofline-graph", "timeline-graph"):
+        label = _clicked_label(roof_click if trigger == "roofline-graph" else timeline_click)
+        return UNCHANGED if label is None else label
+    if trigger == "ops-table":
+        label = (cell or {}).get("row_id")
+        return UNCHANGED if label is None else label
+    return None
+
+
+def _clicked_label(click: dict[str, Any] | None) -> str | None:
+    pts = (click or {}).get("points") or []
+    for p in pts:
+        cd = p.get("customdata")
+        if isinstance(cd, list):
+            cd = cd[0] if cd else None
+        if isinstance(cd, str):
+            return cd
+    return None
+
+
+def selection_banner(selected: str | None) -> tuple[str, dict[str, str]]:
+    """Text and style of the "selected op" banner in the header."""
+    if selected is None:
+        return "", {"display": "none"}
+    return f"selected: {selected}", {"display": "block"}
+
+
+# --------------------------------------------------------------------- steps
+def steps_view(steps: pl.DataFrame, rank: str | int | None = ALL) -> pl.DataFrame:
+    """The step table of one rank (or all), with a display ``label`` and ``comm_only_ns``.
+
+    ``comm_only_ns = busy_ns − compute_bound_ns − memory_bound_ns``: the time only
+    communication ran (no other kernel, copies included), so that compute-bound +
+    memory/latency-bound + comm-only + idle partition the step's wall time exactly. The
+    step table's ``comm_exposed_ns`` (communication not hidden by compute kernels; copies do
+    not hide it) can be larger by the time copies overlapped communication.
+    """
+    if steps.height == 0:
+        return steps
+    if rank not in (None, ALL, ""):
+        steps = steps.filter(pl.col("rank") == int(rank))
+    multi = steps["rank"].n_unique() > 1
+    step_txt = pl.when(pl.col("step").is_null()).then(pl.lit("whole trace")).otherwise(
+        pl.lit("step ") + pl.col("step").cast(pl.String))
+    label = (pl.lit("rank ") + pl.col("rank").cast(pl.String) + pl.lit(" · ") + step_txt) if multi else step_txt
+    return steps.sort("rank", "start_ns").with_columns(
+        label.alias("label"),
+        (pl.col("busy_ns") - pl.col("compute_bound_ns") - pl.col("memory_bound_ns")).clip(lower_bound=0).alias("comm_only_ns"),
+    )
+
+
+# --------------------------------------------------------------------- findings
+def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:
+    """A finding's evidence as (key, formatted value) rows, units read from the key suffix."""
+    from ..render import fmt
+
+    rows = []
+    for k, v in evidence.items():
+        if isinstance(v, float) and (k.endswith("_ns")):
+            txt = fmt.ns(v)
+        elif isinstance(v, int) and k.endswith("_ns"):
+            txt = fmt.ns(v)
+        elif isinstance(v, float) and (k.endswith("share") or k.endswith("fraction") or k.endswith("_pct")):
+            txt = fmt.pct(v) if not k.endswith("_pct") else f"{v:.1f} %"
+        elif isinstance(v, float) and k.endswith("bytes_per_s"):
+            txt = fmt.bytes_per_s(v)
+        elif isinstance(v, float) and k.endswith("flops_per_s"):
+            txt = fmt.flops_per_s(v)
+        elif isinstance(v, float) and k.endswith("bytes"):
+            txt = fmt.count(v, "B")
+        elif isinstance(v, float):
+            txt = f"{v:.4g}"
+        elif isinstance(v, (list, tuple)):
+            txt = ", ".join(fmt.short(x, 60) for x in v[:12]) + (f", … ({len(v)})" if len(v) > 12 else "")
+        elif v is None:
+            txt = "—"
+        else:
+            txt = fmt.short(v, 120)
+        rows.append((k, txt))
+    return rows
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    return v
