@@ -36,7 +36,11 @@ def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -
             "the trace names no device (no deviceProperties / device plane stats): pass "
             "--chip NAME (see `traceroof chips`)"
         )
-    return detect_chip(trace.meta.devices)
+    # XPlane GPU planes carry no device name, only capability stats (compute capability, core
+    # count, memory, clock): identify those by properties, as the format intends. Kineto's
+    # deviceProperties always name the device, so an empty or generic name there stays an
+    # error that asks for --chip.
+    return detect_chip(trace.meta.devices, allow_property_match=trace.meta.format == "xplane")
 
 
 def analyze(
