@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO, real, write
+from conftest import REAL, REPO, real, write
 
 from traceroof.cli import cli
 
@@ -145,3 +145,23 @@ def test_cpu_jax_profile_with_a_user_chip_file():
     assert d["coverage"]["costed_share"] == pytest.approx(1.0)
     res = run("analyze", str(FIXTURES / "jax_cpu" / "train_step.xplane.pb"))
     assert res.exit_code == 5 and "'CPU'" in res.output  # a CPU is no chip in the database
+
+
+XPLANES = sorted(str(p.relative_to(REAL)) for p in REAL.rglob("*.xplane.pb*"))
+
+
+def test_xplane_corpus_is_present():
+    assert len(XPLANES) == 7, XPLANES  # 6 profiles + the UTF-8-mangled copy
+
+
+@pytest.mark.parametrize("rel", XPLANES)
+def test_every_real_xplane_gives_a_report_or_one_clear_error(rel):
+    res = run("analyze", str(real(rel)), "--top", "3", "-q")
+    assert "Traceback" not in res.output
+    if rel.endswith("utf8-mangled"):
+        lines = [x for x in res.output.splitlines() if x.strip()]
+        assert res.exit_code == 4 and len(lines) == 1
+        assert rel.split("/")[-1] in lines[0] and "byte 1" in lines[0]
+        return
+    assert res.exit_code == 0, res.output
+    assert "xplane:" in res.output and "Top 3 ops" in res.output
