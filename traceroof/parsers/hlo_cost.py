@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..schema import KIND
+
 log = logging.getLogger(__name__)
 
 #: Opcodes that never run as an op of their own (no thunk/kernel), so never need a cost.
@@ -707,7 +709,7 @@ def attach_hlo_costs(frame: pl.DataFrame, modules: Modules, stats) -> pl.DataFra
     is_copy = pl.col("memcpy_bytes").is_not_null()
     if hlo_rows:
         schema = {"program_id": pl.UInt64, "hlo_op": pl.String, "h_op": pl.String,
-                  "h_kind": pl.String, "h_dtype": pl.String, "h_flops": pl.Float64,
+                  "h_kind": KIND, "h_dtype": pl.String, "h_flops": pl.Float64,
                   "h_bytes": pl.Float64, "h_comm": pl.Float64, "h_group": pl.Int32,
                   "h_long": pl.String, "h_module": pl.String}
         hdf = pl.DataFrame(hlo_rows, schema=schema, orient="row")

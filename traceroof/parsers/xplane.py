@@ -47,7 +47,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import InputNotFoundError, TraceFormatError
-from ..schema import HOST_SCHEMA, OP_SCHEMA
+from ..schema import HOST_SCHEMA, KIND, OP_SCHEMA
 from ..trace import DeviceInfo, Trace, TraceMeta
 from . import xplane_proto as xp
 from .hlo_cost import (
@@ -84,6 +84,43 @@ EXTRA_COLUMNS = {
 # --- stats ---------------------------------------------------------------------------------
 
 
+def _nulls(name: str, n: int, dtype) -> pl.Series:
+    """An all-null series of length ``n`` (without building a Python list)."""
+    return pl.Series(name, [], dtype=dtype).extend_constant(None, n)
+
+
+def _aligned(frame: pl.DataFrame, series: pl.Series) -> pl.Series:
+    """``series`` (one value per row of ``frame``) split into chunks at the same row
+    boundaries as ``frame``'s columns. A frame whose columns are chunked alike is operated on
+    as is; one column chunked differently makes polars copy (rechunk) the whole frame on every
+    later operation."""
+    lengths = [len(c) for c in frame.get_column(frame.columns[0]).get_chunks()]
+    if len(lengths) <= 1:
+        return series.rechunk() if series.n_chunks() > 1 else series
+    series = series.rechunk()
+    pieces, at = [], 0
+    for n in lengths:
+        pieces.append(series.slice(at, n))
+        at += n
+    return pl.concat(pieces, rechunk=False)
+
+
+def _factorize(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` for integer ids: a lookup table when the ids
+    are small non-negative numbers (metadata ids, refs: no sort), else numpy's."""
+    if len(ids):
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo >= 0 and hi < max(1 << 16, 4 * len(ids)):
+            seen = np.zeros(hi + 1, np.bool_)
+            seen[ids] = True
+            uniq = np.flatnonzero(seen)
+            lut = np.zeros(hi + 1, np.int64)
+            lut[uniq] = np.arange(len(uniq))
+            return uniq.astype(ids.dtype, copy=False), lut[ids]
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
 def _stat_value(stat, names: dict[int, str]) -> Any:
     which = stat.WhichOneof("value")
     if which is None:
@@ -109,6 +146,7 @@ class _Plane:
         self.stats = {self.stat_names.get(s.metadata_id, str(s.metadata_id)):
                       _stat_value(s, self.stat_names) for s in meta.stats}
         self._md: dict[int, dict[str, Any]] = {}
+        self.md_rows: dict[int, tuple] = {}  # _md_frame rows, by metadata id
         self.prefetch_ids: list[int] = []
         self.feed: _LineFeed | None = None
 
@@ -139,6 +177,10 @@ class _Plane:
         for sid in self.sids(name):
             ev, kind, val, _rows = cols.stat(sid)
             m = (kind == STAT_INT64) | (kind == STAT_UINT64)
+            if m.all():
+                ints[ev] = val.view(np.int64)
+                present[ev] = True
+                continue
             ints[ev[m]] = val[m].view(np.int64)
             present[ev[m]] = True
             d = kind == STAT_DOUBLE
@@ -162,7 +204,7 @@ class _Plane:
             ev, kind, val, rows = cols.stat(sid)
             ref = kind == STAT_REF
             if ref.any():
-                uniq, inv = np.unique(val[ref], return_inverse=True)
+                uniq, inv = _factorize(val[ref])
                 codes[ev[ref]] = len(cats) + inv
                 cats.extend(self.stat_names.get(int(u)) for u in uniq)
             for j in np.flatnonzero(~ref).tolist():
@@ -177,15 +219,14 @@ class _Plane:
                 codes[ev[j]] = len(cats)
                 cats.append(v)
         if not cats:
-            return pl.Series(name, [None] * n, dtype=pl.String) if n else pl.Series(
-                name, [], dtype=pl.String)
+            return _nulls(name, n, pl.String)
         cats.append(None)
         codes[codes < 0] = len(cats) - 1
         return pl.Series(name, cats, dtype=pl.String).gather(codes)
 
     def names(self, cols: xp.EventColumns) -> pl.Series:
         """Per-event event-metadata name (``XEventMetadata.name``) as a String series."""
-        uniq, inv = np.unique(cols.metadata_id, return_inverse=True)
+        uniq, inv = _factorize(cols.metadata_id)
         cats = [self.md(int(m)).get("_name", "") for m in uniq]
         return pl.Series("name", cats, dtype=pl.String).gather(inv)
 
@@ -502,11 +543,13 @@ def _convert_planes(planes, plans, path: str, rank: int, out: _Parts, modules: M
     # row order: device, stream, start (as the Kineto reader): frames are whole lines, each
     # already in time order, so ordering the frames is enough -- no gather of the whole table
     op_frames.sort(key=lambda f: (f["device"][0], f["stream"][0]))
+    # rank and host per frame: every column of the concatenation is then chunked alike
+    op_frames = [f.with_columns(pl.lit(rank, pl.Int32).alias("rank"),
+                                pl.lit(out.hostname, pl.String).alias("host"))
+                 for f in op_frames]
     ops = pl.concat(op_frames, how="diagonal_relaxed") if op_frames else None
     if ops is not None:
         ops = _assign_steps(ops, step_spans, host_steps)
-        ops = ops.with_columns(pl.lit(rank, pl.Int32).alias("rank"),
-                               pl.lit(out.hostname, pl.String).alias("host"))
         out.ops.append(ops)
     host_frames = [h for h in host_frames if h is not None and h.height]
     if host_frames:
@@ -607,59 +650,61 @@ def _int(v: Any) -> int | None:
 
 def _md_frame(plane: _Plane, mids: np.ndarray, modules: Modules) -> pl.DataFrame:
     """One row per event-metadata id: name, op, kind, dtype, flops, bytes, HLO attributes."""
-    rows: dict[str, list] = {k: [] for k in (
-        "metadata_id", "name", "op", "kind", "dtype", "flops", "bytes", "comm_bytes",
-        "group_size", "md_cost", "hlo_category", "long_name", "program_id", "hlo_op_md")}
+    keys = ("metadata_id", "name", "op", "kind", "dtype", "flops", "bytes", "comm_bytes",
+            "group_size", "md_cost", "hlo_category", "long_name", "program_id", "hlo_op_md")
+    rows: dict[str, list] = {k: [] for k in keys}
+    cache = plane.md_rows
     for mid in mids.tolist():
-        d = plane.md(mid)
-        raw = d.get("_name", "")
-        disp = d.get("_display_name", "")
-        expr = d.get("long_name") or (raw if raw.startswith("%") or " = " in raw else None)
-        name = disp or (re.match(r"^%?([^\s=]+)", raw).group(1) if expr and raw else raw)
-        category = d.get("hlo_category")
-        opcode, shape, operand_shape = parse_hlo_expression(expr) if expr else (None, None, None)
-        pid = d.get("program_id")
-        pid = int(pid) if isinstance(pid, (int, float)) else None
-        fused: frozenset = frozenset()
-        targets: frozenset = frozenset()
-        hlo_op = name if expr else None
-        info = None
-        if pid is not None and hlo_op:
-            minfo = modules.info(pid) if pid in modules.protos else None
-            info = minfo.instructions.get(hlo_op) if minfo else None
-        if info is not None:
-            opcode = opcode or info.opcode
-            shape = shape or info.shape
-            operand_shape = operand_shape or (info.operand_shapes[0] if info.operand_shapes else None)
-            fused, targets = info.fused_opcodes, info.custom_call_targets_inside
-            if info.custom_call_target:
-                targets = targets | {info.custom_call_target}
-        kind = op_kind(opcode, category, fused, targets, kernel_name=raw)
-        dtype = xla_dtype(operand_shape if kind in ("matmul", "conv", "attention") and
-                          operand_shape else shape)
-        flops = d.get("flops")
-        nbytes = d.get("bytes_accessed")
-        comm, group = collective_size(opcode, expr or (info.text if info else None))
-        rows["metadata_id"].append(mid)
-        rows["name"].append(name)
-        rows["op"].append(opcode or category)
-        rows["kind"].append(kind)
-        rows["dtype"].append(dtype)
-        rows["flops"].append(float(flops) if isinstance(flops, (int, float)) else None)
-        rows["bytes"].append(float(nbytes) if isinstance(nbytes, (int, float)) else None)
-        rows["comm_bytes"].append(comm)
-        rows["group_size"].append(group)
-        rows["md_cost"].append(isinstance(flops, (int, float)) or isinstance(nbytes, (int, float)))
-        rows["hlo_category"].append(category)
-        rows["long_name"].append(expr)
-        rows["program_id"].append(pid)
-        rows["hlo_op_md"].append(hlo_op)
+        row = cache.get(mid)
+        if row is None:
+            row = cache[mid] = _md_row(plane, mid, modules)
+        for k, v in zip(keys, row):
+            rows[k].append(v)
     return pl.DataFrame(rows, schema={
-        "metadata_id": pl.Int64, "name": pl.String, "op": pl.String, "kind": pl.String,
+        "metadata_id": pl.Int64, "name": pl.String, "op": pl.String, "kind": KIND,
         "dtype": pl.String, "flops": pl.Float64, "bytes": pl.Float64,
         "comm_bytes": pl.Float64, "group_size": pl.Int32, "md_cost": pl.Boolean,
         "hlo_category": pl.String, "long_name": pl.String, "program_id": pl.UInt64,
         "hlo_op_md": pl.String})
+
+
+def _md_row(plane: _Plane, mid: int, modules: Modules) -> tuple:
+    """The :func:`_md_frame` row of event metadata ``mid`` (computed once per plane)."""
+    d = plane.md(mid)
+    raw = d.get("_name", "")
+    disp = d.get("_display_name", "")
+    expr = d.get("long_name") or (raw if raw.startswith("%") or " = " in raw else None)
+    name = disp or (re.match(r"^%?([^\s=]+)", raw).group(1) if expr and raw else raw)
+    category = d.get("hlo_category")
+    opcode, shape, operand_shape = parse_hlo_expression(expr) if expr else (None, None, None)
+    pid = d.get("program_id")
+    pid = int(pid) if isinstance(pid, (int, float)) else None
+    fused: frozenset = frozenset()
+    targets: frozenset = frozenset()
+    hlo_op = name if expr else None
+    info = None
+    if pid is not None and hlo_op:
+        minfo = modules.info(pid) if pid in modules.protos else None
+        info = minfo.instructions.get(hlo_op) if minfo else None
+    if info is not None:
+        opcode = opcode or info.opcode
+        shape = shape or info.shape
+        operand_shape = operand_shape or (info.operand_shapes[0] if info.operand_shapes else None)
+        fused, targets = info.fused_opcodes, info.custom_call_targets_inside
+        if info.custom_call_target:
+            targets = targets | {info.custom_call_target}
+    kind = op_kind(opcode, category, fused, targets, kernel_name=raw)
+    dtype = xla_dtype(operand_shape if kind in ("matmul", "conv", "attention") and
+                      operand_shape else shape)
+    flops = d.get("flops")
+    nbytes = d.get("bytes_accessed")
+    comm, group = collective_size(opcode, expr or (info.text if info else None))
+    return (mid, name, opcode or category, kind, dtype,
+            float(flops) if isinstance(flops, (int, float)) else None,
+            float(nbytes) if isinstance(nbytes, (int, float)) else None,
+            comm, group,
+            isinstance(flops, (int, float)) or isinstance(nbytes, (int, float)),
+            category, expr, pid, hlo_op)
 
 
 def _device_ops(plane: _Plane, line: xp.LineScan, ordinal: int, device_clock: bool,
@@ -668,8 +713,8 @@ def _device_ops(plane: _Plane, line: xp.LineScan, ordinal: int, device_clock: bo
     if cols is None or not len(cols):
         return None
     start, dur = _times(line, cols, plane, device_clock)
-    md = _md_frame(plane, np.unique(cols.metadata_id), modules)
-    pos = np.searchsorted(md["metadata_id"].to_numpy(), cols.metadata_id)
+    mids, pos = _factorize(cols.metadata_id)
+    md = _md_frame(plane, mids, modules)
     pid, has_pid = plane.numeric(cols, "program_id")
     corr, has_corr = plane.numeric(cols, "correlation_id")
     frame = md[pos].with_columns(
@@ -705,7 +750,7 @@ def _masked(values: np.ndarray, present: np.ndarray, dtype) -> pl.Series:
     series = pl.Series(values, dtype=dtype)
     if present.all():
         return series
-    return series.scatter(np.flatnonzero(~present), None) if (~present).any() else series
+    return pl.select(pl.when(pl.Series(present)).then(series)).to_series()
 
 
 def _kernel_details(plane: _Plane, cols: xp.EventColumns, frame: pl.DataFrame) -> pl.DataFrame:
@@ -714,9 +759,9 @@ def _kernel_details(plane: _Plane, cols: xp.EventColumns, frame: pl.DataFrame) -
     memcpy = plane.strings(cols, "memcpy_details") if plane.sids("memcpy_details") else None
     level0 = plane.strings(cols, "level 0") if plane.sids("level 0") else None
     size = (memcpy.str.extract(r"size:(\d+)").cast(pl.Float64) if memcpy is not None
-            else pl.Series("m", [None] * len(cols), dtype=pl.Float64))
+            else _nulls("m", len(cols), pl.Float64))
     tf_type = (level0.str.split("#").list.first().str.extract(r":([^:/]+)$")
-               if level0 is not None else pl.Series("t", [None] * len(cols), dtype=pl.String))
+               if level0 is not None else _nulls("t", len(cols), pl.String))
     return frame.with_columns(
         pl.Series("memcpy_bytes", size).replace(0.0, None).alias("memcpy_bytes"),
         pl.Series("tf_type", tf_type),
@@ -750,7 +795,7 @@ def _cpu_ops(plane: _Plane, line: xp.LineScan, modules: Modules,
     ]).filter(pl.Series(is_op))
     frame = frame.with_columns(
         pl.lit(line.id, pl.Int64).alias("stream"),
-        pl.lit(None, pl.String).alias("op"), pl.lit("other").alias("kind"),
+        pl.lit(None, pl.String).alias("op"), pl.lit("other", KIND).alias("kind"),
         pl.lit(None, pl.String).alias("dtype"), pl.lit(None, pl.Float64).alias("flops"),
         pl.lit(None, pl.Float64).alias("bytes"), pl.lit(None, pl.Float64).alias("comm_bytes"),
         pl.lit(None, pl.Int32).alias("group_size"), pl.lit(False).alias("md_cost"),
@@ -784,10 +829,11 @@ def _host_rows(plane: _Plane, line: xp.LineScan):
         steps = (start[s], start[s] + dur[s], step[s].astype(np.int64))
     if not keep.any():
         return None, steps
-    cat = np.where(has_step, "annotation", np.where(has_corr, "runtime", "cpu_op"))
+    cat = pl.Series("cat", ["annotation", "runtime", "cpu_op"], dtype=pl.String).gather(
+        np.where(has_step, 0, np.where(has_corr, 1, 2)))
     frame = pl.DataFrame([
         names,
-        pl.Series("cat", cat, dtype=pl.String),
+        cat,
         pl.Series("start_ns", start, dtype=pl.Int64),
         pl.Series("dur_ns", dur, dtype=pl.Int64),
         _masked(corr, has_corr, pl.Int64).alias("correlation"),
@@ -839,7 +885,7 @@ def _assign_steps(ops: pl.DataFrame, device_steps: dict, host_steps: list) -> pl
         o = np.argsort(s, kind="stable")
         host = (s[o], e[o], n[o])
     if not device_steps and host is None:
-        return ops.with_columns(pl.lit(None, pl.Int32).alias("step"))
+        return ops.with_columns(_aligned(ops, _nulls("step", ops.height, pl.Int32)))
     start = ops["start_ns"].to_numpy()
     device = ops["device"].to_numpy()
     step = np.full(ops.height, -1, np.int64)
@@ -858,10 +904,7 @@ def _assign_steps(ops: pl.DataFrame, device_steps: dict, host_steps: list) -> pl
         ok &= start[m] < e[kk]
         step[m] = np.where(ok, n[kk], -1)
         has[m] = ok
-    return ops.with_columns(
-        pl.Series("step", np.where(has, step, 0), dtype=pl.Int32),
-        pl.Series("_has_step", has)).with_columns(
-        pl.when(pl.col("_has_step")).then(pl.col("step")).otherwise(None)).drop("_has_step")
+    return ops.with_columns(_aligned(ops, _masked(step, has, pl.Int32).alias("step")))
 
 
 # --- assembling files into one Trace -----------------------------------------------------
@@ -928,7 +971,9 @@ def _link_launches(ops: pl.DataFrame, host: pl.DataFrame, origin: int) -> pl.Dat
     o_corr = ops["correlation"].fill_null(-1).to_numpy()
     o_has = ops["correlation"].is_not_null().to_numpy()
     h_rank = launches["rank"].to_numpy()
-    for r in np.unique(o_rank[o_has]).tolist():
+    one_rank = len(o_rank) and o_rank.min() == o_rank.max()
+    ranks = [int(o_rank[0])] if one_rank else np.unique(o_rank[o_has]).tolist()
+    for r in ranks:
         hm = h_rank == r
         if not hm.any():
             continue
@@ -937,15 +982,27 @@ def _link_launches(ops: pl.DataFrame, host: pl.DataFrame, origin: int) -> pl.Dat
         hd = launches["dur_ns"].to_numpy()[hm]
         order = np.argsort(hc, kind="stable")
         hc, hs, hd = hc[order], hs[order], hd[order]
-        sel = np.flatnonzero((o_rank == r) & o_has)
-        k = np.searchsorted(hc, o_corr[sel])
-        ok = k < len(hc)
-        ok[ok] = hc[k[ok]] == o_corr[sel][ok]
+        sel = np.flatnonzero(o_has) if one_rank else np.flatnonzero((o_rank == r) & o_has)
+        oc = o_corr[sel]
+        lo, hi = int(hc[0]), int(hc[-1])
+        if lo >= 0 and hi < 4 * (len(hc) + len(sel)) + (1 << 16):
+            # small ids: a direct lookup table (first launch of each id) instead of a search
+            first = np.ones(len(hc), np.bool_)
+            first[1:] = hc[1:] != hc[:-1]
+            lut = np.full(hi + 2, -1, np.int64)
+            lut[hc[first]] = np.flatnonzero(first)
+            k = lut[np.clip(oc, -1, hi + 1)]
+            ok = k >= 0
+        else:
+            k = np.searchsorted(hc, oc)
+            ok = k < len(hc)
+            ok[ok] = hc[k[ok]] == oc[ok]
         l_start[sel[ok]] = hs[k[ok]] - origin
         l_dur[sel[ok]] = hd[k[ok]]
         found[sel[ok]] = True
-    return ops.with_columns(_masked(l_start, found, pl.Int64).alias("launch_start_ns"),
-                            _masked(l_dur, found, pl.Int64).alias("launch_dur_ns"))
+    return ops.with_columns(
+        _aligned(ops, _masked(l_start, found, pl.Int64).alias("launch_start_ns")),
+        _aligned(ops, _masked(l_dur, found, pl.Int64).alias("launch_dur_ns")))
 
 
 def _finish_ops(ops: pl.DataFrame) -> pl.DataFrame:
@@ -956,7 +1013,7 @@ def _finish_ops(ops: pl.DataFrame) -> pl.DataFrame:
         if name in ops.columns:
             cols.append(pl.col(name).cast(dtype))
         else:
-            cols.append(pl.lit(None, dtype=dtype).alias(name))
+            cols.append(_aligned(ops, _nulls(name, ops.height, dtype)))
     ops = ops.select(cols)  # kind and cost_source are set on every row by the readers
     return ops
 

@@ -282,6 +282,7 @@ _LUT_PLACE = np.zeros(4 * 256, np.bool_)
 _LUT_PLACE[_T_EVENT] = True
 _LUT_PLACE[[256 + t for t in _EVENT_FIELDS]] = True
 _LUT_PLACE[[512 + t for t in _STAT_FIELDS]] = True
+_LUT_OTHER = ~_LUT_ANY
 _LOCAL = threading.local()
 
 #: XStat value kinds, by field number of the ``value`` oneof.
@@ -400,6 +401,208 @@ def _pos_buffer(n: int) -> np.ndarray:
     return buf
 
 
+#: Tags valid as XEvent-level (depth 1) varint fields, and as XStat values.
+_LUT_EVFIELD = np.zeros(256, np.bool_)
+_LUT_EVFIELD[[0x08, 0x10, 0x18, 0x28]] = True
+_LUT_STATVAL = np.zeros(256, np.bool_)
+_LUT_STATVAL[[0x18, 0x20, 0x38]] = True
+
+
+_VARINT_MASK = np.array([(1 << (8 * (k + 1))) - 1 for k in range(8)], np.uint64)
+_U = np.uint64
+_SWAR = ((_U(0x7F007F007F007F00), _U(0x007F007F007F007F), _U(1)),
+         (_U(0x3FFF00003FFF0000), _U(0x00003FFF00003FFF), _U(2)),
+         (_U(0x0FFFFFFF00000000), _U(0x000000000FFFFFFF), _U(4)))
+
+
+def _multi_byte(a: np.ndarray, v: np.ndarray, val_start: np.ndarray, extra: np.ndarray,
+                multi: np.ndarray) -> None:
+    """Decode the varints of ``v[multi]`` that are longer than one byte, in place. Up to 8
+    bytes: an unaligned 8-byte little-endian read and a branch-free compaction of the 7-bit
+    groups (SWAR); longer ones (and those too near the end of ``a``), a byte at a time."""
+    starts = val_start[multi]
+    ext = extra[multi]
+    n_ok = int(np.searchsorted(starts, len(a) - 8, "right"))  # 8 bytes readable from there
+    long = np.flatnonzero(ext[:n_ok] >= 8)
+    slow = multi[n_ok:]
+    if len(long):
+        slow = np.concatenate([multi[long], slow])
+        keep = np.ones(n_ok, np.bool_)
+        keep[long] = False
+        multi, starts, ext = multi[:n_ok][keep], starts[:n_ok][keep], ext[:n_ok][keep]
+    else:
+        multi, starts, ext = multi[:n_ok], starts[:n_ok], ext[:n_ok]
+    if len(slow):
+        v[slow] &= _U(0x7F)
+        k = 1
+        while len(slow):
+            v[slow] |= (a[val_start[slow] + k] & 0x7F).astype(np.uint64) << _U(7 * k)
+            k += 1
+            slow = slow[extra[slow] >= k]
+    if not len(multi):
+        return
+    win = np.ndarray(shape=(len(a) - 7,), dtype="<u8", buffer=a, strides=(1,))
+    x = win[starts]  # (np.take would first copy all of ``win``)
+    x &= _VARINT_MASK[ext]
+    x &= _U(0x7F7F7F7F7F7F7F7F)
+    t = np.empty_like(x)
+    for hi, lo, shift in _SWAR:  # 8 x 7 bits -> 4 x 14 -> 2 x 28 -> 56 bits, in place
+        np.bitwise_and(x, hi, out=t)
+        t >>= shift
+        x &= lo
+        x |= t
+    v[multi] = x
+
+
+class _Workspace:
+    """Per-thread scratch arrays for :func:`_tokenise`, reused from chunk to chunk: fresh
+    megabyte-sized temporaries per chunk cost more in page faults (the allocator hands the
+    memory back to the OS between chunks) than the arithmetic on them."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        m = n // 2 + 1
+        self.mask = np.empty(n, np.bool_)
+        self.tag_pos = np.empty(m, np.int64)
+        self.val_start = np.empty(m, np.int64)
+        self.extra = np.empty(m, np.int64)
+        self.v = np.empty(m, np.uint64)
+        self.u8 = np.empty(m, np.uint8)
+        self.tag8 = np.empty(m, np.uint8)
+        self.cmp = np.empty(m, np.bool_)
+
+
+def _workspace(n: int) -> _Workspace:
+    w = getattr(_LOCAL, "work", None)
+    if w is None or w.n < n:
+        w = _LOCAL.work = _Workspace(max(n, CHUNK_BYTES))
+    return w
+
+
+def _tokenise(a: np.ndarray):
+    """Split a chunk into (tag, varint value) pairs: ``tag8`` (uint8; 255 for a tag longer
+    than one byte, which no field we handle has), ``val`` (uint64), ``tag_pos`` and
+    ``val_end`` (byte offsets of the tag and of the value's last byte), or None when the chunk
+    holds no complete pair. The arrays are views of this thread's scratch space: valid until
+    the next call (callers copy what they keep)."""
+    n = len(a)
+    w = _workspace(n)
+    ends = np.flatnonzero(np.less(a, 0x80, out=w.mask[:n]))
+    npairs = len(ends) // 2
+    if npairs == 0:
+        return None
+    tag_end = ends[0 : 2 * npairs : 2]
+    val_end = ends[1 : 2 * npairs : 2]
+    tag_pos = w.tag_pos[:npairs]
+    tag_pos[0] = 0
+    np.add(val_end[:-1], 1, out=tag_pos[1:])
+    tag8 = np.take(a, tag_pos, out=w.tag8[:npairs])
+    cmp = np.not_equal(tag_pos, tag_end, out=w.cmp[:npairs])
+    if cmp.any():
+        tag8[np.flatnonzero(cmp)] = 255
+    val_start = np.add(tag_end, 1, out=w.val_start[:npairs])
+    v = w.v[:npairs]
+    v[...] = np.take(a, val_start, out=w.u8[:npairs])
+    extra = np.subtract(val_end, val_start, out=w.extra[:npairs])  # extra bytes (0: one)
+    multi = np.flatnonzero(extra)
+    if len(multi):
+        _multi_byte(a, v, val_start, extra, multi)
+    return tag8, v, tag_pos, val_end
+
+
+def _regular_chunk(n_bytes: int, tag8, val, tag_pos, val_end, tail_pos: int):
+    """The common layout, decoded with gathers instead of a depth computation: top-level
+    events, one after the other, whose stats are each exactly (metadata_id, one varint value).
+    Returns (columns, consumed) or None when the chunk is anything else (the general path
+    then decides); when it returns columns they equal the general path's."""
+    npairs = len(tag8)
+    is_len = tag8 == _T_EVENT
+    len_idx = np.flatnonzero(is_len)
+    lv = val[len_idx]
+    if len(len_idx) == 0 or len_idx[0] != 0 or (lv > np.uint64(n_bytes)).any():
+        return None
+    close = val_end[len_idx] + 1 + lv.view(np.int64)
+    # a LEN pair is an event when no earlier LEN pair's range covers it (stats hold no
+    # LEN pairs: checked below through their exact (mid, value) shape)
+    prev = np.empty(len(close), np.int64)
+    prev[0] = -1
+    np.maximum.accumulate(close[:-1], out=prev[1:])
+    is_ev = tag_pos[len_idx] >= prev
+    ev_at = np.flatnonzero(is_ev)  # events among the LEN pairs
+    ev_idx = len_idx[ev_at]
+    ev_close = close[ev_at]
+    if len(ev_idx) > 1 and (tag_pos[ev_idx[1:]] != ev_close[:-1]).any():
+        return None  # not one event after the other (a top-level field in between)
+    n_ev = int(np.searchsorted(ev_close, tail_pos, "right"))
+    if n_ev == 0:
+        return None
+    consumed = int(ev_close[n_ev - 1])
+    if n_ev < len(ev_idx):
+        p_end = int(ev_idx[n_ev])
+    else:
+        p_end = int(np.searchsorted(tag_pos, consumed))
+        if p_end < npairs:
+            if tag_pos[p_end] != consumed:
+                return None
+        elif consumed != tail_pos:
+            return None
+    st = len_idx[~is_ev]
+    st_close = close[~is_ev]
+    n_st = int(np.searchsorted(st, p_end))
+    st, st_close = st[:n_st], st_close[:n_st]
+    if n_st:
+        if int(st[-1]) + 2 >= p_end:
+            return None
+        t1 = tag8[st + 1]
+        t2 = tag8[st + 2]
+        if not ((t1 == 0x08).all() and _LUT_STATVAL[t2].all()
+                and (val_end[st + 2] + 1 == st_close).all()):
+            return None
+    tag8, val = tag8[:p_end], val[:p_end]
+    part = _empty_part()
+    ev = ev_idx[:n_ev]
+    if (p_end - n_ev - 3 * n_st == 3 * n_ev and int(ev[-1]) + 3 < p_end
+            and (tag8[ev + 1] == 0x08).all() and (tag8[ev + 2] == 0x10).all()
+            and (tag8[ev + 3] == 0x18).all()):
+        # the usual event: metadata_id, offset_ps, duration_ps, then the stats
+        part["metadata_id"] = val[ev + 1].view(np.int64)
+        part["offset_ps"] = val[ev + 2].view(np.int64)
+        part["duration_ps"] = val[ev + 3].view(np.int64)
+        part["aggregated"] = np.zeros(n_ev, np.bool_)
+    else:
+        lvl1 = np.ones(p_end, np.bool_)
+        lvl1[ev] = False
+        if n_st:
+            lvl1[st] = False
+            lvl1[st + 1] = False
+            lvl1[st + 2] = False
+        t_ev = tag8[lvl1]
+        if not _LUT_EVFIELD[t_ev].all():
+            return None
+        ev_start = np.zeros(p_end, np.int32)
+        ev_start[ev] = 1
+        ev_of = np.cumsum(ev_start, dtype=np.int32)[lvl1] - 1
+        field = t_ev >> 3
+        table = np.zeros((n_ev, 6), np.int64)
+        table.reshape(-1)[ev_of.astype(np.int64) * 6 + field] = val[lvl1].view(np.int64)
+        part["metadata_id"] = table[:, 1]
+        part["offset_ps"] = table[:, 2]
+        part["duration_ps"] = table[:, 3]
+        part["aggregated"] = table[:, 5] != 0
+        f5 = field == 5
+        if f5.any() and (table[:, 5] == 0).any():  # num_occurrences = 0 is set too
+            agg = np.zeros(n_ev, np.bool_)
+            agg[ev_of[f5]] = True
+            part["aggregated"] = agg
+    if n_st:
+        per_event = np.diff(ev_at[: n_ev + 1], append=len(len_idx))[:n_ev] - 1  # stats
+        part["stat_event"] = np.repeat(np.arange(n_ev, dtype=np.int64), per_event)[:n_st]
+        part["stat_mid"] = val[st + 1].view(np.int64)
+        part["stat_kind"] = t2 >> 3
+        part["stat_value"] = val[st + 2]
+    return part, consumed
+
+
 def _fast_chunk(a: np.ndarray) -> tuple[dict | None, int, str]:
     """Decode the leading run of complete, all-varint events in ``a``: a chunk of an events
     region that starts at an event tag (0x22).
@@ -414,39 +617,29 @@ def _fast_chunk(a: np.ndarray) -> tuple[dict | None, int, str]:
     string or bytes stat, an unknown field, or anything unexpected -- protobuf is the arbiter
     of what is valid, and locates errors).
     """
-    ends = np.flatnonzero(a < 0x80)
-    if len(ends) < 2:
+    tok = _tokenise(a)
+    if tok is None:
         return None, 0, "end"
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    np.add(ends[:-1], 1, out=starts[1:])
-    v = (a[starts] & 0x7F).astype(np.uint64)
-    lens = ends - starts  # extra bytes of each varint (0 for one-byte varints)
-    multi = np.flatnonzero(lens)
-    k = 1
-    while len(multi):
-        v[multi] |= (a[starts[multi] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        k += 1
-        multi = multi[lens[multi] >= k]
-    npairs = len(v) // 2
-    pairs = v[: 2 * npairs].reshape(npairs, 2)
-    tag8 = np.minimum(pairs[:, 0], np.uint64(255)).astype(np.uint8)  # tags we know are < 128
-    val = pairs[:, 1]
-    tag_pos = starts[0 : 2 * npairs : 2]
-    after = ends[1 : 2 * npairs : 2] + 1  # first byte after the pair's value
+    tag8, val, tag_pos, val_end = tok
+    npairs = len(tag8)
 
     # A non-varint field (double, string, bytes, fixed32) breaks the tokenisation after it:
     # cut at the first tag we do not handle. Everything before it is tokenised correctly.
-    unhandled = np.flatnonzero(~_LUT_ANY[tag8])
-    if len(unhandled):
-        cut = int(unhandled[0])
+    unhandled = _LUT_OTHER[tag8]
+    if unhandled.any():
+        cut = int(unhandled.argmax())
         tail_pos, tail_unhandled = int(tag_pos[cut]), True
-        tag8, val, tag_pos, after = tag8[:cut], val[:cut], tag_pos[:cut], after[:cut]
+        tag8, val, tag_pos, val_end = tag8[:cut], val[:cut], tag_pos[:cut], val_end[:cut]
         npairs = cut
     else:
-        tail_pos, tail_unhandled = (int(after[-1]) if npairs else 0), False
+        tail_pos, tail_unhandled = int(val_end[-1]) + 1, False
     if npairs == 0:
         return None, 0, ("other" if tail_unhandled else "end")
+
+    got = _regular_chunk(len(a), tag8, val, tag_pos, val_end, tail_pos)
+    if got is not None:
+        return got[0], got[1], "ok"
+    after = val_end + 1  # first byte after the pair's value
 
     # Nesting depth of every pair. A LEN pair's content starts at the next pair and must end
     # exactly at a pair boundary (or at the tail); a byte -> pair-index map finds where.
