@@ -21,7 +21,8 @@ def union(df: pl.DataFrame, start: str = "start_ns", end: str = "end_ns", by: li
     by = by or []
     if df.height == 0:
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    d = df.select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
+    # one lazy query, collected once (the steps and findings call this hundreds of times)
+    d = df.lazy().select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
     prev_end = pl.col("end_ns").cum_max().shift(1)
     if by:
         prev_end = prev_end.over(by)
@@ -33,6 +34,7 @@ def union(df: pl.DataFrame, start: str = "start_ns", end: str = "end_ns", by: li
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .drop("_seg")
         .sort([*by, "start_ns"])
+        .collect()
     )
 
 
@@ -53,19 +55,20 @@ def intersect(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     if a.height == 0 or b.height == 0:
         return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
     # sweep: tag boundaries, count coverage
+    la, lb = a.lazy(), b.lazy()
     ev = pl.concat(
         [
-            a.select(pl.col("start_ns").alias("t"), pl.lit(1).alias("da"), pl.lit(0).alias("db")),
-            a.select(pl.col("end_ns").alias("t"), pl.lit(-1).alias("da"), pl.lit(0).alias("db")),
-            b.select(pl.col("start_ns").alias("t"), pl.lit(0).alias("da"), pl.lit(1).alias("db")),
-            b.select(pl.col("end_ns").alias("t"), pl.lit(0).alias("da"), pl.lit(-1).alias("db")),
+            la.select(pl.col("start_ns").alias("t"), pl.lit(1).alias("da"), pl.lit(0).alias("db")),
+            la.select(pl.col("end_ns").alias("t"), pl.lit(-1).alias("da"), pl.lit(0).alias("db")),
+            lb.select(pl.col("start_ns").alias("t"), pl.lit(0).alias("da"), pl.lit(1).alias("db")),
+            lb.select(pl.col("end_ns").alias("t"), pl.lit(0).alias("da"), pl.lit(-1).alias("db")),
         ]
     )
     ev = ev.group_by("t").agg(pl.col("da").sum(), pl.col("db").sum()).sort("t")
     ev = ev.with_columns(pl.col("da").cum_sum().alias("ca"), pl.col("db").cum_sum().alias("cb"))
     ev = ev.with_columns(pl.col("t").shift(-1).alias("t_next"))
     both = ev.filter((pl.col("ca") > 0) & (pl.col("cb") > 0) & pl.col("t_next").is_not_null())
-    return union(both.select(pl.col("t").alias("start_ns"), pl.col("t_next").alias("end_ns")))
+    return union(both.select(pl.col("t").alias("start_ns"), pl.col("t_next").alias("end_ns")).collect())
 
 
 def clip(intervals: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:

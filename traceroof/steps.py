@@ -11,6 +11,8 @@ communication / idle breakdown from interval unions, and hardware FLOPs (→ HFU
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from . import intervals as iv
@@ -78,26 +80,43 @@ def step_table(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.Dat
         w = per_rank.with_columns(pl.lit(None, dtype=pl.Int32).alias("step")).select("rank", "step", "start_ns", "end_ns")
     partial = _partial_steps(ops, host, w, meta)
     ends = ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    # the ops of each (rank, step), in their order, split once rather than filtered per step
+    by_step = ends.partition_by("rank", "step", as_dict=True) if w["step"].is_not_null().any() else {}
+    # every (rank, step, device) breakdown of those ops at once (one grouped query)
+    pre = _device_breakdowns(ends) if by_step else {}
+    none = ends.clear()
     for rank, step, s, e in w.sort("rank", "start_ns").iter_rows():
-        sel = ends.filter(pl.col("rank") == rank)
-        sel = sel.filter(pl.col("step") == step) if step is not None else sel
+        known = None
+        if step is not None:
+            sel = by_step.get((rank, step), none)
+            known = pre if sel.height else None
+        else:
+            sel = ends.filter(pl.col("rank") == rank)
         if step is not None and sel.height == 0:
             # fall back to device time inside the window
             sel = ends.filter(pl.col("rank") == rank, pl.col("start_ns") < e, pl.col("end_ns") > s)
-        rows.append(_breakdown(rank, step, s, e, sel, (rank, step) in partial))
+        rows.append(_breakdown(rank, step, s, e, sel, (rank, step) in partial, known))
     return pl.DataFrame(rows, schema=STEP_SCHEMA, orient="row")
 
 
-def _breakdown(rank: int, step: int | None, s: int, e: int, sel: pl.DataFrame, partial: bool) -> tuple:
+def _breakdown(
+    rank: int, step: int | None, s: int, e: int, sel: pl.DataFrame, partial: bool,
+    known: dict[tuple[Any, ...], tuple[int, int, int, int, int]] | None = None,
+) -> tuple:
     """One step of one rank. A rank with several devices (an XPlane host with 4 TPU chips)
     gets each device's breakdown from its own unions, averaged over its devices; FLOPs are
-    the rank's total and ``devices`` says how many devices share them."""
+    the rank's total and ``devices`` says how many devices share them. ``known``: the
+    precomputed :func:`_device_breakdown` of each (rank, step, device) of ``sel``."""
     if sel.height:
         s = min(s, int(sel["start_ns"].min()))
         e = max(e, int(sel["end_ns"].max()))
     wall = e - s
     devices = sorted(sel["device"].unique().to_list()) if sel.height else [0]
-    parts = [_device_breakdown(sel.filter(pl.col("device") == d)) for d in devices] if sel.height else [(0, 0, 0, 0, 0)]
+    parts = [
+        known[(rank, step, d)] if known is not None and (rank, step, d) in known
+        else _device_breakdown(sel.filter(pl.col("device") == d))
+        for d in devices
+    ] if sel.height else [(0, 0, 0, 0, 0)]
     n = len(parts)
     busy_ns, cb, mb, comm_ns, exposed = (int(round(sum(p[i] for p in parts) / n)) for i in range(5))
     # FLOPs of the ops with a cost model; null (not 0) when no op in the step has one
@@ -121,6 +140,47 @@ def _device_breakdown(sel: pl.DataFrame) -> tuple[int, int, int, int, int]:
     cb = iv.total(iv.union(comp.filter(pl.col("bound") == "compute")))
     mb = iv.total(iv.union(sel.filter(kind != "collective"))) - cb
     return iv.total(iv.union(sel)), cb, mb, comm_ns, exposed
+
+
+def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, int, int, int, int]]:
+    """:func:`_device_breakdown` of the ops of every (rank, step, device), steps not null.
+
+    The same interval measures from unions grouped by (rank, step, device, set) in one query;
+    the communication hidden under compute is ``|coll ∩ comp| = |coll| + |comp| − |coll ∪
+    comp|`` (exact: integer measures of the same sets).
+    """
+    keys = ["rank", "step", "device"]
+    base = ends.filter(pl.col("step").is_not_null(), pl.col("device").is_not_null()).select(
+        *keys, "start_ns", "end_ns", pl.col("kind").cast(pl.String).alias("_k"), "bound"
+    )
+    if base.height == 0:
+        return {}
+    k = pl.col("_k")
+    comp = ~k.is_in(["collective", "memcpy", "memset"])
+    sets = {
+        "all": pl.lit(True),
+        "coll": k == "collective",
+        "comp": comp,
+        "cb": comp & (pl.col("bound") == "compute"),
+        "noncoll": k != "collective",
+        "coll_or_comp": ~k.is_in(["memcpy", "memset"]),
+    }
+    rows = pl.concat(
+        [base.filter(cond).select(*keys, pl.lit(name).alias("_set"), "start_ns", "end_ns") for name, cond in sets.items()]
+    )
+    u = iv.union(rows, by=[*keys, "_set"])
+    tot = u.group_by([*keys, "_set"]).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
+    m = {(r, st, d, name): int(ns) for r, st, d, name, ns in tot.iter_rows()}
+    out = {}
+    for r, st, d in base.select(keys).unique().iter_rows():
+        def g(name: str) -> int:
+            return m.get((r, st, d, name), 0)
+
+        comm = g("coll")
+        cb = g("cb")
+        exposed = comm - (comm + g("comp") - g("coll_or_comp"))
+        out[(r, st, d)] = (g("all"), cb, g("noncoll") - cb, comm, exposed)
+    return out
 
 
 def _partial_steps(ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, meta: TraceMeta) -> set:

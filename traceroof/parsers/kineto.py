@@ -49,8 +49,7 @@ def read(path: str | os.PathLike[str], *, rank: int | None = None) -> Trace:
     p = Path(path)
     if not p.is_file():
         raise InputNotFoundError(f"{p}: no such file")
-    data = p.read_bytes()
-    return read_bytes(data, path=str(p), rank=rank)
+    return read_bytes(p.read_bytes(), path=str(p), rank=rank)
 
 
 def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -> Trace:
@@ -62,12 +61,15 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
             data = _gunzip_partial(data)
             if not data:
                 raise TraceFormatError(path, "byte 0", f"a readable gzip stream ({exc})") from exc
-    stripped = data.lstrip()
-    if not stripped:
+    head = data[:4096]
+    first = head.lstrip()[:1]  # only the head: lstrip() of the whole file would copy it
+    if not first and len(data) > len(head):
+        first = data.lstrip()[:1]  # more than 4 KB of leading whitespace (rare)
+    if not first:
         raise TraceFormatError(path, "byte 0", "a Kineto JSON trace, found an empty file")
-    if stripped[:1] != b"{":
+    if first != b"{":
         raise TraceFormatError(
-            path, f"byte {len(data) - len(stripped)}",
+            path, f"byte {len(head) - len(head.lstrip())}",
             "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)",
         )
     builder = _Builder(path)
@@ -75,6 +77,7 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
         decoded = decode(data, builder.add_chunk, path=path)
     except ValueError as exc:
         raise TraceFormatError(path, "byte 0", f"a Kineto trace: {exc}") from exc
+    del data  # the file's bytes are no longer needed while the tables are linked
     return builder.finish(decoded, rank=rank)
 
 
@@ -131,168 +134,186 @@ class _Builder:
         self.profiler_ranges = 0
 
     # ------------------------------------------------------------------ chunk
+    from .kineto_decode import Args as _Args
+
+    #: stands in for a missing ``args`` object: every field at its default (None / empty Raw)
+    _NO_ARGS = _Args()
+
     def add_chunk(self, events: list[Event]) -> None:
-        d_name: list[Any] = []
-        d_cat: list[str] = []
-        d_pid: list[Any] = []
-        d_tid: list[Any] = []
-        d_ts: list[Any] = []
-        d_dur: list[Any] = []
-        d_dev: list[Any] = []
-        d_stream: list[Any] = []
-        d_corr: list[Any] = []
-        d_ext: list[Any] = []
-        d_bytes: list[Any] = []
-        d_cname: list[Any] = []
-        d_in: list[Any] = []
-        d_out: list[Any] = []
-        d_gs: list[Any] = []
-        d_cdt: list[Any] = []
+        """Turn one decoded chunk into a device and a host column frame.
 
-        h_name: list[Any] = []
-        h_cat: list[str] = []
-        h_pid: list[Any] = []
-        h_tid: list[Any] = []
-        h_ts: list[Any] = []
-        h_dur: list[Any] = []
-        h_corr: list[Any] = []
-        h_ext: list[Any] = []
-        h_dims: list[Any] = []
-        h_types: list[Any] = []
-        h_conc: list[Any] = []
-        h_cname: list[Any] = []
-        h_in: list[Any] = []
-        h_out: list[Any] = []
-        h_gs: list[Any] = []
-        h_cdt: list[Any] = []
-
+        One pass sorts the events (and counts the ones that are not kept); the columns are
+        then built field by field with list comprehensions and converted in bulk, falling
+        back to the per-value conversions only when a column holds something unusual.
+        """
         counts = self.counts
         dev_cats = V.DEVICE_CATEGORIES
         host_cats = V.HOST_CATEGORIES
+        range_cats = V.PROFILER_RANGE_CATEGORIES
+        dev: list[Event] = []
+        d_cat: list[str] = []
+        host: list[Event] = []
+        h_cat: list[str] = []
+        empty = python_events = profiler_ranges = flows = mem = counters = 0
         for e in events:
             ph = e.ph
-            if ph is None or (not len(e.ts) and ph != "M"):
-                self.empty_events += 1
-                continue
-            cat = e.cat
-            counts[cat] = counts.get(cat, 0) + 1
             if ph == "X":
-                a = e.args
+                if not len(e.ts):
+                    empty += 1
+                    continue
+                cat = e.cat
+                counts[cat] = counts.get(cat, 0) + 1
                 dk = dev_cats.get(cat)
                 if dk is not None:
-                    d_name.append(e.name)
+                    dev.append(e)
                     d_cat.append(dk)
-                    d_pid.append(e.pid)
-                    d_tid.append(e.tid)
-                    d_ts.append(e.ts)
-                    d_dur.append(e.dur)
-                    if a is None:
-                        d_dev.append(None); d_stream.append(None); d_corr.append(None)
-                        d_ext.append(None); d_bytes.append(None); d_cname.append(None)
-                        d_in.append(None); d_out.append(None); d_gs.append(None); d_cdt.append(None)
-                    else:
-                        d_dev.append(a.device)
-                        d_stream.append(a.stream)
-                        d_corr.append(a.correlation)
-                        d_ext.append(a.external_id if a.external_id is not None else a.external_id_lc)
-                        d_bytes.append(a.nbytes)
-                        d_cname.append(a.coll_name)
-                        d_in.append(a.in_nelems)
-                        d_out.append(a.out_nelems)
-                        d_gs.append(a.group_size)
-                        d_cdt.append(a.dtype)
                     continue
                 hk = host_cats.get(cat)
                 if hk is not None:
-                    h_name.append(e.name)
+                    host.append(e)
                     h_cat.append(hk)
-                    h_pid.append(e.pid)
-                    h_tid.append(e.tid)
-                    h_ts.append(e.ts)
-                    h_dur.append(e.dur)
-                    if a is None:
-                        h_corr.append(None); h_ext.append(None); h_dims.append(None)
-                        h_types.append(None); h_conc.append(None); h_cname.append(None)
-                        h_in.append(None); h_out.append(None); h_gs.append(None); h_cdt.append(None)
-                    else:
-                        h_corr.append(a.correlation)
-                        h_ext.append(a.external_id if a.external_id is not None else a.external_id_lc)
-                        dims = a.input_dims if a.input_dims is not None else a.input_dims_lc
-                        h_dims.append(dims)
-                        h_types.append(a.input_type)
-                        h_conc.append(a.concrete)
-                        h_cname.append(a.coll_name)
-                        h_in.append(a.in_nelems)
-                        h_out.append(a.out_nelems)
-                        h_gs.append(a.group_size)
-                        h_cdt.append(a.dtype)
                     continue
                 if cat == "python_function":
-                    self.python_events += 1
-                elif cat in V.PROFILER_RANGE_CATEGORIES:
-                    self.profiler_ranges += 1
-            elif ph == "M":
-                a = e.args
-                if a is not None and isinstance(a.name, str) and e.name in ("process_name", "thread_name"):
-                    self.meta_names[(e.name, str(e.pid) if e.name == "process_name" else f"{e.pid}/{e.tid}")] = a.name
-            elif ph in ("s", "f", "t"):
-                self.flows += 1
-            elif ph in ("i", "I"):
-                if e.name == "[memory]":
-                    self.mem_samples += 1
-            elif ph == "C":
-                self.counter_samples += 1
-            elif ph in ("B", "E", "b", "e", "n"):
-                self.unknown_phases[ph] = self.unknown_phases.get(ph, 0) + 1
+                    python_events += 1
+                elif cat in range_cats:
+                    profiler_ranges += 1
+            elif ph is None or (ph != "M" and not len(e.ts)):
+                empty += 1
             else:
-                self.unknown_phases[str(ph)] = self.unknown_phases.get(str(ph), 0) + 1
+                cat = e.cat
+                counts[cat] = counts.get(cat, 0) + 1
+                if ph == "M":
+                    a = e.args
+                    if a is not None and isinstance(a.name, str) and e.name in ("process_name", "thread_name"):
+                        self.meta_names[
+                            (e.name, str(e.pid) if e.name == "process_name" else f"{e.pid}/{e.tid}")
+                        ] = a.name
+                elif ph in ("s", "f", "t"):
+                    flows += 1
+                elif ph in ("i", "I"):
+                    if e.name == "[memory]":
+                        mem += 1
+                elif ph == "C":
+                    counters += 1
+                elif ph in ("B", "E", "b", "e", "n"):
+                    self.unknown_phases[ph] = self.unknown_phases.get(ph, 0) + 1
+                else:
+                    self.unknown_phases[str(ph)] = self.unknown_phases.get(str(ph), 0) + 1
+        self.empty_events += empty
+        self.python_events += python_events
+        self.profiler_ranges += profiler_ranges
+        self.flows += flows
+        self.mem_samples += mem
+        self.counter_samples += counters
 
-        if d_name:
+        ints, strs, texts = self._ints, self._strs, self._texts
+        no_args = self._NO_ARGS
+        # all the times of the chunk in one conversion (it works value by value): one query
+        # instead of four, each with its fixed cost
+        nd, nh = len(dev), len(host)
+        times = raw_us_to_ns(
+            [e.ts for e in dev] + [e.dur for e in dev] + [e.ts for e in host] + [e.dur for e in host]
+        ) if nd or nh else None
+        if dev:
+            args = [e.args or no_args for e in dev]
             self.dev_frames.append(
                 pl.DataFrame(
                     {
-                        "name": pl.Series(d_name, dtype=pl.String, strict=False),
+                        "name": pl.Series([e.name for e in dev], dtype=pl.String, strict=False),
                         "cat": pl.Series(d_cat, dtype=pl.String),
-                        "pid": pl.Series([None if v is None else str(v) for v in d_pid], dtype=pl.String),
-                        "tid": pl.Series([None if v is None else str(v) for v in d_tid], dtype=pl.String),
-                        "ts_ns": raw_us_to_ns(d_ts),
-                        "dur_ns": raw_us_to_ns(d_dur),
-                        "device_arg": pl.Series([_as_int(v) for v in d_dev], dtype=pl.Int64),
-                        "stream_arg": pl.Series([_as_int(v) for v in d_stream], dtype=pl.Int64),
-                        "correlation": pl.Series([_as_int(v) for v in d_corr], dtype=pl.Int64),
-                        "external_id": pl.Series([_as_int(v) for v in d_ext], dtype=pl.Int64),
-                        "nbytes": pl.Series([_as_int(v) for v in d_bytes], dtype=pl.Int64),
-                        "coll_name": pl.Series([None if v is None else str(v) for v in d_cname], dtype=pl.String),
-                        "coll_in_nelems": pl.Series([_as_int(v) for v in d_in], dtype=pl.Int64),
-                        "coll_out_nelems": pl.Series([_as_int(v) for v in d_out], dtype=pl.Int64),
-                        "coll_group_size": pl.Series([_as_int(v) for v in d_gs], dtype=pl.Int64),
-                        "coll_dtype": pl.Series([None if v is None else str(v) for v in d_cdt], dtype=pl.String),
+                        "pid": strs([e.pid for e in dev]),
+                        "tid": strs([e.tid for e in dev]),
+                        "ts_ns": times.slice(0, nd),
+                        "dur_ns": times.slice(nd, nd),
+                        "device_arg": ints([a.device for a in args]),
+                        "stream_arg": ints([a.stream for a in args]),
+                        "correlation": ints([a.correlation for a in args]),
+                        "external_id": ints(
+                            [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
+                        ),
+                        "nbytes": ints([a.nbytes for a in args]),
+                        "coll_name": strs([a.coll_name for a in args]),
+                        "coll_in_nelems": ints([a.in_nelems for a in args]),
+                        "coll_out_nelems": ints([a.out_nelems for a in args]),
+                        "coll_group_size": ints([a.group_size for a in args]),
+                        "coll_dtype": strs([a.dtype for a in args]),
                     }
                 )
             )
-        if h_name:
+        if host:
+            args = [e.args or no_args for e in host]
+            shapes = texts([a.input_dims for a in args] + [a.input_type for a in args] + [a.concrete for a in args])
             self.host_frames.append(
                 pl.DataFrame(
                     {
-                        "name": pl.Series(h_name, dtype=pl.String, strict=False),
+                        "name": pl.Series([e.name for e in host], dtype=pl.String, strict=False),
                         "cat": pl.Series(h_cat, dtype=pl.String),
-                        "pid": pl.Series([None if v is None else str(v) for v in h_pid], dtype=pl.String),
-                        "thread": pl.Series([None if v is None else str(v) for v in h_tid], dtype=pl.String),
-                        "ts_ns": raw_us_to_ns(h_ts),
-                        "dur_ns": raw_us_to_ns(h_dur),
-                        "correlation": pl.Series([_as_int(v) for v in h_corr], dtype=pl.Int64),
-                        "external_id": pl.Series([_as_int(v) for v in h_ext], dtype=pl.Int64),
-                        "input_dims": pl.Series([_raw_text(v) for v in h_dims], dtype=pl.String),
-                        "input_types": pl.Series([_raw_text(v) for v in h_types], dtype=pl.String),
-                        "concrete_inputs": pl.Series([_raw_text(v) for v in h_conc], dtype=pl.String),
-                        "coll_name": pl.Series([None if v is None else str(v) for v in h_cname], dtype=pl.String),
-                        "coll_in_nelems": pl.Series([_as_int(v) for v in h_in], dtype=pl.Int64),
-                        "coll_out_nelems": pl.Series([_as_int(v) for v in h_out], dtype=pl.Int64),
-                        "coll_group_size": pl.Series([_as_int(v) for v in h_gs], dtype=pl.Int32),
-                        "coll_dtype": pl.Series([None if v is None else str(v) for v in h_cdt], dtype=pl.String),
+                        "pid": strs([e.pid for e in host]),
+                        "thread": strs([e.tid for e in host]),
+                        "ts_ns": times.slice(2 * nd, nh),
+                        "dur_ns": times.slice(2 * nd + nh, nh),
+                        "correlation": ints([a.correlation for a in args]),
+                        "external_id": ints(
+                            [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
+                        ),
+                        # NB: ``input_dims`` is a Raw (never None), so ``Input dims`` is never read
+                        "input_dims": shapes.slice(0, nh),
+                        "input_types": shapes.slice(nh, nh),
+                        "concrete_inputs": shapes.slice(2 * nh, nh),
+                        "coll_name": strs([a.coll_name for a in args]),
+                        "coll_in_nelems": ints([a.in_nelems for a in args]),
+                        "coll_out_nelems": ints([a.out_nelems for a in args]),
+                        "coll_group_size": ints([a.group_size for a in args], pl.Int32),
+                        "coll_dtype": strs([a.dtype for a in args]),
                     }
                 )
             )
+
+    @staticmethod
+    def _take(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
+        """The frames as one (None when there are none), emptying the list."""
+        if not frames:
+            return None
+        df = pl.concat(frames, how="vertical_relaxed")
+        frames.clear()
+        return df
+
+    # bulk conversions; each equals the per-value conversion it replaces
+    @staticmethod
+    def _ints(vals: list[Any], dtype: Any = pl.Int64) -> pl.Series:
+        """``[_as_int(v) for v in vals]`` as a Series; in bulk when all are ints or None."""
+        try:
+            return pl.Series(vals, dtype=dtype)  # strict: floats and strings raise
+        except Exception:  # noqa: BLE001 - any oddity: the exact per-value path decides
+            return pl.Series([_as_int(v) for v in vals], dtype=dtype)
+
+    @staticmethod
+    def _strs(vals: list[Any]) -> pl.Series:
+        """``[None if v is None else str(v) for v in vals]`` as a String Series."""
+        try:
+            return pl.Series(vals, dtype=pl.Int64).cast(pl.String)  # all ints (or None)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            return pl.Series(vals, dtype=pl.String)  # all strings (or None)
+        except Exception:  # noqa: BLE001
+            return pl.Series([None if v is None else str(v) for v in vals], dtype=pl.String)
+
+    @staticmethod
+    def _texts(raws: list[Any]) -> pl.Series:
+        """``[_raw_text(r) for r in raws]`` (raw JSON text; empty or ``null`` → None)."""
+        joined = b"\x00".join(raws)  # JSON text never holds a raw NUL
+        try:
+            text = joined.decode("utf-8")
+        except UnicodeDecodeError:
+            text = joined.decode("utf-8", "replace")
+        s = pl.Series([text], dtype=pl.String).str.split("\x00").explode()
+        if len(s) != len(raws):
+            s = pl.Series([_raw_text(r) for r in raws], dtype=pl.String)
+        # drop pretty-printing (a newline and its indentation; never inside a JSON string):
+        # torch's exporter indents every list element, which tripled the memory of these columns
+        s = s.str.replace_all(r"[\r\n]\s*", "")
+        return s.set(s.is_in(["", "null"]), None)
 
     # ------------------------------------------------------------------ finish
     def finish(self, decoded: Any, *, rank: int | None) -> Trace:
@@ -349,11 +370,8 @@ class _Builder:
             rank = _rank_from(header, self.path, meta)
         meta.ranks = [rank]
 
-        dev = pl.concat(self.dev_frames, how="vertical_relaxed") if self.dev_frames else None
-        host = pl.concat(self.host_frames, how="vertical_relaxed") if self.host_frames else None
-        self.dev_frames = []
-        self.host_frames = []
-        ops, host_tbl = build_tables(dev, host, meta, rank=rank)
+        # the column chunks are handed over, not kept: build_tables can free them as it goes
+        ops, host_tbl = build_tables(self._take(self.dev_frames), self._take(self.host_frames), meta, rank=rank)
         if ops.height == 0:
             if host_tbl.height == 0 and st.events > 0:
                 meta.warn(f"{self.path}: no timed events (metadata only)")

@@ -36,7 +36,7 @@ Num = int | float | str | None
 _NO_RAW = msgspec.Raw(b"")
 
 
-class Args(msgspec.Struct):
+class Args(msgspec.Struct, gc=False):
     """The ``args`` keys traceroof reads. Unknown keys are skipped by the decoder."""
 
     correlation: Num = None
@@ -59,7 +59,7 @@ class Args(msgspec.Struct):
     mem_bytes: Num = msgspec.field(default=None, name="Bytes")
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     """One ``traceEvents`` element, only the fields traceroof uses."""
 
     ph: Any = None
@@ -101,7 +101,7 @@ _HEADER_DECODER = msgspec.json.Decoder(Top)
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 
 
 @dataclass
@@ -149,19 +149,23 @@ def decode(
         return _recover(data, on_chunk, stats)
     if not len(top.traceEvents):
         raise ValueError("top-level object has no 'traceEvents' array")
-    raw = bytes(top.traceEvents)
-    if not raw.startswith(b"["):
+    # a view into ``data``, not a copy: the file is held in memory once
+    raw = memoryview(top.traceEvents)
+    if raw[:1] != b"[":
         raise ValueError("'traceEvents' is not an array")
     for events in _chunks(raw):
         stats.events += len(events)
         on_chunk(events)
+    del raw
     top.traceEvents = _NO_RAW
     return Decoded(top, stats)
 
 
-def _chunks(raw: bytes) -> Iterator[list[Event]]:
+def _chunks(raw: memoryview) -> Iterator[list[Event]]:
     """Split a valid JSON array of events into ~CHUNK_BYTES pieces and decode each."""
-    end = raw.rstrip().rfind(b"]")
+    end = len(raw) - 1  # msgspec's Raw is exactly the array's text: it ends with its "]"
+    if raw[end:] != b"]":
+        end = bytes(raw).rstrip().rfind(b"]")
     body_start = 1
     n = len(raw)
     if n <= CHUNK_BYTES * 1.5:
@@ -357,10 +361,61 @@ def raw_us_to_ns(raws: list[Any]) -> pl.Series:
     Returns:
         An ``Int64`` series, ns.
     """
-    text = b"\n".join(r if r is not None and len(r) else b"null" for r in raws).decode("utf-8", "replace")
-    s = pl.Series("t", text.split("\n"), dtype=pl.String).str.strip_chars(' "')
-    has_exp = s.str.contains("[eE]")
-    parts = s.str.split_exact(".", 1)
+    try:
+        # the common case: all Raw/bytes (an empty one reads as null: "" is no number)
+        joined = b"\n".join(raws)
+    except TypeError:
+        joined = b"\n".join(r if r is not None and len(r) else b"null" for r in raws)
+    if _plain_numbers(joined):
+        # Fast path: only ``[-]digits[.d[d[d]]]`` (or null): polars' exact decimal parser
+        s = pl.Series("t", [joined.decode("ascii")], dtype=pl.String).str.split("\n").explode()
+        if len(s) == len(raws):
+            t = pl.col("t")
+            missing = (t == "null") | (t == "")
+            dec = (t.str.to_decimal(scale=3) * 1000).cast(pl.Int64, strict=False)
+            out = s.to_frame("t").select(
+                pl.when(missing).then(None).otherwise(dec).alias("ns"),
+                (dec.is_null() & ~missing).any().alias("odd"),
+            )
+            if not out["odd"][0]:
+                return out["ns"]
+    try:
+        text = joined.decode("utf-8")
+    except UnicodeDecodeError:
+        text = joined.decode("utf-8", "replace")
+    s = pl.Series("t", [text], dtype=pl.String).str.split("\n").explode()
+    if len(s) != len(raws):  # a raw newline inside a value (not valid JSON): one by one
+        s = pl.Series(
+            "t", [(bytes(r) if r is not None and len(r) else b"null").decode("utf-8", "replace") for r in raws],
+            dtype=pl.String,
+        )
+    return _us_text_to_ns(s)
+
+
+_DIGITS_AS_D = bytes.maketrans(b"0123456789", b"dddddddddd")
+
+
+def _plain_numbers(joined: bytes) -> bool:
+    """True when ``joined`` (values separated by newlines) holds only ``null`` and numbers
+    of the form ``[-]digits[.ddd]`` (no exponent, quotes, spaces, sign ``+``, leading dot,
+    4th decimal or 19th integer digit): the forms where polars' decimal parser and
+    :func:`_us_text_to_ns` agree."""
+    shape = joined.replace(b"null", b"").translate(_DIGITS_AS_D)  # every digit reads "d"
+    return not (
+        shape.translate(None, b"d.-\n")  # any other character
+        or shape[:1] == b"."
+        or b"\n." in shape
+        or b"-." in shape
+        or b".dddd" in shape
+        or b"d" * 19 in shape  # beyond int64 ns anyway (and beyond polars' decimal width)
+    )
+
+
+def _us_text_to_ns(s: pl.Series) -> pl.Series:
+    """µs number text (one per row) → int64 ns; see :func:`raw_us_to_ns`."""
+    # integer and fraction parts as integers, half-up on the 4th decimal
+    t = pl.col("t").str.strip_chars(' "')
+    parts = t.str.split_exact(".", 1)
     ip = parts.struct.field("field_0")
     fp = parts.struct.field("field_1").fill_null("")
     neg = ip.str.starts_with("-")
@@ -369,16 +424,20 @@ def raw_us_to_ns(raws: list[Any]) -> pl.Series:
     round_up = fp.str.slice(3, 1).fill_null("").is_in(["5", "6", "7", "8", "9"])
     ns = ip_abs.cast(pl.Int64, strict=False) * 1000 + frac3.cast(pl.Int64, strict=False)
     ns = ns + round_up.cast(pl.Int64)
-    ns = pl.select(pl.when(neg).then(-ns).otherwise(ns)).to_series()
-    ns = pl.select(pl.when(s == "null").then(None).otherwise(ns)).to_series()
+    ns = pl.when(neg).then(-ns).otherwise(ns)
+    ns = pl.when(t == "null").then(None).otherwise(ns)
+    out = s.to_frame("t").select(ns.alias("ns"), t.str.contains("[eE]").alias("has_exp"))
+    ns_s = out["ns"]
+    has_exp = out["has_exp"]
     if has_exp.any():
         fixed = [
-            _exp_to_ns(v) if e else None for v, e in zip(s.to_list(), has_exp.to_list())
+            _exp_to_ns(v) if e else None
+            for v, e in zip(s.str.strip_chars(' "').to_list(), has_exp.to_list())
         ]
-        ns = pl.select(
-            pl.when(has_exp).then(pl.Series(fixed, dtype=pl.Int64)).otherwise(ns)
+        ns_s = pl.select(
+            pl.when(has_exp).then(pl.Series(fixed, dtype=pl.Int64)).otherwise(ns_s)
         ).to_series()
-    return ns.alias("ns").cast(pl.Int64)
+    return ns_s.alias("ns").cast(pl.Int64)
 
 
 def _exp_to_ns(v: str) -> int | None:
