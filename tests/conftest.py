@@ -53,3 +53,22 @@ def example_trace() -> Path:
     if not p.exists():
         raise FileNotFoundError(f"{p} missing: run python fixtures/make_example.py")
     return p
+
+
+MODELS = FIXTURES / "models"
+
+
+@pytest.fixture(scope="module")
+def ref7b():
+    """The reference 7B (Llama-2-7B shape: L=32, d=4096, 32 heads, d_ff=11008, V=32000, untied)."""
+    from traceroof.model import load_model_config
+
+    return load_model_config(MODELS / "llama2-7b.json")
+
+
+@pytest.fixture(scope="module")
+def gqa8():
+    """The reference 7B with 8 KV heads."""
+    from traceroof.model import load_model_config
+
+    return load_model_config(MODELS / "llama2-7b-gqa8.json")

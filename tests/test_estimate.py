@@ -41,16 +41,6 @@ def a100() -> Any:
 
 
 @pytest.fixture(scope="module")
-def ref7b() -> ModelConfig:
-    return load_model_config(MODELS / "llama2-7b.json")
-
-
-@pytest.fixture(scope="module")
-def gqa8() -> ModelConfig:
-    return load_model_config(MODELS / "llama2-7b-gqa8.json")
-
-
-@pytest.fixture(scope="module")
 def e7b(ref7b: ModelConfig, h100: Any) -> Estimate:
     return estimate(ref7b, h100, seq_len=4096)
 

@@ -43,16 +43,6 @@ MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 
 
 @pytest.fixture(scope="module")
-def ref7b() -> ModelConfig:
-    return load_model_config(MODELS / "llama2-7b.json")
-
-
-@pytest.fixture(scope="module")
-def gqa8() -> ModelConfig:
-    return load_model_config(MODELS / "llama2-7b-gqa8.json")
-
-
-@pytest.fixture(scope="module")
 def mixtral() -> ModelConfig:
     return load_model_config(MODELS / "mixtral-8x7b.json")
 
