@@ -245,6 +245,43 @@ def analyze(trace: str, chip: str | None, fmt: str | None, output: str | None, t
 
 
 @cli.command()
+@click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False, path_type=str),
+              help="Cache directory to write (new, empty, or an earlier cache, which is replaced).")
+@click.option("--jobs", type=click.IntRange(min=1), help="Processes for multi-file traces (default: cores).")
+@quiet_option
+@debug_option
+@_handle_errors
+def ingest(traces: tuple[str, ...], out_dir: str, jobs: int | None) -> None:
+    """Parse TRACE once and write a columnar cache that analyze, gate and serve read directly.
+
+    The op and host tables go to Parquet, partitioned by rank (DIR/ops/rank=N/part.parquet),
+    with the metadata in DIR/meta.json. Several TRACEs are merged as per-rank traces.
+    See docs/cache.md.
+
+    \b
+    Examples:
+      traceroof ingest trace.json.gz -o trace.cache
+      traceroof ingest rank-*.json.gz -o run.cache
+      traceroof analyze trace.cache --chip h100
+    """
+    from .cache import write_cache
+    from .io import merge, read_trace
+
+    t0 = time.perf_counter()
+    loaded = [read_trace(t, jobs=jobs) for t in traces]
+    trace = merge(loaded) if len(loaded) > 1 else loaded[0]
+    out = write_cache(trace, out_dir, source_paths=list(traces))
+    files = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
+    size = sum((out / f).stat().st_size for f in files)
+    click.echo(f"wrote {out}: {trace.ops.height:,} ops, {trace.host.height:,} host events, "
+               f"{len(trace.meta.ranks) or 1} rank(s), {len(files)} files, {size / 1e6:.2f} MB "
+               f"in {time.perf_counter() - t0:.1f} s")
+    for f in files:
+        click.echo(f"  {f}")
+
+
+@cli.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @debug_option
 @_handle_errors

@@ -231,7 +231,7 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ops.filter(pl.col("flops").is_null() | pl.col("bytes").is_null())
         .group_by(pl.coalesce("op", "name").alias("l"))
         .agg(pl.col("dur_ns").sum())
-        .sort("dur_ns", descending=True)
+        .sort(["dur_ns", "l"], descending=[True, False])
         .head(5)
     )
     cov.uncosted_top = [(str(a), int(b)) for a, b in unc.iter_rows()]

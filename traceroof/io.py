@@ -80,6 +80,10 @@ def read_trace(path: str | os.PathLike[str], *, jobs: int | None = None) -> Trac
     if not p.exists():
         raise InputNotFoundError(f"{p}: no such file or directory")
     if p.is_dir():
+        from .cache import is_cache, read_cache
+
+        if is_cache(p):
+            return read_cache(p)
         return _read_dir(p, jobs=jobs)
     fmt = detect_format(p)
     if fmt == "kineto":

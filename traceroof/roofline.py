@@ -251,17 +251,17 @@ def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
     )
     df = ops.with_columns(label.alias("label"))
     g = df.group_by("label").agg(
-        pl.col("kind").cast(pl.String).mode().first().alias("kind"),
+        pl.col("kind").cast(pl.String).mode().sort().first().alias("kind"),
         pl.len().alias("count"),
         pl.col("dur_ns").sum().alias("measured_ns"),
         pl.col("expected_ns").sum().alias("expected_ns"),
         pl.col("dur_ns").filter(pl.col("expected_ns").is_not_null()).sum().alias("_costed_dur"),
         pl.col("gap_ns").sum().alias("gap_ns"),
         pl.col("expected_ns").is_not_null().sum().alias("costed_count"),
-        pl.col("bound").filter(pl.col("bound") != "unknown").mode().first().alias("bound"),
+        pl.col("bound").filter(pl.col("bound") != "unknown").mode().sort().first().alias("bound"),
         pl.col("flops").sum().alias("flops"),
         pl.col("bytes").sum().alias("bytes"),
-        pl.col("dtype").drop_nulls().mode().first().alias("dtype"),
+        pl.col("dtype").drop_nulls().mode().sort().first().alias("dtype"),
     )
     g = g.with_columns(
         pl.when(pl.col("costed_count") > 0).then(pl.col("gap_ns")).alias("gap_ns"),
@@ -270,4 +270,5 @@ def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
         pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).alias("intensity"),
         pl.col("bound").fill_null("unknown"),
     ).drop("_costed_dur")
-    return g.sort(["gap_ns", "measured_ns"], descending=[True, True], nulls_last=True)
+    # label last: ties never leave the order to chance (reports are reproducible)
+    return g.sort(["gap_ns", "measured_ns", "label"], descending=[True, True, False], nulls_last=True)

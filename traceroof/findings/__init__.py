@@ -123,9 +123,9 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[F
         return out
     for n in chosen:
         out.extend(DETECTORS[n](ctx))
-    out = sorted(out, key=lambda f: -(f.recoverable_ns or 0.0))
+    out = sorted(out, key=lambda f: (-(f.recoverable_ns or 0.0), f.kind, f.title))
     _cap_to_window(ctx, out)
-    return sorted(out, key=lambda f: -(f.recoverable_ns or 0.0))
+    return sorted(out, key=lambda f: (-(f.recoverable_ns or 0.0), f.kind, f.title))
 
 
 def _cap_to_window(ctx: FindingContext, findings: list[Finding]) -> None:
