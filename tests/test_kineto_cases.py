@@ -270,3 +270,15 @@ def test_not_a_trace_is_one_clear_error(data, where):
         K.read_bytes(data, path="bad.json")
     msg = str(ei.value)
     assert msg.startswith("bad.json: ") and where in msg
+
+
+def test_bc02_invalid_utf8_in_a_large_chunked_file_recovers_every_event():
+    # > 1.5 chunks, so the array is decoded in pieces; one lone 0xFF byte in one name is the
+    # only damage (the whole-file pass skips the event array without checking its UTF-8)
+    evs = [kernel(f"k{i}", ts=i * 10, dur=5) for i in range(150_000)]
+    doc = kineto(evs).replace(b'"k75000"', b'"k\xff75000"')
+    assert len(doc) > 12 << 20
+    t = K.read_bytes(doc, path="big.json")
+    assert t.ops.height == 150_000
+    assert t.meta.stats["encoding_repairs"] == 1
+    assert "k\ufffd75000" in set(t.ops["name"].to_list())

@@ -153,12 +153,42 @@ def decode(
     raw = memoryview(top.traceEvents)
     if raw[:1] != b"[":
         raise ValueError("'traceEvents' is not an array")
-    for events in _chunks(raw):
-        stats.events += len(events)
-        on_chunk(events)
+    try:
+        for events in _chunks(raw):
+            stats.events += len(events)
+            on_chunk(events)
+    except _BadPiece as bad:
+        # Not valid after all, past the chunks already handed over: the top-level pass does
+        # not check what it skips for invalid UTF-8 (BC-02). The rest of the array is read
+        # event by event, repairing what it can, as for any damaged file.
+        logger.debug("%s: event array invalid from offset %d (%s); recovering", path, bad.pos, bad.__cause__)
+        stats.strict = False
+        _recover_events(bytes(raw[bad.pos : bad.end]), _array_offset(data, raw), bad.pos, on_chunk, stats)
     del raw
     top.traceEvents = _NO_RAW
     return Decoded(top, stats)
+
+
+class _BadPiece(Exception):
+    """A piece of the event array that does not decode: raw[pos:end] is left to recover."""
+
+    def __init__(self, pos: int, end: int) -> None:
+        super().__init__(pos, end)
+        self.pos = pos
+        self.end = end
+
+
+#: how many event boundaries a chunk may be extended by when its cut fell inside a string
+_MAX_EXTENSIONS = 16
+
+
+def _array_offset(data: bytes, raw: memoryview) -> int:
+    """Byte offset of the event array in the file (for messages), 0 if it cannot be told."""
+    probe = bytes(raw[:256])
+    for m in _EVENTS_KEY.finditer(data):
+        if data[m.end() - 1 : m.end() - 1 + len(probe)] == probe:
+            return m.end() - 1
+    return 0
 
 
 def _chunks(raw: memoryview) -> Iterator[list[Event]]:
@@ -169,11 +199,16 @@ def _chunks(raw: memoryview) -> Iterator[list[Event]]:
     body_start = 1
     n = len(raw)
     if n <= CHUNK_BYTES * 1.5:
-        yield _EVENTS_DECODER.decode(raw)
+        try:
+            events = _EVENTS_DECODER.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise _BadPiece(body_start, end) from exc
+        yield events
         return
     pos = body_start
     while pos < end:
         target = pos + CHUNK_BYTES
+        extensions = 0
         while True:
             m = _BOUNDARY.search(raw, target, end) if target < end else None
             stop = (m.start() + 1) if m else end
@@ -181,9 +216,10 @@ def _chunks(raw: memoryview) -> Iterator[list[Event]]:
             try:
                 events = _EVENTS_DECODER.decode(b"[" + piece + b"]")
                 break
-            except msgspec.DecodeError:
-                if m is None:
-                    raise
+            except msgspec.DecodeError as exc:
+                extensions += 1
+                if m is None or extensions > _MAX_EXTENSIONS:
+                    raise _BadPiece(pos, end) from exc  # bad content, not a cut inside a string
                 target = m.end()  # the boundary was inside a string: extend
         yield events
         pos = (m.end() - 1) if m else end
@@ -228,6 +264,37 @@ def _recover(data: bytes, on_chunk: Callable[[list[Event]], None], stats: Decode
     if tail_header is not None:
         header = _merge_headers(header, tail_header)
     return Decoded(header, stats)
+
+
+def _recover_events(
+    buf: bytes, base: int, pos: int, on_chunk: Callable[[list[Event]], None], stats: DecodeStats
+) -> None:
+    """Events of ``buf`` (a run of ``{...}, {...}`` from the event array, without its
+    brackets, at ``pos`` in the array that starts at byte ``base`` of the file), one by one
+    as :func:`_recover` reads them: repaired where possible, else dropped and counted."""
+    first = len(buf) - len(buf.lstrip())
+    bounds = [b.start() + 1 for b in _BOUNDARY.finditer(buf)]
+    pieces: list[tuple[int, int]] = []
+    prev = first
+    for b in bounds:
+        pieces.append((prev, b))
+        prev = buf.index(b"{", b)
+    pieces.append((prev, len(buf)))
+    batch: list[Event] = []
+    for a, b in pieces:
+        chunk = buf[a:b].strip().rstrip(b",").rstrip()
+        if not chunk:
+            continue
+        ev = _decode_one(chunk, stats, base + pos + a)
+        if ev is not None:
+            batch.append(ev)
+            if len(batch) >= 50_000:
+                stats.events += len(batch)
+                on_chunk(batch)
+                batch = []
+    if batch:
+        stats.events += len(batch)
+        on_chunk(batch)
 
 
 def _decode_one(chunk: bytes, stats: DecodeStats, offset: int) -> Event | None:
