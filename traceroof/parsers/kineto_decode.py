@@ -228,21 +228,28 @@ def _chunks(raw: memoryview) -> Iterator[list[Event]]:
 # --------------------------------------------------------------------------- recovery
 
 
+_LEADING_WS = re.compile(rb"\s*")
+
+
+def _event_pieces(buf: bytes, start: int) -> list[tuple[int, int]]:
+    """Byte ranges of the candidate events of ``buf`` from ``start`` on, split at every
+    ``}, {`` boundary; the last range runs to the end of ``buf`` (it may hold the array's
+    closing bracket and the header keys after it, or a cut-off event)."""
+    prev = _LEADING_WS.match(buf, start).end()  # type: ignore[union-attr]
+    pieces: list[tuple[int, int]] = []
+    for m in _BOUNDARY.finditer(buf, start):
+        pieces.append((prev, m.start() + 1))
+        prev = m.end() - 1  # the next event's '{'
+    pieces.append((prev, len(buf)))
+    return pieces
+
+
 def _recover(data: bytes, on_chunk: Callable[[list[Event]], None], stats: DecodeStats) -> Decoded:
     m = _EVENTS_KEY.search(data)
     if m is None:
         raise ValueError("no 'traceEvents' array found")
     header = _decode_header_prefix(data[: m.start()])
-    pos = m.end()
-    # whitespace, then either ']' (empty) or the first '{'
-    starts = [pos + (len(data[pos:]) - len(data[pos:].lstrip()))]
-    bounds = [b.start() + 1 for b in _BOUNDARY.finditer(data, pos)]
-    pieces: list[tuple[int, int]] = []
-    prev = starts[0]
-    for b in bounds:
-        pieces.append((prev, b))
-        prev = data.index(b"{", b)
-    pieces.append((prev, len(data)))
+    pieces = _event_pieces(data, m.end())
     tail_header: Top | None = None
     batch: list[Event] = []
     for i, (a, b) in enumerate(pieces):
@@ -272,16 +279,8 @@ def _recover_events(
     """Events of ``buf`` (a run of ``{...}, {...}`` from the event array, without its
     brackets, at ``pos`` in the array that starts at byte ``base`` of the file), one by one
     as :func:`_recover` reads them: repaired where possible, else dropped and counted."""
-    first = len(buf) - len(buf.lstrip())
-    bounds = [b.start() + 1 for b in _BOUNDARY.finditer(buf)]
-    pieces: list[tuple[int, int]] = []
-    prev = first
-    for b in bounds:
-        pieces.append((prev, b))
-        prev = buf.index(b"{", b)
-    pieces.append((prev, len(buf)))
     batch: list[Event] = []
-    for a, b in pieces:
+    for a, b in _event_pieces(buf, 0):
         chunk = buf[a:b].strip().rstrip(b",").rstrip()
         if not chunk:
             continue
