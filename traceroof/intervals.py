@@ -23,12 +23,26 @@ def union(df: pl.DataFrame, start: str = "start_ns", end: str = "end_ns", by: li
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
     # one lazy query, collected once (the steps and findings call this hundreds of times)
     d = df.lazy().select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
-    prev_end = pl.col("end_ns").cum_max().shift(1)
-    if by:
-        prev_end = prev_end.over(by)
-    d = d.with_columns((pl.col("start_ns") > prev_end.fill_null(-(2**62))).cum_sum().alias("_seg"))
-    if by:
-        d = d.with_columns(pl.col("_seg").over(by))
+    if not by:
+        seg = pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).fill_null(-(2**62))
+        d = d.with_columns(seg.cum_sum().alias("_seg"))
+        return d.group_by("_seg", maintain_order=True).agg(
+            pl.col("start_ns").min(), pl.col("end_ns").max()
+        ).drop("_seg").collect()
+    lo, hi = df.select(pl.col(start).min(), pl.col(end).max()).row(0)
+    span = int(hi - lo) + 1 if lo is not None and hi is not None else 1
+    if span * (df.height + 1) < 2**62:
+        # Groups are contiguous after the sort. Shifting group g by g * span puts every
+        # group's times above the previous group's, so one running maximum (no per-group
+        # window) tells where each group's merged segments start; exact integer arithmetic.
+        new_group = pl.any_horizontal([pl.col(b).ne_missing(pl.col(b).shift(1)) for b in by]).fill_null(True)
+        off = new_group.cum_sum().cast(pl.Int64) * span - lo
+        d = d.with_columns((pl.col("start_ns") + off).alias("_s"), (pl.col("end_ns") + off).alias("_e"))
+        seg = pl.col("_s") > pl.col("_e").cum_max().shift(1).fill_null(-(2**62))
+        d = d.with_columns(seg.cum_sum().alias("_seg"))
+    else:  # spans too large for the offset trick: a per-group running maximum
+        prev_end = pl.col("end_ns").cum_max().shift(1).over(by)
+        d = d.with_columns((pl.col("start_ns") > prev_end.fill_null(-(2**62))).cum_sum().over(by).alias("_seg"))
     return (
         d.group_by([*by, "_seg"], maintain_order=True)
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())

@@ -165,12 +165,15 @@ def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, i
         "noncoll": k != "collective",
         "coll_or_comp": ~k.is_in(["memcpy", "memset"]),
     }
+    names = list(sets)
+    lb = base.lazy()
     rows = pl.concat(
-        [base.filter(cond).select(*keys, pl.lit(name).alias("_set"), "start_ns", "end_ns") for name, cond in sets.items()]
-    )
+        [lb.filter(cond).select(*keys, pl.lit(i, dtype=pl.Int8).alias("_set"), "start_ns", "end_ns")
+         for i, cond in enumerate(sets.values())]
+    ).collect()
     u = iv.union(rows, by=[*keys, "_set"])
     tot = u.group_by([*keys, "_set"]).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
-    m = {(r, st, d, name): int(ns) for r, st, d, name, ns in tot.iter_rows()}
+    m = {(r, st, d, names[i]): int(ns) for r, st, d, i, ns in tot.iter_rows()}
     out = {}
     for r, st, d in base.select(keys).unique().iter_rows():
         def g(name: str) -> int:
@@ -188,12 +191,15 @@ def _partial_steps(ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, meta:
     out: set = set()
     if w.height == 0 or w["step"].null_count() == w.height:
         return out
-    seen = set(ops["correlation"].drop_nulls().to_list())
-    launches = host.filter(
+    # launches whose correlation id has no device op of the same rank
+    launches = host.lazy().filter(
         pl.col("cat") == "runtime",
-        pl.col("name").str.contains(r"(?i)launch|memcpy|memset"),
         pl.col("correlation").is_not_null(),
-    )
+        pl.col("name").str.contains(r"(?i)launch|memcpy|memset"),
+    ).join(
+        ops.lazy().select("rank", "correlation").filter(pl.col("correlation").is_not_null()).unique(),
+        on=["rank", "correlation"], how="anti",
+    ).select("rank", "start_ns").collect()
     from .parsers.kineto_link import profiler_steps
 
     cpu = profiler_steps(host, "annotation")
@@ -205,10 +211,7 @@ def _partial_steps(ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, meta:
         if win.height == 0:
             continue
         s, e = int(win["start_ns"][0]), int(win["end_ns"][0])
-        lost = launches.filter(
-            pl.col("rank") == rank, pl.col("start_ns") >= s, pl.col("start_ns") < e,
-            ~pl.col("correlation").is_in(list(seen)),
-        ).height
+        lost = launches.filter(pl.col("rank") == rank, pl.col("start_ns") >= s, pl.col("start_ns") < e).height
         if lost or truncated:
             out.add((rank, step))
             meta.warn(

@@ -23,7 +23,8 @@ from collections import Counter
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, total, union, union_of, wall_ns
+from .. import intervals as iv
+from ._common import fmt_bytes, fmt_ns, kind_str, plain, severity, short, wall_ns
 from ._idle import OWNER_SYNC, timeline
 
 #: Report when the claim is at least this share of the rank's window ...
@@ -58,22 +59,23 @@ def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Fi
         return []
     out = []
     # per device: kernels and collectives (not claimable), plus what an earlier direction claimed
-    # (HtoD and DtoH copy engines can run at once: an instant is claimed once)
-    blocked: dict[int, list[tuple[int, int]]] = {}
-    for dev in mem["device"].unique().to_list():
-        blocked[dev] = union_of(ops.filter(pl.col("device") == dev, ~kind_str().is_in(["memcpy", "memset"])))
+    # (HtoD and DtoH copy engines can run at once: an instant is claimed once). Exposed copy time
+    # is |copies − blocked| = |copies| − |copies ∩ blocked|, all as interval unions in polars.
+    kern = ops.filter(~kind_str().is_in(["memcpy", "memset"])).select("device", "start_ns", "end_ns")
+    blocked: dict[int, pl.DataFrame] = {
+        dev: iv.union(kern.filter(pl.col("device") == dev)) for dev in mem["device"].unique().to_list()
+    }
     for direction, rx in _DIRECTIONS:
         cp = mem.filter(pl.col("name").str.contains(rx))
         if cp.height == 0:
             continue
         exposed = 0
         for dev in cp["device"].unique().to_list():
-            c = cp.filter(pl.col("device") == dev)
-            u_cp = union_of(c)
-            mine = subtract(u_cp, blocked[dev])
-            exposed += total(mine)
+            u_cp = iv.union(cp.filter(pl.col("device") == dev).select("start_ns", "end_ns"))
+            mine = iv.total(u_cp) - iv.total(iv.intersect(u_cp, blocked[dev]))
+            exposed += mine
             if mine:
-                blocked[dev] = union(blocked[dev] + mine)
+                blocked[dev] = iv.union(pl.concat([blocked[dev], u_cp]))
         if exposed < max(MIN_NS, MIN_SHARE * wall):
             continue
         measured = int(cp["dur_ns"].sum())

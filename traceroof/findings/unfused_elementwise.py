@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -68,29 +69,39 @@ def detect(ctx: FindingContext) -> list[Finding]:
         return []
     bw = float(ctx.chip.hbm_bytes_per_s)
     floor = float(ctx.chip.launch_overhead_ns)
-    cache: dict[tuple, tuple[float, str]] = {}
     groups: dict[tuple, dict[str, Any]] = defaultdict(lambda: defaultdict(list))
+    # Runs of one structure (same kernels, framework ops and shapes: every layer of every step)
+    # split into the same parts with the same fused estimate; that is worked out once per
+    # structure, and only the times and bytes are summed per run.
+    structures: dict[tuple, list[_Part]] = {}
     for whole in runs:
-        for run in _split_by_dataflow(whole, _members(whole)):
-            members = run["members"]
-            sig = tuple((m["label"], len(m["dur"])) for m in members)
-            fused_bytes, method = _fused_bytes(members, cache)
-            moved = float(sum(sum(m["bytes"]) for m in members))
+        key = (tuple(whole["name"]), tuple(whole["op"]), tuple(whole["skey"]), tuple(whole["new_member"]))
+        parts = structures.get(key)
+        if parts is None:
+            parts = structures[key] = _parts(whole)
+        dur, nbytes, start, end = whole["dur_ns"], whole["bytes"], whole["start_ns"], whole["end_ns"]
+        for part in parts:
+            member_bytes = [sum(b or 0.0 for b in nbytes[lo:hi]) for lo, hi in part.members]
+            moved = float(sum(member_bytes))
+            measured = float(sum(dur[part.lo : part.hi]))
+            if part.shapes_bytes is not None:
+                fused_bytes, method = part.shapes_bytes, "shapes"
+            else:
+                fused_bytes, method = float(max(member_bytes)), "largest_member"
             fused_bytes = min(fused_bytes, moved)
             fused_ns = max(fused_bytes / bw * 1e9, floor)
-            measured = float(sum(sum(m["dur"]) for m in members))
-            g = groups[(run["rank"], sig)]
+            g = groups[(whole["rank"], part.sig)]
             g["measured"].append(measured)
             g["fused_ns"].append(fused_ns)
             g["fused_bytes"].append(fused_bytes)
             g["moved"].append(moved)
             g["rec"].append(max(measured - fused_ns, 0.0))
             g["method"].append(method)
-            g["step"].append(run["step"])
-            g["stream"].append(run["stream"])
-            g["start"].append(run["start"])
-            g["end"].append(run["end"])
-            g["names"].append([m["names"][0] for m in members])
+            g["step"].append(whole["step"])
+            g["stream"].append(whole["stream"])
+            g["start"].append(start[part.lo])
+            g["end"].append(max(end[part.lo : part.hi]))
+            g["names"].append(part.names)
     out: list[Finding] = []
     by_rank: dict[int, list] = defaultdict(list)
     for (rank, sig), g in groups.items():
@@ -140,17 +151,27 @@ def eligible_expr() -> pl.Expr:
 
 
 def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
-    """All runs of ≥ :data:`MIN_KERNELS` eligible kernels, each as a dict of parallel lists."""
+    """All runs of ≥ :data:`MIN_KERNELS` eligible kernels, each as a dict of parallel lists.
+
+    Per kernel: ``name``, ``op``, ``external_id``, ``dur_ns``, ``bytes``, ``start_ns``,
+    ``end_ns``, ``new_member`` (the kernel starts a new framework-op member: its External id
+    is unknown or differs from the previous kernel's) and ``skey``, an index into
+    ``shape_keys`` (the recorded ``(input_dims, input_types, concrete_inputs)`` of its
+    framework op); per run: ``rank``, ``device``, ``stream``, ``step``.
+    """
     g = ["rank", "device", "stream"]
-    ops = ctx.ops.select(
-        "rank", "device", "stream", "name", "op", "kind", "bound", "bytes", "dur_ns", "start_ns", "step",
-        "graph", "external_id",
-    ).with_columns(
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), eligible_expr().alias("elig")
-    ).sort(*g, "start_ns")
-    prev = lambda c: pl.col(c).shift(1).over(g)  # noqa: E731
+    lf = (
+        ctx.ops.lazy()
+        .select("rank", "device", "stream", "name", "op", "kind", "bound", "bytes", "dur_ns", "start_ns", "step",
+                "graph", "external_id")
+        .with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), eligible_expr().alias("elig"))
+        .sort(*g, "start_ns", maintain_order=True)
+    )
+    # sorted by (rank, device, stream): the previous row is the previous kernel of the stream
+    # unless the stream changes there
+    prev = lambda c: pl.col(c).shift(1)  # noqa: E731
+    first = pl.any_horizontal([pl.col(c).ne_missing(prev(c)) for c in g]).fill_null(True)
     same_ext = pl.col("external_id").is_not_null() & (pl.col("external_id") == prev("external_id")).fill_null(False)
-    first = pl.int_range(pl.len()).over(g) == 0
     brk = (
         first
         | ~pl.col("elig")
@@ -158,27 +179,41 @@ def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
         | (~same_ext & ((pl.col("start_ns") - prev("end_ns")) > RUN_MAX_GAP_NS).fill_null(True))
         | pl.col("step").ne_missing(prev("step"))
     )
-    ops = ops.with_columns(brk.cast(pl.Int64).cum_sum().over(g).alias("run"))
-    el = ops.filter("elig")
-    if el.height == 0:
-        return []
-    el = el.with_columns(pl.len().over(*g, "run").alias("_n")).filter(pl.col("_n") >= MIN_KERNELS)
+    el = (
+        lf.with_columns(brk.alias("_brk"))
+        .with_columns(pl.col("_brk").cast(pl.Int64).cum_sum().alias("run"),
+                      (pl.col("_brk") | ~same_ext).alias("new_member"))
+        .filter("elig")
+        .filter(pl.len().over("run") >= MIN_KERNELS)
+        .collect()
+    )
     if el.height == 0:
         return []
     shapes = (
-        ctx.host.filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
-        .join(el.select("rank", "external_id").unique(), on=["rank", "external_id"], how="semi")
+        ctx.host.lazy()
+        .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
+        .join(el.lazy().select("rank", "external_id").unique(), on=["rank", "external_id"], how="semi")
         .sort("start_ns", descending=True)
         .unique(["rank", "external_id"], keep="first")
         .select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")
+        .collect()
     )
+    sk = ["input_dims", "input_types", "concrete_inputs"]
+    keys = shapes.select(sk).unique(maintain_order=True).with_row_index("skey")
+    shapes = shapes.join(keys, on=sk, how="left", nulls_equal=True).select("rank", "external_id", "skey")
     el = el.join(shapes, on=["rank", "external_id"], how="left")
-    agg = el.sort(*g, "start_ns").group_by(*g, "run", maintain_order=True).agg(
+    agg = el.sort("run").group_by("run", maintain_order=True).agg(
+        pl.col("rank").first(), pl.col("device").first(), pl.col("stream").first(), pl.col("step").first(),
         pl.col("name"), pl.col("op"), pl.col("external_id"), pl.col("dur_ns"), pl.col("bytes"),
-        pl.col("input_dims"), pl.col("input_types"), pl.col("concrete_inputs"),
-        pl.col("start_ns"), pl.col("end_ns"), pl.col("step").first(),
+        pl.col("skey"), pl.col("new_member"), pl.col("start_ns"), pl.col("end_ns"),
     )
-    return agg.to_dicts()
+    shape_keys: list[tuple[str | None, str | None, str | None]] = [
+        (d, t, c) for _, d, t, c in keys.iter_rows()
+    ]
+    runs = agg.to_dicts()
+    for r in runs:
+        r["shape_keys"] = shape_keys
+    return runs
 
 
 def _label(op: str | None, name: str | None) -> str:
@@ -188,20 +223,46 @@ def _label(op: str | None, name: str | None) -> str:
 def _members(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Group a run's kernels into framework-op members (consecutive kernels of one External id)."""
     out: list[dict[str, Any]] = []
+    keys = run["shape_keys"]
+    none3 = (None, None, None)
     for i in range(len(run["name"])):
-        ext = run["external_id"][i]
-        if out and ext is not None and out[-1]["ext"] == ext:
-            m = out[-1]
-        else:
-            m = {"ext": ext, "op": run["op"][i], "label": _label(run["op"][i], run["name"][i]),
-                 "dims": run["input_dims"][i], "types": run["input_types"][i],
-                 "conc": run["concrete_inputs"][i], "dur": [], "bytes": [], "names": [],
-                 "start": run["start_ns"][i], "end": run["end_ns"][i]}
+        if run["new_member"][i] or not out:
+            sk = run["skey"][i]
+            dims, types, conc = none3 if sk is None else keys[sk]
+            m = {"op": run["op"][i], "label": _label(run["op"][i], run["name"][i]),
+                 "dims": dims, "types": types, "conc": conc, "dur": [], "bytes": [], "names": [], "lo": i}
             out.append(m)
         m["dur"].append(run["dur_ns"][i])
         m["bytes"].append(run["bytes"][i] or 0.0)
         m["names"].append(run["name"][i])
-        m["end"] = max(m["end"], run["end_ns"][i])
+    return out
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A chain of a run's structure: its kernels ``[lo, hi)``, its members' kernel ranges,
+    its signature (labels, kernels per member), its first kernel names and the fused bytes
+    from recorded shapes (None: fall back to the largest member's bytes)."""
+
+    lo: int
+    hi: int
+    members: tuple[tuple[int, int], ...]
+    sig: tuple[tuple[str, int], ...]
+    names: list[str]
+    shapes_bytes: float | None
+
+
+def _parts(run: dict[str, Any]) -> list[_Part]:
+    """The chains of a run (:func:`_split_by_dataflow` of its members), by kernel index."""
+    out = []
+    for p in _split_by_dataflow(_members(run)):
+        ranges = tuple((m["lo"], m["lo"] + len(m["dur"])) for m in p)
+        shapes = _from_shapes(p) if all(m["op"] and m["dims"] for m in p) else None
+        out.append(_Part(
+            lo=ranges[0][0], hi=ranges[-1][1], members=ranges,
+            sig=tuple((m["label"], len(m["dur"])) for m in p),
+            names=[m["names"][0] for m in p], shapes_bytes=shapes,
+        ))
     return out
 
 
@@ -227,16 +288,16 @@ def _reads(m: dict[str, Any]) -> float:
     return io[1] if io is not None else 0.0
 
 
-def _split_by_dataflow(run: dict[str, Any], members: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Split a run where a member reads nothing an earlier member of the run wrote.
+def _split_by_dataflow(members: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Split a run's members where a member reads nothing an earlier member of the run wrote.
 
     Only decided when both sides have recorded shapes (sizes in bytes are compared); without
-    shapes the run stays whole. Sub-runs keep at least :data:`MIN_KERNELS` kernels.
+    shapes the run stays whole. Parts keep at least :data:`MIN_KERNELS` kernels (shorter
+    ones are dropped).
     """
     parts: list[list[dict[str, Any]]] = [[members[0]]]
-    written: set[float] | None = None
     io0 = _io_sizes(members[0])
-    written = {io0[1]} if io0 else None
+    written: set[float] | None = {io0[1]} if io0 else None
     for m in members[1:]:
         io = _io_sizes(m)
         if io is not None and written is not None and not (set(io[0]) & written):
@@ -245,26 +306,7 @@ def _split_by_dataflow(run: dict[str, Any], members: list[dict[str, Any]]) -> li
             continue
         parts[-1].append(m)
         written = (written | {io[1]}) if (io is not None and written is not None) else None
-    out = []
-    for p in parts:
-        if sum(len(m["dur"]) for m in p) < MIN_KERNELS:
-            continue
-        out.append({"rank": run["rank"], "stream": run["stream"], "step": run["step"], "members": p,
-                    "start": p[0]["start"], "end": max(m["end"] for m in p)})
-    return out
-
-
-def _fused_bytes(members: list[dict[str, Any]], cache: dict[tuple, tuple[float, str]]) -> tuple[float, str]:
-    """Bytes one fused kernel would move for these members, and the method used."""
-    key = tuple((m["op"], m["dims"], m["types"], m["conc"]) for m in members)
-    if all(k[0] and k[1] for k in key):
-        if key in cache:
-            return cache[key]
-        got = _from_shapes(members)
-        if got is not None:
-            cache[key] = (got, "shapes")
-            return cache[key]
-    return float(max(sum(m["bytes"]) for m in members)), "largest_member"
+    return [p for p in parts if sum(len(m["dur"]) for m in p) >= MIN_KERNELS]
 
 
 def _from_shapes(members: list[dict[str, Any]]) -> float | None:
