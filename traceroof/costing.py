@@ -113,6 +113,38 @@ def _tensorlist_bytes(ops: pl.DataFrame, key: list[str]) -> pl.DataFrame:
     return ops.with_columns(pl.coalesce("_b", "_b2").alias("_b")).drop("_ldt", "_b2")
 
 
+_SHAPES_MEMO: list[tuple[pl.DataFrame, pl.DataFrame]] = []
+
+
+def shapes_by_external_id(host: pl.DataFrame) -> pl.DataFrame:
+    """The recorded shapes of each framework op: one row per ``(rank, external_id)``.
+
+    Columns ``rank, external_id, input_dims, input_types, concrete_inputs`` (raw JSON text,
+    HOST_SCHEMA), from the ``cpu_op`` event with that External id; when several share one
+    (nested ops in old traces), the one that started last (the innermost). Sorting only the
+    integer keys and gathering the text columns once keeps this fast on millions of host
+    events. The last host table's result is kept, so the costing and the detectors of one
+    analysis compute it once.
+    """
+    for h, out in _SHAPES_MEMO:
+        if h is host:
+            return out
+    idx = (
+        host.lazy()
+        .with_row_index("_h")
+        .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
+        .select("_h", "rank", "external_id", "start_ns")
+        .sort("start_ns", descending=True)
+        .unique(["rank", "external_id"], keep="first")
+        .select("_h")
+        .sort("_h")
+        .collect()
+    )
+    out = host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[idx["_h"]]
+    _SHAPES_MEMO[:] = [(host, out)]
+    return out
+
+
 def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     """Return the op table with costs filled, and the coverage summary.
 
@@ -124,12 +156,7 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ``(ops, coverage)``.
     """
     ops = trace.ops
-    shapes = (
-        trace.host.filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
-        .sort("start_ns", descending=True)
-        .unique(["rank", "external_id"], keep="first")
-        .select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")
-    )
+    shapes = shapes_by_external_id(trace.host)
     ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left")
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))

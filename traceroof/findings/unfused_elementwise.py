@@ -40,6 +40,7 @@ from typing import Any
 import polars as pl
 
 from .. import costs
+from ..costing import shapes_by_external_id
 from . import Finding, FindingContext, register
 from ._common import busy_ns, fmt_bytes, fmt_ns, kind_str, plain, severity, short, wall_ns
 
@@ -189,14 +190,8 @@ def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
     )
     if el.height == 0:
         return []
-    shapes = (
-        ctx.host.lazy()
-        .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
-        .join(el.lazy().select("rank", "external_id").unique(), on=["rank", "external_id"], how="semi")
-        .sort("start_ns", descending=True)
-        .unique(["rank", "external_id"], keep="first")
-        .select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")
-        .collect()
+    shapes = shapes_by_external_id(ctx.host).join(
+        el.select("rank", "external_id").unique(), on=["rank", "external_id"], how="semi"
     )
     sk = ["input_dims", "input_types", "concrete_inputs"]
     keys = shapes.select(sk).unique(maintain_order=True).with_row_index("skey")
