@@ -180,9 +180,17 @@ def analyze(
                 }
             )
 
+    # the cross-rank view: only when the analysed ops span ≥ 2 ranks (``--rank`` keeps it off)
+    ranks_d = None
+    if rank is None and ops.height and ops["rank"].n_unique() >= 2:
+        from .ranks import analyze_ranks
+
+        ranks_d = analyze_ranks(ops, steps, trace.meta.stats)
+
     from .findings import FindingContext, run_detectors
 
-    found = run_detectors(FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=trace.meta), findings)
+    ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=trace.meta, cache={"ranks": ranks_d})
+    found = run_detectors(ctx, findings)
 
     chip_d = {
         "key": spec.key,
@@ -248,7 +256,7 @@ def analyze(
         trace=trace_d, chip=chip_d, coverage=coverage_d, summary=summary, steps=steps,
         ranking=ranking, ops=ops, warnings=warnings, inconsistencies=inconsistencies,
         filters={"rank": rank, "step": step, "group_by": group_by},
-        findings=[f.to_dict() for f in found],
+        findings=[f.to_dict() for f in found], ranks=ranks_d,
     )
 
 

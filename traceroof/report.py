@@ -41,6 +41,10 @@ class Report:
         inconsistencies: results that cannot be true (HFU/MFU > 100 %, ops above their
             roof), each naming the suspicious inputs; never printed as results.
         findings: detector results, largest recoverable time first.
+        ranks: the cross-rank view (:func:`traceroof.ranks.analyze_ranks`: clock alignment,
+            per-rank summary, per-step spread, collective waits, straggler) when the analysed
+            ops span ≥ 2 ranks; None otherwise (and absent from the JSON). Reports saved
+            before this key existed load with None.
     """
 
     trace: dict[str, Any]
@@ -54,6 +58,7 @@ class Report:
     inconsistencies: list[dict[str, Any]] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
     filters: dict[str, Any] = field(default_factory=dict)
+    ranks: dict[str, Any] | None = None
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     traceroof_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -77,6 +82,8 @@ class Report:
             "steps": _records(self.steps),
             "ranking": _records(ranking),
         }
+        if self.ranks is not None:
+            d["ranks"] = self.ranks
         if include_ops and self.ops is not None:
             d["ops"] = _columns(self.ops)
         return _clean(d)
@@ -110,7 +117,7 @@ class Report:
             steps=pl.DataFrame(d.get("steps") or [], infer_schema_length=None),
             ranking=pl.DataFrame(d.get("ranking") or [], infer_schema_length=None),
             ops=ops, warnings=d.get("warnings", []), inconsistencies=d.get("inconsistencies", []),
-            findings=d.get("findings", []), filters=d.get("filters", {}),
+            findings=d.get("findings", []), filters=d.get("filters", {}), ranks=d.get("ranks"),
             created_at=d.get("created_at", ""), traceroof_version=d.get("traceroof_version", ""),
             schema_version=v,
         )

@@ -121,6 +121,7 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[F
     out: list[Finding] = []
     if ctx.ops.height == 0:
         return out
+    ctx.cache["chosen"] = list(chosen)  # detectors that leave time to another check it runs
     for n in chosen:
         out.extend(DETECTORS[n](ctx))
     out = sorted(out, key=lambda f: (-(f.recoverable_ns or 0.0), f.kind, f.title))

@@ -106,9 +106,12 @@ def detect(ctx: FindingContext) -> list[Finding]:
 
 
 def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Finding]:
+    from .straggler import claimed_waits
+
     wall = wall_ns(ctx, rank)
     groups: dict[tuple, dict] = defaultdict(lambda: defaultdict(float))
-    rank_comm = rank_exposed = rank_compute = 0
+    rank_comm = rank_exposed = rank_compute = rank_waiting = 0
+    waits = claimed_waits(ctx).filter(pl.col("rank") == rank)
     for dev in sorted(ops["device"].unique().to_list()):
         d = ops.filter(pl.col("device") == dev)
         c = d.filter(kind_str() == "collective").sort("start_ns")
@@ -117,10 +120,16 @@ def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Fi
         u_comp = union_of(d.filter(~kind_str().is_in(list(NON_COMPUTE))))
         spans = list(zip(c["start_ns"].to_list(), c["end_ns"].to_list()))
         u_comm = union(spans)
+        # time spent waiting for a straggler rank inside the collective is the straggler
+        # finding's claim, not this one's: it is neither compute nor claimable here
+        u_wait = union(waits.filter(pl.col("device") == dev).select("start_ns", "end_ns").rows())
+        u_wait_exposed = subtract(subtract(u_comm, u_comp), subtract(u_comm, union(u_comp + u_wait)))
+        u_blocked = union(u_comp + u_wait)
         rank_comm += total(u_comm)
-        rank_exposed += total(subtract(u_comm, u_comp))
+        rank_exposed += total(subtract(u_comm, u_blocked))
+        rank_waiting += total(u_wait_exposed)
         rank_compute += total(u_comp)
-        shares = exposed_shares(spans, u_comp)
+        shares = exposed_shares(spans, u_blocked)
         for row, ex in zip(c.iter_rows(named=True), shares):
             key = (row["collective"] or "collective", row["op"] or short(row["name"], 60),
                    row["comm_bytes"], row["group_size"])
@@ -141,7 +150,8 @@ def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Fi
     totals = {
         "rank_comm_union_ns": rank_comm,
         "rank_comm_exposed_ns": rank_exposed,
-        "rank_comm_overlapped_ns": rank_comm - rank_exposed,
+        "rank_comm_waiting_on_straggler_ns": rank_waiting,
+        "rank_comm_overlapped_ns": rank_comm - rank_exposed - rank_waiting,
         "rank_compute_union_ns": rank_compute,
         "window_ns": wall,
     }

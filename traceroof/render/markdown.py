@@ -16,6 +16,14 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def render(report: Report, *, top: int = 20) -> str:
     out = ["# traceroof report", ""]
     out.append(_table(["", ""], [[f"**{k}**", v] for k, v in sections.header(report) + sections.summary(report)]))
+    lines = sections.ranks_lines(report)
+    if lines:
+        out += ["", "## Ranks", ""]
+        out.append(_table(["", ""], [[f"**{k}**", v] for k, v in lines]))
+        rows, note = sections.ranks_rows(report, top)
+        out += ["", _table(list(sections.RANKS_COLUMNS), rows)]
+        if note:
+            out += ["", note]
     if report.ranking.height:
         out += ["", f"## Top {min(top, report.ranking.height)} ops by time lost against the roofline", ""]
         out.append(_table([n for n, _ in sections.RANK_COLUMNS], sections.ranking_rows(report, top)))

@@ -145,12 +145,18 @@ def _efficiency(v: Any) -> str:
 
 def findings_rows(report: Report, top: int) -> list[list[str]]:
     out = []
+    # several ranks: say whose finding it is (one rank's findings are all its own)
+    multi = len({f.get("rank") for f in report.findings if f.get("rank") is not None}) > 1 or len(
+        report.trace.get("ranks") or []) > 1
     for f in report.findings[:top]:
+        title = str(f.get("title", ""))
+        if multi and f.get("rank") is not None and f.get("kind") != "straggler":
+            title = f"rank {f['rank']}: {title}"
         out.append([
             str(f.get("kind")),
             str(f.get("severity", "")),
             fmt.ns(f.get("recoverable_ns")),
-            fmt.short(f.get("title", ""), 90),
+            fmt.short(title, 90),
         ])
     return out
 
@@ -163,3 +169,97 @@ def inconsistency_lines(report: Report) -> list[str]:
             what += f": {fmt.short(i['op'], 60)} ×{i['count']} (up to {fmt.pct(i['max_efficiency'])} of roofline)"
         lines.append(what + " — suspects: " + "; ".join(i.get("suspects", [])))
     return lines
+
+
+# --------------------------------------------------------------------------- ranks
+
+RANKS_COLUMNS = ("rank", "step time", "busy", "exposed comm", "waited", "wait caused", "last at", "clock offset")
+
+
+def ranks_lines(report: Report) -> list[tuple[str, str]]:
+    """The cross-rank block's key/value lines (empty when the report has no ``ranks``)."""
+    r = report.ranks
+    if not r:
+        return []
+    al, coll = r["alignment"], r["collectives"]
+    if al.get("applied"):
+        offs = ", ".join(
+            f"r{p['rank']} {_signed_ns(p.get('offset_ns'))}" for p in r["per_rank"] if p["rank"] != al.get("reference_rank")
+        )
+        align = (f"clocks aligned on {al['matched_collectives']} matched collectives (median end difference to rank "
+                 f"{al['reference_rank']}), uncertainty ±{fmt.ns(al.get('uncertainty_ns'))} (MAD); offsets: {offs}")
+    else:
+        align = f"not aligned ({al.get('clock')} clock): {al.get('reason')}"
+    rows = [("ranks", f"{len(r['ranks'])} ranks compared: " + _rank_list(r["ranks"])), ("alignment", align)]
+    line = f"{coll['matched']} matched, {coll['compared']} compared"
+    if coll.get("total_wait_ns") is not None:
+        line += f"; ranks waited {fmt.ns(coll['total_wait_ns'])} in total at them"
+    rows.append(("collectives", line + f" ({coll.get('note')})"))
+    st = r.get("straggler")
+    if st:
+        rows.append(("straggler", f"rank {st['rank']}: last at {st['last_arrivals']} of {st['instances']} compared collectives; "
+                                  f"others waited {fmt.ns(st['wait_caused_ns'])} ({fmt.ns(st['wait_caused_per_step_ns'])} per step, "
+                                  f"{fmt.ns(st['mean_wait_per_rank_ns'])} per waiting rank)"
+                                  + ("" if st.get("sufficient", True) else
+                                     f" — only {st['instances']} compared instance(s): too few to call it a straggler")))
+    rows.append(("per step", _per_step_line(r)))
+    return rows
+
+
+def ranks_rows(report: Report, top: int) -> tuple[list[list[str]], str | None]:
+    """Per-rank rows (:data:`RANKS_COLUMNS`) and a note when rows were left out (more than ``top`` ranks:
+    the ranks causing the most wait, then the longest steps, are shown)."""
+    r = report.ranks
+    if not r:
+        return [], None
+    per = list(r["per_rank"])
+    note = None
+    if len(per) > top:
+        per = sorted(per, key=lambda p: (-(p.get("wait_caused_ns") or 0), -(p.get("step_time_ns") or 0), p["rank"]))[:top]
+        per = sorted(per, key=lambda p: p["rank"])
+        note = f"{len(r['per_rank']) - top} more ranks in the JSON report"
+    out = []
+    for p in per:
+        out.append([
+            str(p["rank"]),
+            fmt.ns(p.get("step_time_ns")),
+            fmt.pct(p.get("busy_fraction")),
+            fmt.ns(p.get("comm_exposed_ns")),
+            fmt.ns(p.get("wait_ns")),
+            fmt.ns(p.get("wait_caused_ns")),
+            "—" if p.get("last_arrivals") is None else str(p["last_arrivals"]),
+            _signed_ns(p.get("offset_ns")) + ("" if r["alignment"].get("applied") else " (not applied)")
+            if p.get("offset_ns") is not None else "—",
+        ])
+    return out, note
+
+
+def _signed_ns(v: Any) -> str:
+    if v is None:
+        return "—"
+    return ("+" if v > 0 else "−" if v < 0 else "") + fmt.ns(abs(v))
+
+
+def _rank_list(ranks: list[int]) -> str:
+    return ", ".join(str(x) for x in ranks) if len(ranks) <= 8 else f"{ranks[0]}…{ranks[-1]}"
+
+
+def _per_step_line(r: dict[str, Any]) -> str:
+    steps = [s for s in r.get("per_step", []) if (s.get("ranks") or 0) >= 2]
+    if not steps:
+        return "no step is complete on 2 or more ranks"
+    ratios = [s["max_over_median"] for s in steps if s.get("max_over_median") is not None]
+    longest: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for s in steps:
+        longest[s["slowest_rank"]] = longest.get(s["slowest_rank"], 0) + 1
+        if s.get("last_rank") is not None:
+            last[s["last_rank"]] = last.get(s["last_rank"], 0) + 1
+    def top3(d: dict[int, int]) -> str:
+        return ", ".join(f"rank {k} ×{v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
+    line = f"{len(steps)} step(s)"
+    if ratios:
+        line += f"; step time max/median {min(ratios):.4f}–{max(ratios):.4f}"
+    line += f"; longest step: {top3(longest)}"
+    line += f"; last to arrive at collectives: {top3(last)}" if last else "; no late arrival measured"
+    return line

@@ -26,6 +26,7 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
         kv.add_row(escape(k), escape(v))
     con.print(kv)
     con.print()
+    _ranks(con, report, top)
     if report.ranking.height == 0:
         _tail(con, report)
         return buf.getvalue()
@@ -37,6 +38,29 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
     con.print(t)
     _tail(con, report, top)
     return buf.getvalue()
+
+
+def _ranks(con: Console, report: Report, top: int) -> None:
+    lines = sections.ranks_lines(report)
+    if not lines:
+        return
+    kv = Table.grid(padding=(0, 2))
+    kv.add_column(style="bold")
+    kv.add_column()
+    for k, v in lines:
+        kv.add_row(escape(k), escape(v))
+    con.print("[bold]Ranks[/bold] (docs/ranks.md)")
+    con.print(kv)
+    rows, note = sections.ranks_rows(report, top)
+    t = Table(title="Per rank (per-step means; waits at matched collectives)", title_justify="left")
+    for name in sections.RANKS_COLUMNS:
+        t.add_column(name, justify="left" if name == "rank" else "right")
+    for row in rows:
+        t.add_row(*(escape(c) for c in row))
+    con.print(t)
+    if note:
+        con.print(f"  {escape(note)}")
+    con.print()
 
 
 def _tail(con: Console, report: Report, top: int = 20) -> None:
