@@ -153,16 +153,32 @@ def test_analyze_cache_dir_equals_analyze_trace(rel, tmp_path):
     assert a == b, "\n".join(difflib.unified_diff(a, b, "trace", "cache", n=1, lineterm=""))[:3000]
 
 
-def test_ingest_several_traces_merges_ranks(tmp_path):
+def test_ingest_several_traces_writes_a_dataset_that_merges_ranks(tmp_path):
     a = fixture("HolisticTraceAnalysis/tests/data/trace_filter/sampled_rank-0.json.gz")
     b = fixture("HolisticTraceAnalysis/tests/data/trace_filter/sampled_rank-1.json.gz")
     res = CliRunner().invoke(cli, ["ingest", str(a), str(b), "-o", str(tmp_path / "c")])
     assert res.exit_code == 0, res.output
+    assert "(dataset)" in res.output
     for r in (0, 1):
-        assert (tmp_path / "c" / "ops" / f"rank={r}" / "part.parquet").is_file()
+        assert len(list((tmp_path / "c" / "ops" / f"rank={r}").glob("part-*.parquet"))) == 1
+    assert len(list((tmp_path / "c" / "meta").glob("*.json"))) == 2
+    doc = json.loads((tmp_path / "c" / "meta.json").read_text())
+    assert doc["cache_version"] == 2 and doc["layout"] == "dataset"
+    assert doc["source_paths"] == [str(a), str(b)]
     t = read_cache(tmp_path / "c")
     assert t.meta.ranks == [0, 1]
-    assert json.loads((tmp_path / "c" / "meta.json").read_text())["source_paths"] == [str(a), str(b)]
+    assert_same_trace(t, read_trace([a, b], jobs=1))
+
+
+def test_a_version_1_cache_still_reads(tmp_path):
+    """The single-cache layout is unchanged: cache_version 1, read by read_cache as before."""
+    assert CACHE_VERSION == 1
+    src = fixture(KINETO[0])
+    out = write_cache(read_trace(src), tmp_path / "c")
+    doc = json.loads((out / "meta.json").read_text())
+    assert doc["cache_version"] == 1 and "fragments" not in doc
+    assert not (out / "meta").exists()
+    assert_same_trace(read_cache(out), read_trace(src))
 
 
 def _one_error_line(res) -> str:
@@ -192,7 +208,7 @@ def test_unknown_cache_version_exits_4(cache_dir):
     res = CliRunner().invoke(cli, ["analyze", str(cache_dir), "--chip", "h100"])
     assert res.exit_code == 4
     line = _one_error_line(res)
-    assert "meta.json" in line and "999" in line
+    assert "meta.json" in line and "999" in line and "1 or 2" in line
 
 
 def test_damaged_parquet_part_names_the_file(cache_dir):
@@ -217,3 +233,142 @@ def test_ingest_replaces_an_earlier_cache(cache_dir):
     assert res.exit_code == 0, res.output
     assert read_cache(cache_dir).meta.format == "xplane"
     assert not (cache_dir / "ops" / "rank=0" / "part.parquet").read_bytes() == b""
+
+
+# -- the dataset layout (issue 7 item 5): ingest_file per file, finalize, read back ----------
+
+SAMPLED = [
+    "HolisticTraceAnalysis/tests/data/trace_filter/sampled_rank-0.json.gz",
+    "HolisticTraceAnalysis/tests/data/trace_filter/sampled_rank-1.json.gz",
+]
+CPU_ONLY = "HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+
+
+@pytest.fixture
+def dataset(tmp_path) -> tuple[Path, list[str]]:
+    from traceroof.cache import ingest_file
+
+    files = [str(fixture(r)) for r in SAMPLED]
+    for f in files:
+        ingest_file(f, tmp_path / "ds")
+    return tmp_path / "ds", files
+
+
+def test_dataset_reads_back_as_read_trace_of_its_files(dataset):
+    from traceroof.cache import finalize, is_cache
+
+    out, files = dataset
+    assert is_cache(out)
+    ref = read_trace(files, jobs=1)
+    assert_same_trace(read_cache(out), ref)
+    finalize(out, source_paths=["x"])
+    doc = json.loads((out / "meta.json").read_text())
+    assert doc["source_paths"] == ["x"] and doc["meta"]["sources"] == files
+    assert_same_trace(read_trace(out), ref)
+
+
+def test_dataset_with_an_empty_op_table(tmp_path):
+    from traceroof.cache import ingest_file
+
+    files = [str(fixture(CPU_ONLY)), str(fixture(SAMPLED[0]))]
+    for f in files:
+        ingest_file(f, tmp_path / "ds")
+    cpu = read_trace(files[0])
+    assert cpu.ops.height == 0
+    assert_same_trace(read_cache(tmp_path / "ds"), read_trace(files, jobs=1))
+
+
+def test_ingest_file_again_replaces_its_own_parts(dataset):
+    from traceroof.cache import ingest_file
+
+    out, files = dataset
+    before = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    again = ingest_file(files[0], out)
+    after = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert before == after and all(p.is_file() for p in again)
+    assert_same_trace(read_cache(out), read_trace(files, jobs=1))
+
+
+def test_same_file_name_in_two_folders_does_not_collide(tmp_path):
+    import shutil
+
+    from traceroof.cache import fragment_key, ingest_file
+
+    src = fixture(SAMPLED[0])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = shutil.copy(src, tmp_path / "a" / "t.json.gz"), shutil.copy(src, tmp_path / "b" / "t.json.gz")
+    assert fragment_key(a) != fragment_key(b) and fragment_key(a).startswith("t-")
+    ingest_file(a, tmp_path / "ds")
+    ingest_file(b, tmp_path / "ds")
+    t = read_cache(tmp_path / "ds")
+    assert len(list((tmp_path / "ds" / "meta").glob("*.json"))) == 2
+    assert t.meta.ranks == [0, 1]  # the second rank 0 renumbered, as merge does
+    assert_same_trace(t, read_trace([a, b], jobs=1))
+
+
+def test_ingest_file_after_finalize_drops_the_stale_manifest(dataset, tmp_path):
+    from traceroof.cache import finalize, ingest_file
+
+    out, files = dataset
+    finalize(out)
+    extra = tmp_path / "rank-7.json.gz"
+    import shutil
+
+    shutil.copy(fixture(SAMPLED[0]), extra)
+    ingest_file(extra, out)
+    assert not (out / "meta.json").exists()
+    t = read_cache(out)
+    assert sorted(t.meta.sources) == sorted([*files, str(extra)])
+    assert_same_trace(t, read_trace([*files, str(extra)], jobs=1))
+
+
+def test_finalized_dataset_missing_a_fragment_exits_4_naming_it(dataset):
+    from traceroof.cache import finalize
+
+    out, _ = dataset
+    finalize(out)
+    gone = sorted((out / "meta").glob("*.json"))[0]
+    gone.unlink()
+    res = CliRunner().invoke(cli, ["analyze", str(out), "--chip", "h100"])
+    assert res.exit_code == 4
+    assert gone.name in _one_error_line(res)
+
+
+def test_damaged_fragment_exits_4_naming_it(dataset):
+    out, _ = dataset
+    frag = sorted((out / "meta").glob("*.json"))[1]
+    frag.write_text('{"format": "traceroof-fragm')
+    res = CliRunner().invoke(cli, ["analyze", str(out), "--chip", "h100"])
+    assert res.exit_code == 4
+    assert str(frag) in _one_error_line(res)
+
+
+def test_missing_dataset_part_exits_4_naming_it(dataset):
+    from traceroof.cache import finalize
+
+    out, _ = dataset
+    part = next((out / "ops" / "rank=1").glob("part-*.parquet"))
+    part.unlink()
+    with pytest.raises(TraceFormatError, match=part.name):
+        finalize(out)
+    res = CliRunner().invoke(cli, ["analyze", str(out), "--chip", "h100"])
+    assert res.exit_code == 4
+    assert part.name in _one_error_line(res)
+
+
+def test_ingest_file_refuses_a_single_cache(cache_dir):
+    from traceroof.cache import ingest_file
+    from traceroof.errors import UsageError
+
+    with pytest.raises(UsageError, match="single-trace cache"):
+        ingest_file(fixture(SAMPLED[0]), cache_dir)
+    assert not (cache_dir / "meta").exists()
+
+
+def test_write_cache_replaces_a_dataset(dataset):
+    out, _ = dataset
+    write_cache(read_trace(fixture(KINETO[0])), out)
+    assert not (out / "meta").exists()
+    assert json.loads((out / "meta.json").read_text())["cache_version"] == 1
+    assert_same_trace(read_cache(out), read_trace(fixture(KINETO[0])))

@@ -165,3 +165,52 @@ def test_every_real_xplane_gives_a_report_or_one_clear_error(rel):
         return
     assert res.exit_code == 0, res.output
     assert "xplane:" in res.output and "Top 3 ops" in res.output
+
+
+# -- many inputs and --jobs (issue 7 items 3-4) -------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["analyze", "ingest", "gate", "serve"])
+def test_jobs_option_defaults_to_the_core_count(command):
+    res = run(command, "--help")
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    assert "--jobs INTEGER RANGE" in text and "Default: the core count." in text
+
+
+def test_a_saved_report_cannot_be_mixed_with_other_inputs(tmp_path):
+    report = tmp_path / "r.json"
+    assert run("analyze", str(real(QWEN)), "-o", str(report), "-q").exit_code == 0
+    res = run("analyze", str(report), str(real(QWEN)))
+    assert res.exit_code == 2
+    assert "is a saved report" in res.output
+
+
+def test_gate_reads_a_glob_of_ranks_in_parallel(tmp_path):
+    from test_many_ranks import write_ranks
+
+    write_ranks(tmp_path / "run", 3)
+    res = run("gate", str(tmp_path / "run" / "rank-*.json.gz"), "--chip", "h100", "--min-hfu", "0",
+              "--format", "json", "--jobs", "2", "-q")
+    assert res.exit_code == 0, res.output
+    assert res.stderr == ""
+    res = run("gate", str(tmp_path / "run" / "rank-*.json.gz"), "--chip", "h100", "--min-hfu", "0.99",
+              "--jobs", "2", "-q")
+    assert res.exit_code == 1
+
+
+def test_ingest_of_a_directory_of_ranks_writes_a_dataset(tmp_path):
+    from test_many_ranks import write_ranks
+
+    from traceroof.cache import read_cache
+    from traceroof.io import read_trace
+
+    write_ranks(tmp_path / "run", 12)
+    res = run("ingest", str(tmp_path / "run"), "-o", str(tmp_path / "c"), "--jobs", "2", "-q")
+    assert res.exit_code == 0, res.output
+    first = res.stdout.splitlines()[0]
+    assert "(dataset)" in first and "12 rank(s)" in first and "37 files" in first
+    assert res.stdout.splitlines()[-1] == "  ... and 17 more"
+    t = read_cache(tmp_path / "c")
+    ref = read_trace(tmp_path / "run", jobs=1)
+    assert t.meta == ref.meta and t.ops.equals(ref.ops) and t.host.equals(ref.host)

@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,23 @@ class _State:
 def _progress(msg: str) -> None:
     if not _State.quiet:
         click.echo(f"traceroof: {msg}", err=True)
+
+
+def _progress_bar() -> Any:
+    """A :class:`~traceroof.progress.Progress` on stderr, or None with -q."""
+    if _State.quiet:
+        return None
+    from .progress import Progress
+
+    return Progress(sys.stderr)
+
+
+def jobs_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--jobs", type=click.IntRange(min=1),
+        help="Processes reading multi-file traces (directories, globs, several files). "
+        "Default: the core count.",
+    )(fn)
 
 
 def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -160,27 +177,24 @@ def cli() -> None:
     """
 
 
-def load_trace_or_report(path: str, *, jobs: int | None = None):  # type: ignore[no-untyped-def]
-    """A saved report (JSON with schema_version) or a trace to parse."""
+def load_trace_or_report(path: str | Sequence[str], *, jobs: int | None = None):  # type: ignore[no-untyped-def]
+    """A saved report (JSON with schema_version), or a trace to parse: a file, a directory,
+    a cache, a glob, or several of them (per-rank traces). Progress goes to stderr unless -q."""
     from .report import Report, is_report
 
-    if is_report(path):
-        return Report.load(path)
+    paths = [path] if isinstance(path, str) else list(path)
+    reports = [p for p in paths if is_report(p)]
+    if reports:
+        if len(paths) > 1:
+            raise click.UsageError(f"{reports[0]} is a saved report: give it alone, not with other inputs")
+        return Report.load(reports[0])
     from .io import read_trace
 
-    p = Path(path)
-    size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else (p.stat().st_size if p.exists() else 0)
-    t0 = time.perf_counter()
-    trace = read_trace(path, jobs=jobs)
-    dt = time.perf_counter() - t0
-    if dt > 1.0:
-        n = trace.meta.stats.get("events", 0)
-        _progress(f"read {size / 1e6:.1f} MB, {n:,} events in {dt:.1f} s ({n / dt:,.0f} events/s)")
-    return trace
+    return read_trace(paths[0] if len(paths) == 1 else paths, jobs=jobs, progress=_progress_bar())
 
 
 @cli.command()
-@click.argument("trace", type=click.Path(path_type=str))
+@click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path(path_type=str))
 @chip_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "csv"]),
               help="Output format (default: from -o's suffix, else table).")
@@ -195,24 +209,28 @@ def load_trace_or_report(path: str, *, jobs: int | None = None):  # type: ignore
 @click.option("--findings", "findings_opt", metavar="NAME,...",
               help="Only these detectors (comma-separated; default: all).")
 @model_options
-@click.option("--jobs", type=click.IntRange(min=1), help="Processes for multi-file traces (default: cores).")
+@jobs_option
 @quiet_option
 @debug_option
 @_handle_errors
-def analyze(trace: str, chip: str | None, fmt: str | None, output: str | None, top: int,
+def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: str | None, top: int,
             rank: int | None, step: int | None, group_by: str | None, findings_opt: str | None,
             model_path: str | None, tokens_per_step: float | None, seq_len: int | None, mode: str,
             model_flops_per_step: float | None, devices: int | None, jobs: int | None) -> None:
     """Rank the ops of TRACE by the time they lost against the roofline.
 
     TRACE is a Kineto JSON (.json, .json.gz), a .tar.gz or directory of per-rank traces,
-    an XSpace (.xplane.pb) or jax profile directory, or a report saved with -o report.json.
+    an XSpace (.xplane.pb) or jax profile directory, a cache or dataset written by
+    `traceroof ingest`, or a report saved with -o report.json. Several TRACEs, or a quoted
+    glob ('run/rank-*.json.gz'), are read as the ranks of one job, in --jobs processes.
+    Progress goes to stderr when reading takes over a second (-q: none).
 
     \b
     Examples:
       traceroof analyze trace.json.gz --chip h100
       traceroof analyze trace.json.gz --format markdown --top 10
       traceroof analyze run/ --rank 0 --step 12 -o report.json
+      traceroof analyze 'run/rank-*.json.gz' --jobs 8
       traceroof analyze trace.json.gz --model config.json --tokens-per-step 16384
     """
     from .analysis import analyze as run_analysis
@@ -221,7 +239,7 @@ def analyze(trace: str, chip: str | None, fmt: str | None, output: str | None, t
 
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
     names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
-    obj = load_trace_or_report(trace, jobs=jobs)
+    obj = load_trace_or_report(list(traces), jobs=jobs)
     if isinstance(obj, Report):
         report = obj
         if chip or rank is not None or step is not None or mflops or names:
@@ -248,37 +266,47 @@ def analyze(trace: str, chip: str | None, fmt: str | None, output: str | None, t
 @click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False, path_type=str),
               help="Cache directory to write (new, empty, or an earlier cache, which is replaced).")
-@click.option("--jobs", type=click.IntRange(min=1), help="Processes for multi-file traces (default: cores).")
+@jobs_option
 @quiet_option
 @debug_option
 @_handle_errors
 def ingest(traces: tuple[str, ...], out_dir: str, jobs: int | None) -> None:
     """Parse TRACE once and write a columnar cache that analyze, gate and serve read directly.
 
-    The op and host tables go to Parquet, partitioned by rank (DIR/ops/rank=N/part.parquet),
-    with the metadata in DIR/meta.json. Several TRACEs are merged as per-rank traces.
-    See docs/cache.md.
+    One trace (a file, .tar.gz or jax profile directory) becomes a single cache: the op and
+    host tables in Parquet, partitioned by rank (DIR/ops/rank=N/part.parquet), the metadata
+    in DIR/meta.json. Several per-rank files (several TRACEs, a directory of them, or a
+    quoted glob) become a dataset: --jobs processes each write one file's partitions
+    (DIR/ops/rank=N/part-<file>.parquet) and metadata (DIR/meta/<file>.json), then
+    DIR/meta.json lists them. See docs/cache.md and docs/distributed.md.
 
     \b
     Examples:
       traceroof ingest trace.json.gz -o trace.cache
-      traceroof ingest rank-*.json.gz -o run.cache
+      traceroof ingest 'run/rank-*.json.gz' -o run.cache --jobs 16
       traceroof analyze trace.cache --chip h100
     """
-    from .cache import write_cache
-    from .io import merge, read_trace
+    from .cache import describe, ingest_files, write_cache
+    from .io import read_trace, resolve_inputs
 
     t0 = time.perf_counter()
-    loaded = [read_trace(t, jobs=jobs) for t in traces]
-    trace = merge(loaded) if len(loaded) > 1 else loaded[0]
-    out = write_cache(trace, out_dir, source_paths=list(traces))
-    files = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
+    units = resolve_inputs(list(traces))
+    if len(units) == 1:
+        trace = read_trace(units[0], jobs=jobs, progress=_progress_bar())
+        out = write_cache(trace, out_dir, source_paths=list(traces))
+    else:
+        out = ingest_files(units, out_dir, jobs=jobs, progress=_progress_bar(), source_paths=list(traces))
+    d = describe(out)
+    files = d["files"]
     size = sum((out / f).stat().st_size for f in files)
-    click.echo(f"wrote {out}: {trace.ops.height:,} ops, {trace.host.height:,} host events, "
-               f"{len(trace.meta.ranks) or 1} rank(s), {len(files)} files, {size / 1e6:.2f} MB "
+    click.echo(f"wrote {out} ({d['layout']}): {d['rows']['ops']:,} ops, {d['rows']['host']:,} host events, "
+               f"{len(d['ranks']) or 1} rank(s), {len(files)} files, {size / 1e6:.2f} MB "
                f"in {time.perf_counter() - t0:.1f} s")
-    for f in files:
+    shown = 20
+    for f in files[:shown]:
         click.echo(f"  {f}")
+    if len(files) > shown:
+        click.echo(f"  ... and {len(files) - shown} more")
 
 
 @cli.command()
@@ -340,13 +368,14 @@ def estimate(model_path: str, chip: str | None, seq_len: int, batch: int, dtype:
 @click.option("--max-step-time-increase", type=click.FloatRange(0), help="Largest allowed relative step-time increase vs the baseline (0.05 = 5 %).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @model_options
+@jobs_option
 @quiet_option
 @debug_option
 @_handle_errors
 def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | None, min_efficiency: float | None,
          baseline: str | None, max_drop: float | None, max_step_time_increase: float | None, fmt: str,
          model_path: str | None, tokens_per_step: float | None, seq_len: int | None, mode: str,
-         model_flops_per_step: float | None, devices: int | None) -> None:
+         model_flops_per_step: float | None, devices: int | None, jobs: int | None) -> None:
     """CI check: exit 1 when MFU, HFU, roofline efficiency or step time regresses.
 
     TRACE and --baseline are traces or reports saved with `analyze -o report.json`.
@@ -364,7 +393,7 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
 
     def _load(path: str) -> Report:
-        obj = load_trace_or_report(path)
+        obj = load_trace_or_report(path, jobs=jobs)
         if isinstance(obj, Report):
             return obj
         return run_analysis(obj, chip, model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices)
@@ -391,10 +420,11 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
               help="Address to listen on. Anything but loopback exposes the trace to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True, help="Port (0: any free port).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in the default browser.")
+@jobs_option
 @quiet_option
 @debug_option
 @_handle_errors
-def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool) -> None:
+def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool, jobs: int | None) -> None:
     """Open the roofline dashboard of TRACE (or of a report saved with -o report.json).
 
     Tabs: roofline, ranked ops, timeline, steps, findings. A trace that cannot be read
@@ -415,7 +445,8 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
         raise UsageError(f"serve needs the web extra ({exc.name} is missing): pip install 'traceroof[web]'") from exc
 
     _progress(f"loading {trace}")
-    dash_app, error = web.load_app(trace, chip, load_trace_or_report, reraise=_State.debug)
+    loader = functools.partial(load_trace_or_report, jobs=jobs)
+    dash_app, error = web.load_app(trace, chip, loader, reraise=_State.debug)
     if error:
         click.echo(error, err=True)
     web.run(dash_app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)

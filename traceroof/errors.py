@@ -37,6 +37,11 @@ class TraceFormatError(TraceroofError, ValueError):
         self.expected = expected
         super().__init__(f"{self.path}: {where}: {expected}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # the default exception pickling calls cls(*args) with the one message: rebuild from
+        # the three parts, so the error crosses a process boundary (ProcessPool, Dask, Ray) intact
+        return (type(self), (self.path, self.where, self.expected), dict(self.__dict__))
+
 
 class UnsupportedTraceVersion(TraceFormatError):
     """A recognised format in a version or variant we do not support."""
