@@ -148,34 +148,131 @@ class _Tmpl:
         return "{" + ",".join(parts) + "}"
 
 
-def generate(path: Path, events: int, layout: str) -> int:
-    """Write a trace of at least ``events`` events to ``path``; return the event count."""
-    src = json.loads(gzip.decompress(SOURCE.read_bytes()))
-    evs = src["traceEvents"]
-    once_head = [e for e in evs if e.get("ph") == "M"]
-    once_tail = [e for e in evs if e.get("cat") == "Trace" or (e.get("ph") == "i" and e.get("s") == "g")]
-    skip = {id(e) for e in once_head + once_tail}
-    body = [e for e in evs if id(e) not in skip]
-    tmpls = [_Tmpl(e) for e in body]
-    t0 = min(_ns(e["ts"]) for e in evs if "ts" in e)
-    t1 = max(_ns(e["ts"]) + _ns(e.get("dur", 0)) for e in evs if "ts" in e)
-    spans = {
-        _TS: (t1 - t0) + 1_000_000,  # one replica = one step; 1 ms apart
-        _EXT: 1 + max((e.get("args") or {}).get("External id", 0) for e in evs),
-        _CORR: 1 + max([(e.get("args") or {}).get("correlation", 0) for e in evs]
-                       + [e["id"] for e in evs if e.get("cat") == "ac2g"]),
-        _PYID: 1 + max((e.get("args") or {}).get("Python id", 0) for e in evs),
-        _EVIDX: 1 + max((e.get("args") or {}).get("Ev Idx", 0) for e in evs),
-        _STEP: 1,
+class _Plan:
+    """The source trace split into replicable templates (built once per process)."""
+
+    def __init__(self, nccl: bool = False) -> None:
+        src = json.loads(gzip.decompress(SOURCE.read_bytes()))
+        evs = src["traceEvents"]
+        if nccl:
+            evs = evs + _nccl_events(evs)
+        self.src = src
+        self.once_head = [e for e in evs if e.get("ph") == "M"]
+        self.once_tail = [e for e in evs if e.get("cat") == "Trace" or (e.get("ph") == "i" and e.get("s") == "g")]
+        skip = {id(e) for e in self.once_head + self.once_tail}
+        self.body = [e for e in evs if id(e) not in skip]
+        self.tmpls = [_Tmpl(e) for e in self.body]
+        t0 = min(_ns(e["ts"]) for e in evs if "ts" in e)
+        t1 = max(_ns(e["ts"]) + _ns(e.get("dur", 0)) for e in evs if "ts" in e)
+        spans = {
+            _TS: (t1 - t0) + 1_000_000,  # one replica = one step; 1 ms apart
+            _EXT: 1 + max((e.get("args") or {}).get("External id", 0) for e in evs),
+            _CORR: 1 + max([(e.get("args") or {}).get("correlation", 0) for e in evs]
+                           + [e["id"] for e in evs if e.get("cat") == "ac2g"]),
+            _PYID: 1 + max((e.get("args") or {}).get("Python id", 0) for e in evs),
+            _EVIDX: 1 + max((e.get("args") or {}).get("Ev Idx", 0) for e in evs),
+            _STEP: 1,
+        }
+        spans[_FLOW] = spans[_CORR]
+        spans[_PYPARENT] = spans[_PYID]
+        self.spans = spans
+
+    def replicas(self, events: int) -> int:
+        return -(-(events - len(self.once_head) - len(self.once_tail)) // len(self.body))
+
+    def event_count(self, events: int) -> int:
+        """Events a trace generated for ``events`` holds (whole replicas: at least ``events``)."""
+        return len(self.once_head) + len(self.once_tail) + self.replicas(events) * len(self.body)
+
+    def replica_bytes(self, layout: str) -> int:
+        """Bytes of the first replica in ``layout`` (later ones are a little longer: larger ids)."""
+        pretty = layout == "pretty"
+        esep = ",\n" if pretty else ","
+        return len(esep.encode()) + len(esep.join(_fill(t, pretty, 0, self.spans) for t in self.tmpls).encode())
+
+
+_PLANS: dict[bool, _Plan] = {}
+
+
+def plan(nccl: bool = False) -> _Plan:
+    if nccl not in _PLANS:
+        _PLANS[nccl] = _Plan(nccl)
+    return _PLANS[nccl]
+
+
+def _nccl_events(evs: list[dict]) -> list[dict]:
+    """One all-reduce per step, in its last millisecond: ``record_param_comms`` cpu_op,
+    ``cudaLaunchKernel``, the ``ncclDevKernel_AllReduce`` kernel (with the collective args torch
+    ≥ 2.1 records) on its own stream, overlapping the step's last kernels, and the ``ac2g`` flow
+    linking launch and kernel."""
+    launch = next(e for e in evs if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaLaunchKernel")
+    kern = next(e for e in evs if e.get("cat") == "kernel")
+    host_step = next(e for e in evs if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    dev_step = next(e for e in evs if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("ProfilerStep#"))
+    host_end = _ns(host_step["ts"]) + _ns(host_step["dur"])
+    dev_end = _ns(dev_step["ts"]) + _ns(dev_step["dur"])
+    ext = 1 + max((e.get("args") or {}).get("External id", 0) for e in evs)
+    corr = 1 + max([(e.get("args") or {}).get("correlation", 0) for e in evs]
+                   + [e["id"] for e in evs if e.get("cat") == "ac2g"])
+    t_op, t_launch, t_kern = host_end - 2_000_000, host_end - 1_990_000, dev_end - 1_000_000
+    ts = lambda ns: ns / 1000  # noqa: E731
+    hpid, htid = launch["pid"], launch["tid"]
+    dpid = kern["pid"]
+    coll = {
+        "Collective name": "allreduce", "In msg nelems": 4_194_304, "Out msg nelems": 4_194_304,
+        "Group size": 64, "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]",
+        "Process Group Name": "0", "Process Group Description": "default_pg",
+        "Process Group Ranks": "[" + ", ".join(map(str, range(64))) + "]",
     }
-    spans[_FLOW] = spans[_CORR]
-    spans[_PYPARENT] = spans[_PYID]
-    n_rep = -(-(events - len(once_head) - len(once_tail)) // len(body))
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": hpid, "tid": htid,
+         "ts": ts(t_op), "dur": 60.0, "args": {"External id": ext, "Record function id": 0, **coll}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": hpid, "tid": htid,
+         "ts": ts(t_launch), "dur": 8.0, "args": {"External id": ext, "cbid": 211, "correlation": corr}},
+        {"ph": "s", "id": corr, "pid": hpid, "tid": htid, "ts": ts(t_launch), "cat": "ac2g", "name": "ac2g"},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+         "pid": dpid, "tid": 99, "ts": ts(t_kern), "dur": 450.0,
+         "args": {"External id": ext, "queued": 0, "device": dpid, "context": 1, "stream": 99,
+                  "correlation": corr, "registers per thread": 96, "shared memory": 103808,
+                  "blocks per SM": 0.24, "warps per SM": 3.9, "grid": [32, 1, 1], "block": [512, 1, 1],
+                  "est. achieved occupancy %": 0, **coll}},
+        {"ph": "f", "id": corr, "pid": dpid, "tid": 99, "ts": ts(t_kern), "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    ]
+
+
+class _Writer:
+    """Text sink over a binary file (plain or gzip) that counts the uncompressed bytes."""
+
+    def __init__(self, path: Path, gz: bool) -> None:
+        self.raw = open(path, "wb", buffering=16 << 20)
+        self.gz = gzip.GzipFile(filename="", fileobj=self.raw, mode="wb", compresslevel=6, mtime=0) if gz else None
+        self.bytes = 0
+
+    def write(self, s: str) -> None:
+        b = s.encode("utf-8")
+        self.bytes += len(b)
+        (self.gz or self.raw).write(b)
+
+    def close(self) -> None:
+        if self.gz is not None:
+            self.gz.close()
+        self.raw.close()
+
+
+def write_trace(
+    path: Path, events: int, layout: str, *, rank: int = 0, world_size: int = 1, nccl: bool = False,
+    gz: bool = False, progress: bool = False,
+) -> tuple[int, int]:
+    """Write a trace of at least ``events`` events to ``path`` (through a temporary name, renamed
+    when complete; gzip-compressed when ``gz``); return (events, uncompressed bytes)."""
+    pln = plan(nccl)
+    src, once_head, once_tail, body, tmpls, spans = pln.src, pln.once_head, pln.once_tail, pln.body, pln.tmpls, pln.spans
+    n_rep = pln.replicas(events)
     pretty = layout == "pretty"
     header = {
         "schemaVersion": src["schemaVersion"],
         "deviceProperties": src["deviceProperties"],
-        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
         "record_shapes": 1, "with_stack": 1, "profile_memory": 1, "with_flops": 1, "with_modules": 1,
         "cuda_runtime_version": src["cuda_runtime_version"], "cuda_driver_version": src["cuda_driver_version"],
         "cupti_version": src["cupti_version"],
@@ -187,7 +284,8 @@ def generate(path: Path, events: int, layout: str) -> int:
     }
     esep = ",\n" if pretty else ","
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8", buffering=16 << 20) as fh:
+    fh = _Writer(tmp, gz)
+    try:
         if pretty:
             fh.write("\n{\n")
             for k, v in header.items():
@@ -197,9 +295,14 @@ def generate(path: Path, events: int, layout: str) -> int:
             fh.write(json.dumps(header, separators=(",", ":"))[:-1] + ',"traceEvents":[')
         first = [_Tmpl(e) for e in once_head]
         fh.write(esep.join(_fill(t, pretty, 0, spans) for t in first))
+        t_start, shown = time.perf_counter(), 0
         for k in range(n_rep):
             fh.write(esep)
             fh.write(esep.join([_fill(t, pretty, k, spans) for t in tmpls]))
+            if progress and (k + 1) * 10 // n_rep > shown:
+                shown = (k + 1) * 10 // n_rep
+                print(f"  {path.name}: {shown * 10}% ({fh.bytes / 1e6:,.0f} MB, "
+                      f"{time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
         fh.write(esep)
         fh.write(esep.join(_fill(_Tmpl(e), pretty, n_rep - 1, spans) for e in once_tail))
         if pretty:
@@ -208,8 +311,15 @@ def generate(path: Path, events: int, layout: str) -> int:
             fh.write("\n}\n")
         else:
             fh.write("]," + json.dumps(trailer, separators=(",", ":"))[1:])
+    finally:
+        fh.close()
     os.replace(tmp, path)
-    return len(once_head) + len(once_tail) + n_rep * len(body)
+    return len(once_head) + len(once_tail) + n_rep * len(body), fh.bytes
+
+
+def generate(path: Path, events: int, layout: str) -> int:
+    """Write a trace of at least ``events`` events to ``path``; return the event count."""
+    return write_trace(path, events, layout)[0]
 
 
 def _fill(t: _Tmpl, pretty: bool, k: int, spans: dict[int, int]) -> str:
@@ -220,7 +330,7 @@ def _fill(t: _Tmpl, pretty: bool, k: int, spans: dict[int, int]) -> str:
     return (t.pretty if pretty else t.compact) % tuple(vals)
 
 
-def ensure_trace(events: int, layout: str) -> tuple[Path, int]:
+def ensure_trace(events: int, layout: str, *, progress: bool = False) -> tuple[Path, int]:
     d = _cache_dir()
     path = d / f"kineto_qwen_x{events}_{layout}_v{GEN_VERSION}.json"
     meta = path.with_suffix(".meta.json")
@@ -228,7 +338,7 @@ def ensure_trace(events: int, layout: str) -> tuple[Path, int]:
         return path, json.loads(meta.read_text())["events"]
     print(f"generating {path} ({layout}, >= {events:,} events)…", file=sys.stderr, flush=True)
     t = time.perf_counter()
-    n = generate(path, events, layout)
+    n = write_trace(path, events, layout, progress=progress)[0]
     meta.write_text(json.dumps({"events": n, "bytes": path.stat().st_size}))
     print(f"  {n:,} events, {path.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t:.1f} s",
           file=sys.stderr, flush=True)
