@@ -18,7 +18,8 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -26,7 +27,7 @@ from ..errors import InputNotFoundError, TraceFormatError
 from ..schema import HOST_SCHEMA, OP_SCHEMA, empty
 from ..trace import DeviceInfo, Trace, TraceMeta
 from . import kineto_vocab as V
-from .kineto_decode import Event, decode, raw_us_to_ns
+from .kineto_decode import STREAM_BLOCK_BYTES, Event, StreamFormatError, decode, decode_stream, raw_us_to_ns
 
 logger = logging.getLogger(__name__)
 
@@ -34,26 +35,73 @@ _STREAM_RE = re.compile(r"(\d+)")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.I)
 
 
-def read(path: str | os.PathLike[str], *, rank: int | None = None) -> Trace:
-    """Read one Kineto trace file (``.json`` or ``.json.gz``).
+#: ``progress(bytes_read, events)``: see :func:`read`
+Progress = Callable[[int, int], None]
+
+
+def read(path: str | os.PathLike[str], *, rank: int | None = None, progress: Progress | None = None) -> Trace:
+    """Read one Kineto trace file (``.json`` or ``.json.gz``), streaming it.
+
+    The file is decoded block by block (a gzip file is inflated as it is read): memory holds
+    the tables being built and a few MB of JSON, never the whole file. The result equals
+    :func:`read_bytes` of the file's content.
 
     Args:
         path: the file.
         rank: override the rank (otherwise ``distributedInfo.rank``, else a ``rank-N`` /
             ``workerN`` pattern in the file name, else 0).
+        progress: called as ``progress(bytes_read, events)`` after each decoded piece (every
+            few MB): ``bytes_read`` is the number of bytes read from the FILE so far
+            (compressed bytes for a ``.gz``, so ``bytes_read / file size`` is the fraction
+            done), ``events`` the number of trace events decoded so far.
 
     Raises:
         InputNotFoundError: the file does not exist.
         TraceFormatError: not a Kineto trace, or nothing recoverable in it.
+        OSError: the file cannot be read.
     """
     p = Path(path)
     if not p.is_file():
         raise InputNotFoundError(f"{p}: no such file")
-    return read_bytes(p.read_bytes(), path=str(p), rank=rank)
+    with open(p, "rb") as fh:
+        return read_fileobj(fh, path=str(p), rank=rank, progress=progress)
+
+
+def read_fileobj(
+    fh: BinaryIO, *, path: str, rank: int | None = None, progress: Progress | None = None,
+    block_bytes: int = STREAM_BLOCK_BYTES,
+) -> Trace:
+    """Read a Kineto trace from a binary file object (plain JSON or gzip, sniffed), streaming.
+
+    For tar members (``tarfile.extractfile``) and other streams; see :func:`read`.
+
+    Args:
+        fh: read with ``fh.read(n)`` from its current position to its end; not closed.
+        path: names the trace in messages and ``meta.sources`` (also the rank fallback).
+        rank: see :func:`read`.
+        progress: see :func:`read`; ``bytes_read`` counts bytes read from ``fh``.
+        block_bytes: decompressed JSON bytes decoded at once (memory vs. per-piece overhead).
+
+    Raises:
+        TraceFormatError: not a Kineto trace, or nothing recoverable in it.
+        OSError: reading ``fh`` failed.
+    """
+    builder = _Builder(path)
+    try:
+        decoded = decode_stream(fh, builder.add_chunk, path=path, block_bytes=block_bytes, progress=progress)
+    except StreamFormatError as exc:
+        raise TraceFormatError(path, exc.where, exc.expected) from exc
+    except ValueError as exc:
+        raise TraceFormatError(path, "byte 0", f"a Kineto trace: {exc}") from exc
+    return builder.finish(decoded, rank=rank)
 
 
 def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -> Trace:
-    """Read a Kineto trace from bytes (gzip-compressed or plain JSON). See :func:`read`."""
+    """Read a Kineto trace from bytes (gzip-compressed or plain JSON), in memory.
+
+    The whole (decompressed) content is held while it is decoded; :func:`read` and
+    :func:`read_fileobj` stream instead, with the same result. Raises as :func:`read`.
+    """
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
@@ -242,7 +290,11 @@ class _Builder:
             )
         if host:
             args = [e.args or no_args for e in host]
-            shapes = texts([a.input_dims for a in args] + [a.input_type for a in args] + [a.concrete for a in args])
+            # PyTorch 1.8 wrote ``Input dims`` (lowercase): read when ``Input Dims`` is absent
+            shapes = texts(
+                [a.input_dims if len(a.input_dims) else a.input_dims_lc for a in args]
+                + [a.input_type for a in args] + [a.concrete for a in args]
+            )
             self.host_frames.append(
                 pl.DataFrame(
                     {
@@ -256,7 +308,6 @@ class _Builder:
                         "external_id": ints(
                             [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
                         ),
-                        # NB: ``input_dims`` is a Raw (never None), so ``Input dims`` is never read
                         "input_dims": shapes.slice(0, nh),
                         "input_types": shapes.slice(nh, nh),
                         "concrete_inputs": shapes.slice(2 * nh, nh),

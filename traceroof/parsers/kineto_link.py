@@ -36,8 +36,11 @@ def build_tables(
     origin = int(min(starts)) if starts else 0
     meta.origin_ns = origin
 
-    host_tbl = _host_table(host, origin, rank) if host.height else empty(HOST_SCHEMA)
-    host = None  # type: ignore[assignment]  # the unsorted copy is no longer needed: free it
+    # the unsorted host frame is handed over (and freed column by column as it is sorted)
+    box = [host]
+    host = None  # type: ignore[assignment]
+    host_tbl = _host_table(box, origin, rank) if box[0].height else empty(HOST_SCHEMA)
+    box.clear()
     if not dev.height:
         return empty(OP_SCHEMA), host_tbl
 
@@ -56,10 +59,11 @@ def build_tables(
 
     # --- launch link: correlation -> runtime call
     runtime = host_tbl.filter(pl.col("cat") == "runtime", pl.col("correlation").is_not_null())
+    # (the launch's name only matters as "is it a graph launch": a flag, not the text, is joined)
     launches = runtime.group_by("correlation", maintain_order=True).agg(
         pl.col("start_ns").first().alias("launch_start_ns"),
         pl.col("dur_ns").first().alias("launch_dur_ns"),
-        pl.col("name").first().alias("launch_name"),
+        pl.col("name").first().fill_null("").str.contains("|".join(V.GRAPH_LAUNCH_SUBSTRINGS)).alias("_graph_launch"),
         pl.col("external_id").first().alias("launch_ext"),
     )
     ops = ops.join(launches, on="correlation", how="left")
@@ -69,20 +73,28 @@ def build_tables(
 
     # --- graph replay: one *GraphLaunch correlation, several kernels (BC-13)
     per_corr = pl.len().over("correlation")
-    is_graph_launch = pl.col("launch_name").fill_null("").str.contains("|".join(V.GRAPH_LAUNCH_SUBSTRINGS))
+    is_graph_launch = pl.col("_graph_launch").fill_null(False)
     ops = ops.with_columns(
         (is_graph_launch & pl.col("correlation").is_not_null() & (per_corr > 1)).alias("graph")
     )
 
-    # --- framework op: External id -> innermost cpu_op
-    cpu_ops = (
-        host_tbl.select(
-            "cat", "start_ns", "external_id", "name", "coll_name", "coll_in_nelems", "coll_out_nelems",
-            "coll_group_size", "coll_dtype",
-        )  # only what is needed, before the copies below
+    # --- framework op: External id -> innermost cpu_op (the last to start). The winners are
+    # picked on integer columns only; the text columns are gathered once, for them alone.
+    winners = (
+        host_tbl.lazy()
+        .with_row_index("_h")
         .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
+        .select("_h", "start_ns", "external_id")
         .sort("start_ns", descending=True)
         .unique("external_id", keep="first")
+        .select("_h")
+        .sort("_h")
+        .collect()
+    )["_h"]
+    cpu_ops = (
+        host_tbl.select(
+            "external_id", "name", "coll_name", "coll_in_nelems", "coll_out_nelems", "coll_group_size", "coll_dtype",
+        )[winners]
         .select(
             "external_id",
             pl.col("name").alias("op"),
@@ -195,8 +207,11 @@ def _drop_invalid_durations(df: pl.DataFrame, meta: TraceMeta, what: str) -> pl.
     return df.with_columns(pl.col("dur_ns").fill_null(0))
 
 
-def _host_table(host: pl.DataFrame, origin: int, rank: int) -> pl.DataFrame:
-    h = host.with_columns(
+def _host_table(box: list[pl.DataFrame], origin: int, rank: int) -> pl.DataFrame:
+    """The host table of one file, sorted by start: ``box`` holds the unsorted frame and is
+    emptied, so each unsorted column is freed as soon as its sorted copy exists (peak: the
+    table plus one column, not two tables)."""
+    h = box.pop().with_columns(
         pl.lit(rank, dtype=pl.Int32).alias("rank"),
         (pl.col("ts_ns") - origin).alias("start_ns"),
     )
@@ -204,7 +219,10 @@ def _host_table(host: pl.DataFrame, origin: int, rank: int) -> pl.DataFrame:
     # == h.sort("start_ns") (the same permutation, the same column flags), a column at a
     # time: sorting the whole frame at once holds a second and a third copy of every column
     order = h["start_ns"].arg_sort()
-    cols = [h.select(c).rechunk().select(pl.col(c).gather(order)) for c in h.columns]
+    cols = []
+    for c in list(h.columns):
+        cols.append(h.select(pl.col(c).gather(order)))
+        h = h.drop(c)
     return pl.concat(cols, how="horizontal").with_columns(pl.col("start_ns").set_sorted())
 
 
