@@ -67,3 +67,17 @@ def test_touching_intervals_merge_and_gaps_do_not() -> None:
     df = pl.DataFrame({"start_ns": [0, 10, 25], "end_ns": [10, 20, 30]})
     assert iv.union(df).rows() == [(0, 20), (25, 30)]
     assert iv.union_ns(df) == 25
+
+
+sorted_lists = st.lists(st.tuples(st.integers(-500, 500), st.integers(0, 60)), max_size=40).map(
+    lambda xs: [(s, s + d) for s, d in xs])
+
+
+@settings(max_examples=300, deadline=None)
+@given(sorted_lists, sorted_lists)
+def test_copy_minus_kernels_by_bisection_equals_the_linear_subtract(a, b):
+    from traceroof.findings._common import subtract, union
+    from traceroof.findings.host_device_copies import _minus
+
+    ua, ub = union(a), union(b)
+    assert _minus(ua, [s for s, _ in ub], [e for _, e in ub]) == subtract(ua, ub)

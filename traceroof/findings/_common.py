@@ -27,6 +27,15 @@ def kind_str() -> pl.Expr:
     return pl.col("kind").cast(pl.String)
 
 
+def by_rank(df: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
+    """``(rank, rows of that rank)`` in rank order: one pass over ``df``, not one filter per
+    rank (hundreds of ranks would make the per-rank filters quadratic)."""
+    if df.height == 0:
+        return []
+    parts = df.partition_by("rank", as_dict=True, maintain_order=True)
+    return sorted(((int(k[0]), v) for k, v in parts.items() if k[0] is not None), key=lambda kv: kv[0])
+
+
 def end_expr() -> pl.Expr:
     return (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import fmt_ns, plain, severity, short, wall_ns
+from ._common import by_rank, fmt_ns, plain, severity, short, wall_ns
 from ._idle import IDLE_MIN_GAP_NS, OWNER_IDLE, timeline
 
 #: Report when the claimed idle time is at least this share of the rank's window.
@@ -34,8 +34,7 @@ def detect(ctx: FindingContext) -> list[Finding]:
     """One finding per rank for host-bound idle time, one for queued-work waits."""
     tl = timeline(ctx)
     out: list[Finding] = []
-    for rank in sorted(tl["rank"].unique().to_list()):
-        r = tl.filter(pl.col("rank") == rank)
+    for rank, r in by_rank(tl):
         f = _idle_finding(ctx, int(rank), r)
         if f is not None:
             out.append(f)

@@ -21,7 +21,7 @@ import polars as pl
 
 from ..roofline import GPUS_PER_NODE
 from . import Finding, FindingContext, register
-from ._common import fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, total, union, union_of, wall_ns
+from ._common import by_rank, fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, total, union, union_of, wall_ns
 
 #: Report a group when its exposed time is at least this share of the rank's window ...
 MIN_SHARE = 0.005
@@ -100,8 +100,10 @@ def detect(ctx: FindingContext) -> list[Finding]:
     if coll.height == 0:
         return []
     out: list[Finding] = []
-    for rank in sorted(coll["rank"].unique().to_list()):
-        out.extend(_rank_findings(ctx, ops.filter(pl.col("rank") == rank), int(rank)))
+    have = set(coll["rank"].unique().to_list())
+    for rank, r in by_rank(ops):
+        if rank in have:
+            out.extend(_rank_findings(ctx, r, rank))
     return out
 
 
@@ -122,12 +124,16 @@ def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Fi
         u_comm = union(spans)
         # time spent waiting for a straggler rank inside the collective is the straggler
         # finding's claim, not this one's: it is neither compute nor claimable here
-        u_wait = union(waits.filter(pl.col("device") == dev).select("start_ns", "end_ns").rows())
-        u_wait_exposed = subtract(subtract(u_comm, u_comp), subtract(u_comm, union(u_comp + u_wait)))
-        u_blocked = union(u_comp + u_wait)
+        u_wait = union(waits.filter(pl.col("device") == dev).select("start_ns", "end_ns").rows()) if waits.height else []
+        exposed_all = subtract(u_comm, u_comp)
+        if u_wait:
+            u_blocked = union(u_comp + u_wait)
+            exposed = subtract(u_comm, u_blocked)
+        else:
+            u_blocked, exposed = u_comp, exposed_all
         rank_comm += total(u_comm)
-        rank_exposed += total(subtract(u_comm, u_blocked))
-        rank_waiting += total(u_wait_exposed)
+        rank_exposed += total(exposed)
+        rank_waiting += total(exposed_all) - total(exposed)
         rank_compute += total(u_comp)
         shares = exposed_shares(spans, u_blocked)
         for row, ex in zip(c.iter_rows(named=True), shares):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import busy_ns, fmt_ns, kind_str, plain, severity, short, wall_ns
+from ._common import by_rank, busy_ns, fmt_ns, kind_str, plain, severity, short, wall_ns
 
 #: Report a group when it gives back at least this share of the rank's device busy time.
 MIN_SHARE_OF_BUSY = 0.005
@@ -48,8 +48,7 @@ def detect(ctx: FindingContext) -> list[Finding]:
     ops = ops.with_columns((pl.col("dur_ns") - new).clip(lower_bound=0.0).alias("rec"),
                            pl.coalesce("op", "name").alias("label"))
     out: list[Finding] = []
-    for rank in sorted(ops["rank"].unique().to_list()):
-        r = ops.filter(pl.col("rank") == rank)
+    for rank, r in by_rank(ops):
         busy = busy_ns(ctx, rank)
         wall = wall_ns(ctx, rank)
         g = r.group_by("label").agg(

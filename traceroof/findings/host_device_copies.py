@@ -18,13 +18,14 @@ See ``docs/findings/host_device_copies.md``.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 
 import polars as pl
 
 from . import Finding, FindingContext, register
 from .. import intervals as iv
-from ._common import fmt_bytes, fmt_ns, kind_str, plain, severity, short, wall_ns
+from ._common import by_rank, fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, total, union, wall_ns
 from ._idle import OWNER_SYNC, timeline
 
 #: Report when the claim is at least this share of the rank's window ...
@@ -43,8 +44,7 @@ def detect(ctx: FindingContext) -> list[Finding]:
     """Findings for exposed host↔device copies (per direction) and sync stalls, per rank."""
     out: list[Finding] = []
     ops = ctx.ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-    for rank in sorted(ops["rank"].unique().to_list()):
-        r = ops.filter(pl.col("rank") == rank)
+    for rank, r in by_rank(ops):
         out.extend(_copy_findings(ctx, int(rank), r))
         f = _sync_finding(ctx, int(rank))
         if f is not None:
@@ -59,23 +59,21 @@ def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Fi
         return []
     out = []
     # per device: kernels and collectives (not claimable), plus what an earlier direction claimed
-    # (HtoD and DtoH copy engines can run at once: an instant is claimed once). Exposed copy time
-    # is |copies − blocked| = |copies| − |copies ∩ blocked|, all as interval unions in polars.
-    kern = ops.filter(~kind_str().is_in(["memcpy", "memset"])).select("device", "start_ns", "end_ns")
-    blocked: dict[int, pl.DataFrame] = {
-        dev: iv.union(kern.filter(pl.col("device") == dev)) for dev in mem["device"].unique().to_list()
-    }
+    # (HtoD and DtoH copy engines can run at once: an instant is claimed once):
+    # mine = copies − kernels − claimed, as disjoint sorted interval lists
+    kernels = _kernel_unions(ctx)
+    claimed: dict[int, list[tuple[int, int]]] = {}
     for direction, rx in _DIRECTIONS:
         cp = mem.filter(pl.col("name").str.contains(rx))
         if cp.height == 0:
             continue
         exposed = 0
-        for dev in cp["device"].unique().to_list():
-            u_cp = iv.union(cp.filter(pl.col("device") == dev).select("start_ns", "end_ns"))
-            mine = iv.total(u_cp) - iv.total(iv.intersect(u_cp, blocked[dev]))
-            exposed += mine
+        for (dev,), c in sorted(cp.partition_by("device", as_dict=True).items(), key=lambda kv: str(kv[0])):
+            u_cp = union(c.select("start_ns", "end_ns").rows())
+            mine = subtract(_minus(u_cp, *kernels.get((rank, dev), ([], []))), claimed.get(dev, []))
+            exposed += total(mine)
             if mine:
-                blocked[dev] = iv.union(pl.concat([blocked[dev], u_cp]))
+                claimed[dev] = union(claimed.get(dev, []) + mine)
         if exposed < max(MIN_NS, MIN_SHARE * wall):
             continue
         measured = int(cp["dur_ns"].sum())
@@ -117,9 +115,51 @@ def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Fi
     return out
 
 
+def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """Per (rank, device) holding copies: the union of its kernels and collectives (what a
+    copy cannot claim) as sorted disjoint ``(starts, ends)`` lists; one grouped union for
+    every rank."""
+    if "copy_blockers" not in ctx.cache:
+        ops = ctx.ops
+        devs = ops.filter(kind_str() == "memcpy").select("rank", "device").unique()
+        kern = ops.filter(~kind_str().is_in(["memcpy", "memset"])).join(devs, on=["rank", "device"], how="semi")
+        u = iv.union(kern.select("rank", "device", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")),
+                     by=["rank", "device"])
+        out: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        for (r, d), g in u.partition_by(["rank", "device"], as_dict=True).items():
+            out[(r, d)] = (g["start_ns"].to_list(), g["end_ns"].to_list())
+        ctx.cache["copy_blockers"] = out
+    return ctx.cache["copy_blockers"]
+
+
+def _minus(a: list[tuple[int, int]], starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
+    """``a − b`` for disjoint sorted ``a`` (small: copies) and ``b`` given as its sorted
+    ``starts``/``ends`` (large: every kernel); each interval of ``a`` finds its place in ``b``
+    by bisection, so the cost grows with ``a``, not with ``b``."""
+    out: list[tuple[int, int]] = []
+    n = len(starts)
+    for s, e in a:
+        i = bisect.bisect_right(ends, s)  # the first kernel interval ending after s
+        cur = s
+        while i < n and starts[i] < e:
+            if starts[i] > cur:
+                out.append((cur, starts[i]))
+            cur = max(cur, ends[i])
+            if cur >= e:
+                break
+            i += 1
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
 def _sync_finding(ctx: FindingContext, rank: int) -> Finding | None:
     wall = wall_ns(ctx, rank)
-    g = timeline(ctx).filter(pl.col("rank") == rank, pl.col("owner") == OWNER_SYNC)
+    if "sync_gaps" not in ctx.cache:  # the sync-owned gaps of every rank, split once
+        ctx.cache["sync_gaps"] = dict(by_rank(timeline(ctx).filter(pl.col("owner") == OWNER_SYNC)))
+    g = ctx.cache["sync_gaps"].get(rank)
+    if g is None:
+        return None
     rec = float(g["gap_ns"].sum()) if g.height else 0.0
     if g.height == 0 or rec < max(MIN_NS, MIN_SHARE * wall):
         return None

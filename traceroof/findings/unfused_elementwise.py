@@ -161,11 +161,13 @@ def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
     framework op); per run: ``rank``, ``device``, ``stream``, ``step``.
     """
     g = ["rank", "device", "stream"]
+    # runs are found on the numeric columns (the sort moves no text); the text of the few
+    # eligible kernels is gathered afterwards by row index
     lf = (
         ctx.ops.lazy()
-        .select("rank", "device", "stream", "name", "op", "kind", "bound", "bytes", "dur_ns", "start_ns", "step",
-                "graph", "external_id")
-        .with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), eligible_expr().alias("elig"))
+        .with_row_index("_i")
+        .select("_i", "rank", "device", "stream", "dur_ns", "start_ns", "step", "external_id",
+                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), eligible_expr().alias("elig"))
         .sort(*g, "start_ns", maintain_order=True)
     )
     # sorted by (rank, device, stream): the previous row is the previous kernel of the stream
@@ -190,24 +192,31 @@ def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
     )
     if el.height == 0:
         return []
+    text = ctx.ops.select("name", "op", "bytes")[el["_i"]]
+    el = pl.concat([el, text], how="horizontal")
     shapes = shapes_by_external_id(ctx.host).join(
         el.select("rank", "external_id").unique(), on=["rank", "external_id"], how="semi"
     )
     sk = ["input_dims", "input_types", "concrete_inputs"]
     keys = shapes.select(sk).unique(maintain_order=True).with_row_index("skey")
     shapes = shapes.join(keys, on=sk, how="left", nulls_equal=True).select("rank", "external_id", "skey")
-    el = el.join(shapes, on=["rank", "external_id"], how="left")
-    agg = el.sort("run").group_by("run", maintain_order=True).agg(
-        pl.col("rank").first(), pl.col("device").first(), pl.col("stream").first(), pl.col("step").first(),
-        pl.col("name"), pl.col("op"), pl.col("external_id"), pl.col("dur_ns"), pl.col("bytes"),
-        pl.col("skey"), pl.col("new_member"), pl.col("start_ns"), pl.col("end_ns"),
-    )
+    el = el.join(shapes, on=["rank", "external_id"], how="left", maintain_order="left")
     shape_keys: list[tuple[str | None, str | None, str | None]] = [
         (d, t, c) for _, d, t, c in keys.iter_rows()
     ]
-    runs = agg.to_dicts()
-    for r in runs:
-        r["shape_keys"] = shape_keys
+    # flat columns once (fast), then each run is a set of list slices (no nested-list rows)
+    cols = ("name", "op", "external_id", "dur_ns", "bytes", "skey", "new_member", "start_ns", "end_ns")
+    flat = {c: el[c].to_list() for c in cols}
+    bounds = el.with_row_index("_k").group_by("run", maintain_order=True).agg(
+        pl.col("_k").first().alias("lo"), pl.len().alias("n"),
+        pl.col("rank").first(), pl.col("device").first(), pl.col("stream").first(), pl.col("step").first(),
+    )
+    runs = []
+    for _, lo, n, rank, device, stream, step in bounds.iter_rows():
+        hi = lo + n
+        r = {c: v[lo:hi] for c, v in flat.items()}
+        r.update(rank=rank, device=device, stream=stream, step=step, shape_keys=shape_keys)
+        runs.append(r)
     return runs
 
 
