@@ -163,7 +163,7 @@ def analyze(
             above.group_by(pl.coalesce("op", "name").alias("label"))
             .agg(pl.len().alias("count"), pl.col("efficiency").max().alias("max_efficiency"),
                  pl.col("peak_dtype").first(), pl.col("cost_source").first())
-            .sort("count", descending=True)
+            .sort(["count", "label"], descending=[True, False])
         )
         for label, count, eff, pdt, src in top.head(10).iter_rows():
             inconsistencies.append(
