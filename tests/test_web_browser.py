@@ -289,9 +289,20 @@ def test_zooming_into_a_big_timeline_draws_single_ops(page):
         assert tl["layout"]["meta"]["aggregated"] is True and tl["layout"]["meta"]["ops_in_view"] == 9450
         shot(page, "timeline-merged")
         # zoom to 2 ms as a drag-zoom would; the server re-draws that window op by op
-        page.evaluate("() => { const g = document.querySelector('#timeline-graph .js-plotly-plot'); "
-                      "return Plotly.relayout(g, {'xaxis.range[0]': 100, 'xaxis.range[1]': 102}); }")
-        page.wait_for_function("() => document.querySelector('#timeline-graph .js-plotly-plot').layout.meta.aggregated === false")
+        # a relayout fired before Dash has wired the graph's callbacks is lost (seen once on a
+        # loaded 2-core machine): fire it again until the server has re-drawn the window
+        for attempt in range(4):
+            page.evaluate("() => { const g = document.querySelector('#timeline-graph .js-plotly-plot'); "
+                          "return Plotly.relayout(g, {'xaxis.range[0]': 100, 'xaxis.range[1]': 102}); }")
+            try:
+                page.wait_for_function(
+                    "() => document.querySelector('#timeline-graph .js-plotly-plot').layout.meta.aggregated === false",
+                    timeout=30_000,
+                )
+                break
+            except Exception:
+                if attempt == 3:
+                    raise
         tl = page.evaluate(GRAPH_JS, "timeline-graph")
         ops = analyze(read_trace(real(LARGEST)), "a100").ops
         want = views.window_ops(ops, (100_000_000, 102_000_000)).height
