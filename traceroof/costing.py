@@ -85,31 +85,32 @@ def _parse(text: str | None) -> object:
         return None
 
 
-def _tensorlist_bytes(ops: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+def _tensorlist_bytes(ops: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
     """Second pass for ``Tensor[]`` ops: bytes from the element dtype of the kernel name."""
-    need = ops.filter(
-        pl.col("_f").is_not_null(), pl.col("_b").is_null(),
-        pl.col("input_types").fill_null("").str.contains("TensorList"),
-    )
+    miss = pl.col("_f").is_not_null() & pl.col("_b").is_null()
+    need = ops.filter(miss, pl.col("_tl"))
     if need.height == 0:
         return ops
-    need = need.with_columns(
-        pl.col("name").map_elements(element_dtype_of_kernel, return_dtype=pl.String).alias("_ldt")
-    ).filter(pl.col("_ldt").is_not_null())
+    # the kernel-name parse runs once per distinct name
+    names = need["name"].unique().to_list()
+    ldt_of = pl.DataFrame({"name": names, "_ldt": [element_dtype_of_kernel(n or "") for n in names]},
+                          schema={"name": pl.String, "_ldt": pl.String})
+    need = need.join(ldt_of, on="name", how="left", nulls_equal=True).filter(pl.col("_ldt").is_not_null())
     rows = []
-    for op, dims, types, conc, ldt in need.select(*key, "_ldt").unique().iter_rows():
+    todo = need.select("op", "_skey", "_ldt").unique().join(keys, on="_skey", how="left")
+    for op, skey, ldt, dims, types, conc in todo.select(
+        "op", "_skey", "_ldt", "input_dims", "input_types", "concrete_inputs"
+    ).iter_rows():
         c = costs.cost_of(op, _parse(dims), _parse(types), _parse(conc), tensorlist_dtype=ldt)
         if c is not None and c.bytes is not None:
-            rows.append((op, dims, types, conc, ldt, float(c.bytes)))
+            rows.append((op, skey, ldt, float(c.bytes)))
     if not rows:
         return ops
-    fix = pl.DataFrame(rows, schema={**{k: pl.String for k in key}, "_ldt": pl.String, "_b2": pl.Float64}, orient="row")
-    ops = ops.with_columns(
-        pl.when(pl.col("_f").is_not_null() & pl.col("_b").is_null())
-        .then(pl.col("name").map_elements(element_dtype_of_kernel, return_dtype=pl.String))
-        .alias("_ldt")
-    )
-    ops = ops.join(fix, on=[*key, "_ldt"], how="left", nulls_equal=True)
+    fix = pl.DataFrame(rows, schema={"op": pl.String, "_skey": pl.UInt32, "_ldt": pl.String, "_b2": pl.Float64},
+                       orient="row")
+    ops = ops.join(ldt_of.rename({"_ldt": "_ldt_n"}), on="name", how="left", nulls_equal=True, maintain_order="left")
+    ops = ops.with_columns(pl.when(miss & pl.col("_tl")).then(pl.col("_ldt_n")).alias("_ldt")).drop("_ldt_n")
+    ops = ops.join(fix, on=["op", "_skey", "_ldt"], how="left", nulls_equal=True, maintain_order="left")
     return ops.with_columns(pl.coalesce("_b", "_b2").alias("_b")).drop("_ldt", "_b2")
 
 
@@ -145,6 +146,26 @@ def shapes_by_external_id(host: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
+_KEYS_MEMO: list[tuple[pl.DataFrame, tuple[pl.DataFrame, pl.DataFrame]]] = []
+
+
+def _shape_keys(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`shapes_by_external_id` with the text replaced by an integer key: ``(rank,
+    external_id, _skey)`` and the key table ``(_skey, input_dims, input_types,
+    concrete_inputs)``, so the op table is joined on integers and the recorded text is
+    looked at once per distinct shape."""
+    for h, out in _KEYS_MEMO:
+        if h is host:
+            return out
+    sh = shapes_by_external_id(host)
+    sk = ["input_dims", "input_types", "concrete_inputs"]
+    keys = sh.select(sk).unique(maintain_order=True).with_row_index("_skey")
+    ids = sh.join(keys, on=sk, how="left", nulls_equal=True, maintain_order="left").select(
+        "rank", "external_id", "_skey")
+    _KEYS_MEMO[:] = [(host, (ids, keys))]
+    return ids, keys
+
+
 def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     """Return the op table with costs filled, and the coverage summary.
 
@@ -156,8 +177,8 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ``(ops, coverage)``.
     """
     ops = trace.ops
-    shapes = shapes_by_external_id(trace.host)
-    ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left")
+    shapes, keys = _shape_keys(trace.host)
+    ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left", maintain_order="left")
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))
 
@@ -168,28 +189,30 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         pl.col("kind").cast(pl.String) != "collective",
         ~pl.col("graph").fill_null(False),
     )
-    uniq = todo.select("op", "input_dims", "input_types", "concrete_inputs").unique()
+    uniq = todo.select("op", "_skey").unique().join(keys, on="_skey", how="left")
     rows = []
-    for op, dims, types, conc in uniq.iter_rows():
+    for op, skey, dims, types, conc in uniq.select(
+        "op", "_skey", "input_dims", "input_types", "concrete_inputs"
+    ).iter_rows():
+        tl = "TensorList" in (types or "")
         c = costs.cost_of(op, _parse(dims), _parse(types), _parse(conc))
         if c is None:
-            rows.append((op, dims, types, conc, None, None, costs.kind_of_op(op), None))
+            rows.append((op, skey, None, None, costs.kind_of_op(op), None, tl))
         else:
             f = None if c.flops is None else float(c.flops)
             b = None if c.bytes is None else float(c.bytes)
-            rows.append((op, dims, types, conc, f, b, c.kind, c.dtype))
-    key = ["op", "input_dims", "input_types", "concrete_inputs"]
+            rows.append((op, skey, f, b, c.kind, c.dtype, tl))
     table = pl.DataFrame(
         rows,
         schema={
-            "op": pl.String, "input_dims": pl.String, "input_types": pl.String,
-            "concrete_inputs": pl.String, "_f": pl.Float64, "_b": pl.Float64,
-            "_kind": pl.String, "_dtype": pl.String,
+            "op": pl.String, "_skey": pl.UInt32, "_f": pl.Float64, "_b": pl.Float64,
+            "_kind": pl.String, "_dtype": pl.String, "_tl": pl.Boolean,
         },
         orient="row",
     )
-    ops = ops.join(table, on=key, how="left", nulls_equal=True)
-    ops = _tensorlist_bytes(ops, key)
+    ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")
+    ops = ops.with_columns(pl.col("_tl").fill_null(False))
+    ops = _tensorlist_bytes(ops, keys)
 
     # spread a framework op's cost over its kernels by duration (copies/fills are not its kernels)
     grp = ["rank", "external_id"]
@@ -263,6 +286,6 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     )
     cov.uncosted_top = [(str(a), int(b)) for a, b in unc.iter_rows()]
     ops = ops.sort("_row").drop(
-        ["_row", "_pre", "input_dims", "input_types", "concrete_inputs", "_f", "_b", "_kind", "_dtype", "_nk"]
+        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
     )
     return ops, cov
