@@ -440,7 +440,10 @@ def _read_table(p: Path, name: str, entry: Any, manifest: Path | None = None) ->
         raise TraceFormatError(manifest, f"tables.{name}", "at least one Parquet file")
     try:
         df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
-        df = df.sort(_ROW).drop(_ROW)
+        # parts are written in row order: sort (a copy of every column) only when they are not
+        if df.height and not df.select((pl.col(_ROW).diff().fill_null(1) > 0).all()).item():
+            df = df.sort(_ROW)
+        df = df.drop(_ROW)
         # dtypes as declared (Parquet stores the kind Enum as a dictionary column)
         df = df.with_columns(pl.col(c).cast(t) for c, t in schema.items() if c in df.columns)
     except Exception as exc:  # noqa: BLE001

@@ -114,9 +114,6 @@ def _tensorlist_bytes(ops: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
     return ops.with_columns(pl.coalesce("_b", "_b2").alias("_b")).drop("_ldt", "_b2")
 
 
-_SHAPES_MEMO: list[tuple[pl.DataFrame, pl.DataFrame]] = []
-
-
 def shapes_by_external_id(host: pl.DataFrame) -> pl.DataFrame:
     """The recorded shapes of each framework op: one row per ``(rank, external_id)``.
 
@@ -124,12 +121,8 @@ def shapes_by_external_id(host: pl.DataFrame) -> pl.DataFrame:
     HOST_SCHEMA), from the ``cpu_op`` event with that External id; when several share one
     (nested ops in old traces), the one that started last (the innermost). Sorting only the
     integer keys and gathering the text columns once keeps this fast on millions of host
-    events. The last host table's result is kept, so the costing and the detectors of one
-    analysis compute it once.
+    events.
     """
-    for h, out in _SHAPES_MEMO:
-        if h is host:
-            return out
     idx = (
         host.lazy()
         .with_row_index("_h")
@@ -141,19 +134,18 @@ def shapes_by_external_id(host: pl.DataFrame) -> pl.DataFrame:
         .sort("_h")
         .collect()
     )
-    out = host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[idx["_h"]]
-    _SHAPES_MEMO[:] = [(host, out)]
-    return out
+    return host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[idx["_h"]]
 
 
 _KEYS_MEMO: list[tuple[pl.DataFrame, tuple[pl.DataFrame, pl.DataFrame]]] = []
 
 
-def _shape_keys(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def shape_keys(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """:func:`shapes_by_external_id` with the text replaced by an integer key: ``(rank,
     external_id, _skey)`` and the key table ``(_skey, input_dims, input_types,
-    concrete_inputs)``, so the op table is joined on integers and the recorded text is
-    looked at once per distinct shape."""
+    concrete_inputs)`` (one row per distinct shape), so the op table is joined on integers
+    and the recorded text is looked at once per distinct shape. The last host table's result
+    is kept, so the costing and the detectors of one analysis compute it once."""
     for h, out in _KEYS_MEMO:
         if h is host:
             return out
@@ -177,7 +169,7 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ``(ops, coverage)``.
     """
     ops = trace.ops
-    shapes, keys = _shape_keys(trace.host)
+    shapes, keys = shape_keys(trace.host)
     ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left", maintain_order="left")
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))

@@ -80,49 +80,80 @@ def step_table(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.Dat
         w = per_rank.with_columns(pl.lit(None, dtype=pl.Int32).alias("step")).select("rank", "step", "start_ns", "end_ns")
     partial = _partial_steps(ops, host, w, meta)
     ends = ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-    # the ops of each (rank, step), in their order, split once rather than filtered per step
-    by_step = ends.partition_by("rank", "step", as_dict=True) if w["step"].is_not_null().any() else {}
+    segmented = bool(w["step"].is_not_null().any())
+    # what each (rank, step) needs from its ops, in one grouped query (no per-step copies)
+    stats = _step_stats(ends) if segmented else {}
     # every (rank, step, device) breakdown of those ops at once (one grouped query)
-    pre = _device_breakdowns(ends) if by_step else {}
-    none = ends.clear()
+    pre = _device_breakdowns(ends) if stats else {}
     for rank, step, s, e in w.sort("rank", "start_ns").iter_rows():
-        known = None
-        if step is not None:
-            sel = by_step.get((rank, step), none)
-            known = pre if sel.height else None
+        if step is not None and (rank, step) in stats:
+            summ, known = stats[(rank, step)], pre
+
+            def frame(rank: Any = rank, step: Any = step) -> pl.DataFrame:
+                return ends.filter(pl.col("rank") == rank, pl.col("step") == step)
         else:
-            sel = ends.filter(pl.col("rank") == rank)
-        if step is not None and sel.height == 0:
-            # fall back to device time inside the window
-            sel = ends.filter(pl.col("rank") == rank, pl.col("start_ns") < e, pl.col("end_ns") > s)
-        rows.append(_breakdown(rank, step, s, e, sel, (rank, step) in partial, known))
+            if step is not None:  # no op assigned to the step: device time inside the window
+                sel = ends.filter(pl.col("rank") == rank, pl.col("start_ns") < e, pl.col("end_ns") > s)
+            else:
+                sel = ends.filter(pl.col("rank") == rank)
+            summ, known = _summary(sel), None
+
+            def frame(sel: pl.DataFrame = sel) -> pl.DataFrame:
+                return sel
+        rows.append(_breakdown(rank, step, s, e, summ, frame, (rank, step) in partial, known))
     return pl.DataFrame(rows, schema=STEP_SCHEMA, orient="row")
 
 
+#: (ops, first start ns, last end ns, sorted devices, FLOPs or None) of one step's ops
+_Summary = tuple[int, Any, Any, list, Any]
+
+
+def _summary(sel: pl.DataFrame) -> _Summary:
+    if sel.height == 0:
+        return (0, None, None, [], None)
+    flops = float(sel["flops"].sum()) if sel["flops"].is_not_null().any() else None
+    return (sel.height, int(sel["start_ns"].min()), int(sel["end_ns"].max()),
+            sorted(sel["device"].unique().to_list()), flops)
+
+
+def _step_stats(ends: pl.DataFrame) -> dict[tuple[Any, Any], _Summary]:
+    """:func:`_summary` of the ops of every (rank, step), steps not null, in one query."""
+    g = ends.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(
+        pl.len().alias("n"), pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"),
+        pl.col("device").unique().sort().alias("devs"),
+        pl.col("flops").sum().alias("fl"), pl.col("flops").is_not_null().any().alias("has"),
+    )
+    return {
+        (r, st): (int(n), int(s0), int(e0), list(devs), float(fl) if has else None)
+        for r, st, n, s0, e0, devs, fl, has in g.iter_rows()
+    }
+
+
 def _breakdown(
-    rank: int, step: int | None, s: int, e: int, sel: pl.DataFrame, partial: bool,
+    rank: int, step: int | None, s: int, e: int, summ: _Summary, frame: Any, partial: bool,
     known: dict[tuple[Any, ...], tuple[int, int, int, int, int]] | None = None,
 ) -> tuple:
     """One step of one rank. A rank with several devices (an XPlane host with 4 TPU chips)
     gets each device's breakdown from its own unions, averaged over its devices; FLOPs are
-    the rank's total and ``devices`` says how many devices share them. ``known``: the
-    precomputed :func:`_device_breakdown` of each (rank, step, device) of ``sel``."""
-    if sel.height:
-        s = min(s, int(sel["start_ns"].min()))
-        e = max(e, int(sel["end_ns"].max()))
+    the rank's total and ``devices`` says how many devices share them. ``summ``: the step's
+    :func:`_summary`; ``frame()``: its ops (only read for a device ``known`` lacks);
+    ``known``: the precomputed :func:`_device_breakdown` of each (rank, step, device)."""
+    height, smin, emax, devs, flops = summ
+    if height:
+        s = min(s, smin)
+        e = max(e, emax)
     wall = e - s
-    devices = sorted(sel["device"].unique().to_list()) if sel.height else [0]
+    devices = devs if height else [0]
     parts = [
         known[(rank, step, d)] if known is not None and (rank, step, d) in known
-        else _device_breakdown(sel.filter(pl.col("device") == d))
+        else _device_breakdown(frame().filter(pl.col("device") == d))
         for d in devices
-    ] if sel.height else [(0, 0, 0, 0, 0)]
+    ] if height else [(0, 0, 0, 0, 0)]
     n = len(parts)
     busy_ns, cb, mb, comm_ns, exposed = (int(round(sum(p[i] for p in parts) / n)) for i in range(5))
     # FLOPs of the ops with a cost model; null (not 0) when no op in the step has one
-    flops = float(sel["flops"].sum()) if sel["flops"].is_not_null().any() else None
     return (
-        rank, step, s, e, wall, busy_ns, cb, mb, comm_ns, exposed, wall - busy_ns, sel.height,
+        rank, step, s, e, wall, busy_ns, cb, mb, comm_ns, exposed, wall - busy_ns, height,
         flops, partial, n,
     )
 

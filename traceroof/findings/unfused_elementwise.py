@@ -40,7 +40,7 @@ from typing import Any
 import polars as pl
 
 from .. import costs
-from ..costing import shapes_by_external_id
+from ..costing import shape_keys
 from . import Finding, FindingContext, register
 from ._common import busy_ns, fmt_bytes, fmt_ns, kind_str, plain, severity, short, wall_ns
 
@@ -194,16 +194,10 @@ def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
         return []
     text = ctx.ops.select("name", "op", "bytes")[el["_i"]]
     el = pl.concat([el, text], how="horizontal")
-    shapes = shapes_by_external_id(ctx.host).join(
-        el.select("rank", "external_id").unique(), on=["rank", "external_id"], how="semi"
-    )
-    sk = ["input_dims", "input_types", "concrete_inputs"]
-    keys = shapes.select(sk).unique(maintain_order=True).with_row_index("skey")
-    shapes = shapes.join(keys, on=sk, how="left", nulls_equal=True).select("rank", "external_id", "skey")
-    el = el.join(shapes, on=["rank", "external_id"], how="left", maintain_order="left")
-    shape_keys: list[tuple[str | None, str | None, str | None]] = [
-        (d, t, c) for _, d, t, c in keys.iter_rows()
-    ]
+    ids, keys = shape_keys(ctx.host)
+    el = el.join(ids.rename({"_skey": "skey"}), on=["rank", "external_id"], how="left", maintain_order="left")
+    used = el["skey"].drop_nulls().unique()
+    texts = {k: (d, t, c) for k, d, t, c in keys.filter(pl.col("_skey").is_in(used.implode())).iter_rows()}
     # flat columns once (fast), then each run is a set of list slices (no nested-list rows)
     cols = ("name", "op", "external_id", "dur_ns", "bytes", "skey", "new_member", "start_ns", "end_ns")
     flat = {c: el[c].to_list() for c in cols}
@@ -215,7 +209,7 @@ def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
     for _, lo, n, rank, device, stream, step in bounds.iter_rows():
         hi = lo + n
         r = {c: v[lo:hi] for c, v in flat.items()}
-        r.update(rank=rank, device=device, stream=stream, step=step, shape_keys=shape_keys)
+        r.update(rank=rank, device=device, stream=stream, step=step, shape_keys=texts)
         runs.append(r)
     return runs
 
