@@ -90,12 +90,22 @@ def _steps_line(report: Report) -> str:
     return line
 
 
+def _step_mean_of(report: Report) -> str:
+    """What the step time is the mean of: complete steps, counted per rank."""
+    s = report.summary
+    n = s.get("complete_steps", s["steps"])
+    ranks = report.steps["rank"].n_unique() if report.steps is not None and report.steps.height else 1
+    if ranks > 1:
+        return f"mean of {n} complete (rank, step) rows over {ranks} ranks"
+    return f"mean of {n} complete step(s), per rank"
+
+
 def summary(report: Report) -> list[tuple[str, str]]:
     s = report.summary
     if not s.get("steps"):
         return [("summary", "no device ops to summarise")]
     rows = [
-        ("step time", f"{fmt.ns(s.get('step_time_ns'))} (mean of {s.get('complete_steps', s['steps'])} complete step(s), per rank)"),
+        ("step time", f"{fmt.ns(s.get('step_time_ns'))} ({_step_mean_of(report)})"),
         ("device busy", f"{fmt.pct(s.get('busy_fraction'))} ({fmt.ns(s.get('busy_ns'))} per step, union over streams)"),
         ("breakdown", f"compute-bound {fmt.ns(s.get('compute_bound_ns'))}, memory/latency-bound {fmt.ns(s.get('memory_bound_ns'))}, "
                       f"communication {fmt.ns(s.get('comm_ns'))} ({fmt.ns(s.get('comm_exposed_ns'))} exposed), idle {fmt.ns(s.get('idle_ns'))}"),
