@@ -174,3 +174,47 @@ def test_cli_ingest_of_many_files_shows_file_progress(slow_clock, tmp_path):
     assert m.group(1) == "3"
     events = read_trace(tmp_path / "run", jobs=1).meta.stats["events"]
     assert int(m.group(4).replace(",", "")) == events
+
+
+class _FiringTimer:
+    """threading.Timer stand-in that fires at start(): the stage is 'still running after 1 s'."""
+
+    def __init__(self, interval, fn):
+        self.interval, self.fn, self.daemon, self.cancelled = interval, fn, False, False
+
+    def start(self):
+        assert self.interval == 1.0
+        self.fn()
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def test_a_slow_analysis_says_it_is_running_and_how_long_it_took(capsys, monkeypatch):
+    from traceroof import cli as C
+
+    monkeypatch.setattr(C._State, "quiet", False)
+    ticks = iter([10.0, 13.25])  # start, end: 3.25 s
+    with C._stage("analyzing 5 device ops", "analyzed 5 device ops", clock=lambda: next(ticks), timer=_FiringTimer):
+        pass
+    assert capsys.readouterr().err.splitlines() == [
+        "traceroof: analyzing 5 device ops …",
+        "traceroof: analyzed 5 device ops in 3.2 s",
+    ]
+
+
+def test_a_fast_or_quiet_analysis_says_nothing(capsys, monkeypatch):
+    from traceroof import cli as C
+
+    class _Idle(_FiringTimer):
+        def start(self):  # finished before the second was up: never fires
+            pass
+
+    monkeypatch.setattr(C._State, "quiet", False)
+    ticks = iter([0.0, 0.4])
+    with C._stage("analyzing", "analyzed", clock=lambda: next(ticks), timer=_Idle):
+        pass
+    monkeypatch.setattr(C._State, "quiet", True)
+    with C._stage("analyzing", "analyzed", clock=lambda: 1 / 0, timer=_FiringTimer):
+        pass
+    assert capsys.readouterr().err == ""

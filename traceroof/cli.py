@@ -19,12 +19,14 @@ unless ``--debug`` is given.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,28 @@ class _State:
 def _progress(msg: str) -> None:
     if not _State.quiet:
         click.echo(f"traceroof: {msg}", err=True)
+
+
+@contextlib.contextmanager
+def _stage(doing: str, done: str, *, clock: Callable[[], float] = time.perf_counter,
+           timer: Callable[..., Any] = threading.Timer) -> Iterator[None]:
+    """Progress for a step with no counts (the analysis): ``doing …`` once it has taken a
+    second, and ``done in X s`` at the end if it took more than a second; nothing with -q.
+    ``clock`` (seconds) and ``timer`` (``threading.Timer``'s signature) are injectable for tests."""
+    if _State.quiet:
+        yield
+        return
+    t0 = clock()
+    t = timer(1.0, lambda: _progress(f"{doing} …"))
+    t.daemon = True
+    t.start()
+    try:
+        yield
+    finally:
+        t.cancel()
+    dt = clock() - t0
+    if dt > 1.0:
+        _progress(f"{done} in {dt:.1f} s")
 
 
 def _progress_bar() -> Any:
@@ -245,9 +269,11 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
         if chip or rank is not None or step is not None or mflops or names:
             raise click.UsageError("--chip/--rank/--step/--model/--findings need a trace, not a saved report")
     else:
-        report = run_analysis(obj, chip, rank=rank, step=step, group_by=group_by,
-                              model_flops_per_step=mflops, model_flops_formula=formula,
-                              n_devices=devices, findings=names)
+        n = f"{obj.ops.height:,} device ops"
+        with _stage(f"analyzing {n}", f"analyzed {n}"):
+            report = run_analysis(obj, chip, rank=rank, step=step, group_by=group_by,
+                                  model_flops_per_step=mflops, model_flops_formula=formula,
+                                  n_devices=devices, findings=names)
     if fmt is None:
         fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"
     if output and fmt == "json":
@@ -396,7 +422,9 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
         obj = load_trace_or_report(path, jobs=jobs)
         if isinstance(obj, Report):
             return obj
-        return run_analysis(obj, chip, model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices)
+        n = f"{obj.ops.height:,} device ops"
+        with _stage(f"analyzing {n}", f"analyzed {n}"):
+            return run_analysis(obj, chip, model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices)
 
     cand = _load(trace)
     base = _load(baseline) if baseline else None
