@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob as _glob
 import gzip
-import inspect
 import logging
 import multiprocessing
 import os
@@ -241,32 +240,18 @@ def _read_unit(path: str, progress: Progress | None) -> Trace:
         if _is_xplane_dir(p):
             from .parsers import xplane
 
-            if hasattr(xplane, "read_dir"):
-                return xplane.read_dir(p)
-            return merge([xplane.read(x) for x in sorted(p.rglob("*.xplane.pb"))])
+            return xplane.read_dir(p)
         return read_trace(p, jobs=1, progress=None)
     fmt = detect_format(p)
     if fmt == "kineto":
         from .parsers import kineto
 
-        return kineto.read(p, **_progress_kw(kineto.read, _file_cb(progress)))
+        return kineto.read(p, progress=_file_cb(progress))
     if fmt == "xplane":
         from .parsers import xplane
 
         return xplane.read(p)
     return _read_tar(p, progress)
-
-
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _progress_kw(fn: Callable[..., Any], cb: Callable[[int, int], None] | None) -> dict[str, Any]:
-    """``{"progress": cb}`` when ``fn`` takes that keyword (the Kineto parser gains it), else {}."""
-    return {"progress": cb} if cb is not None and _accepts(fn, "progress") else {}
 
 
 def _file_cb(progress: Progress | None) -> Callable[[int, int], None] | None:
@@ -330,7 +315,6 @@ def _offset_cb(progress: Progress, bytes0: int, events0: int) -> Callable[[int, 
 def _read_tar(p: Path, progress: Progress | None = None) -> Trace:
     from .parsers import kineto
 
-    read_fileobj = getattr(kineto, "read_fileobj", None)
     traces = []
     done_bytes = done_events = 0
     try:
@@ -343,12 +327,8 @@ def _read_tar(p: Path, progress: Progress | None = None) -> Trace:
                 assert fh is not None
                 name = f"{p}!{m.name}"
                 cb = None if progress is None else _offset_cb(progress, done_bytes, done_events)
-                if read_fileobj is not None:
-                    # streamed: the member is decompressed and parsed chunk by chunk
-                    t = read_fileobj(fh, path=name, rank=None, **_progress_kw(read_fileobj, cb))
-                else:
-                    # FALLBACK until kineto.read_fileobj exists: the whole member in memory
-                    t = kineto.read_bytes(fh.read(), path=name)
+                # streamed: the member is decompressed and parsed chunk by chunk
+                t = kineto.read_fileobj(fh, path=name, rank=None, progress=cb)
                 traces.append(t)
                 done_bytes += m.size
                 done_events += _events(t)
