@@ -214,3 +214,34 @@ def test_ingest_of_a_directory_of_ranks_writes_a_dataset(tmp_path):
     t = read_cache(tmp_path / "c")
     ref = read_trace(tmp_path / "run", jobs=1)
     assert t.meta == ref.meta and t.ops.equals(ref.ops) and t.host.equals(ref.host)
+
+
+def _allocator_conf_seen_by_cli(env_value: str | None) -> str:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "from traceroof import cli\n"
+        "try:\n    cli.main(['chips', '--format', 'json'])\n"
+        "except SystemExit:\n    pass\n"
+        "import polars\n"  # loaded by the command, after the setting
+        "sys.stderr.write('CONF=' + os.environ.get('_RJEM_MALLOC_CONF', '<unset>'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if env_value is not None:
+        env["_RJEM_MALLOC_CONF"] = env_value
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    return res.stderr.rsplit("CONF=", 1)[-1]
+
+
+def test_the_cli_sets_the_allocator_to_return_memory_and_a_user_setting_wins():
+    from traceroof.cli import JEMALLOC_CONF
+
+    # polars prepends its own defaults on import; jemalloc takes the last value of each key
+    ours = _allocator_conf_seen_by_cli(None)
+    assert ours.endswith(JEMALLOC_CONF), ours
+    assert "dirty_decay_ms:100" in JEMALLOC_CONF and "background_thread:true" in JEMALLOC_CONF
+    theirs = _allocator_conf_seen_by_cli("narenas:1")
+    assert theirs.endswith("narenas:1") and JEMALLOC_CONF not in theirs, theirs
