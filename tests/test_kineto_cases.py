@@ -250,6 +250,11 @@ def test_bc35_cut_after_comma():
     t = K.read_bytes(cut, path="cut2.json")
     assert t.ops.height in (997, 998)
     assert t.ops.height == 998  # events up to k997 are complete
+    # nothing was dropped, but the user is told the file ends early
+    assert [w for w in t.meta.warnings if "truncated" in w] == [
+        f"cut2.json: trace is truncated at byte {len(cut)} (cut between two events); 998 complete events "
+        "recovered; the last step is probably incomplete and header keys written after the events may be missing"
+    ]
 
 
 def test_bc35_cut_gzip_stream():

@@ -399,7 +399,8 @@ class _Builder:
         if st.truncated_at is not None:
             meta.warn(
                 f"{self.path}: trace is truncated at byte {st.truncated_at} "
-                f"(cut mid-event); {st.events} complete events recovered; the last step is "
+                f"({'cut mid-event' if st.truncated_mid_event else 'cut between two events'}); "
+                f"{st.events} complete events recovered; the last step is "
                 "probably incomplete and header keys written after the events may be missing"
             )
         if st.events == 0 and not self.dev_frames and not self.host_frames:

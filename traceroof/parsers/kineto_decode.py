@@ -117,6 +117,8 @@ class DecodeStats:
     encoding_repairs: int = 0
     dropped: int = 0
     truncated_at: int | None = None
+    #: the cut fell inside an event (dropped), not between two complete events
+    truncated_mid_event: bool = True
     dropped_offsets: list[int] = field(default_factory=list)
     strict: bool = True
 
@@ -414,7 +416,10 @@ def _split_tail(chunk: bytes, stats: DecodeStats, offset: int, size: int) -> tup
     chunk = chunk.rstrip().rstrip(b",").rstrip()
     try:
         _EVENT_DECODER.decode(chunk)
-        return chunk, None  # ends exactly with an event: file cut after it
+        # ends exactly with an event, no closing bracket: the file was cut between two events
+        stats.truncated_at = size
+        stats.truncated_mid_event = False
+        return chunk, None
     except (msgspec.DecodeError, msgspec.ValidationError):
         pass
     idx = len(chunk)
@@ -735,8 +740,10 @@ class _Stream:
             self.strict(events)
             if m is None:
                 # the stream ended right after a complete event (no ']'): a cut file, read
-                # the way the in-memory recovery reads it
+                # the way the in-memory recovery reads it (cut between two events)
                 self.stats.strict = False
+                self.stats.truncated_at = buf.base + len(buf.data)
+                self.stats.truncated_mid_event = False
                 return None
             buf.take(m.end() - 1)
 
