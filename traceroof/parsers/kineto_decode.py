@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -282,23 +282,18 @@ def _recover_region(
         return tail_header
     pieces = _event_pieces(buf, start)
     tail_header: Top | None = None
-    batch: list[Event] = []
-    for i, (a, b) in enumerate(pieces):
-        chunk = buf[a:b].strip()
-        if i == len(pieces) - 1:
-            chunk, tail_header = _split_tail(chunk, stats, base + a, base + len(buf))
-            if not chunk:
-                break
-        ev = _decode_one(chunk, stats, base + a)
-        if ev is not None:
-            batch.append(ev)
-            if len(batch) >= 50_000:
-                stats.events += len(batch)
-                on_chunk(batch)
-                batch = []
-    if batch:
-        stats.events += len(batch)
-        on_chunk(batch)
+
+    def chunks() -> Iterator[tuple[bytes, int]]:
+        nonlocal tail_header
+        for i, (a, b) in enumerate(pieces):
+            chunk = buf[a:b].strip()
+            if i == len(pieces) - 1:
+                chunk, tail_header = _split_tail(chunk, stats, base + a, base + len(buf))
+                if not chunk:
+                    return
+            yield chunk, base + a
+
+    _decode_each(chunks(), on_chunk, stats)
     return tail_header
 
 
@@ -334,15 +329,25 @@ def _recover_events(
     """Events of ``buf[start:end]`` (a run of ``{...}, {...}`` from the event array, without
     its brackets; ``buf[0]`` is byte ``base`` of the file), one by one as :func:`_recover`
     reads them: repaired where possible, else dropped and counted."""
+    pieces = ((buf[a:b].strip().rstrip(b",").rstrip(), base + a) for a, b in _event_pieces(buf, start, end))
+    _decode_each(((chunk, at) for chunk, at in pieces if chunk), on_chunk, stats)
+
+
+#: events handed over at a time by the event-by-event recovery
+_RECOVERY_BATCH = 50_000
+
+
+def _decode_each(
+    chunks: Iterable[tuple[bytes, int]], on_chunk: Callable[[list[Event]], None], stats: DecodeStats
+) -> None:
+    """Decode ``(event bytes, file offset)`` pairs one by one (:func:`_decode_one`: repaired
+    or dropped and counted), handing them to ``on_chunk`` in batches."""
     batch: list[Event] = []
-    for a, b in _event_pieces(buf, start, end):
-        chunk = buf[a:b].strip().rstrip(b",").rstrip()
-        if not chunk:
-            continue
-        ev = _decode_one(chunk, stats, base + a)
+    for chunk, at in chunks:
+        ev = _decode_one(chunk, stats, at)
         if ev is not None:
             batch.append(ev)
-            if len(batch) >= 50_000:
+            if len(batch) >= _RECOVERY_BATCH:
                 stats.events += len(batch)
                 on_chunk(batch)
                 batch = []
