@@ -181,15 +181,17 @@ def analyze(
             )
 
     # the cross-rank view: only when the analysed ops span ≥ 2 ranks (``--rank`` keeps it off)
-    ranks_d = None
+    ranks_d = comparison = None
     if rank is None and ops.height and ops["rank"].n_unique() >= 2:
-        from .ranks import analyze_ranks
+        from .ranks import analyze_ranks, compare_collectives
 
-        ranks_d = analyze_ranks(ops, steps, trace.meta.stats)
+        comparison = compare_collectives(ops, trace.meta.stats)
+        ranks_d = analyze_ranks(ops, steps, trace.meta.stats, comparison)
 
     from .findings import FindingContext, run_detectors
 
-    ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=trace.meta, cache={"ranks": ranks_d})
+    ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=trace.meta,
+                         cache={"ranks": ranks_d, "rank_comparison": comparison})
     found = run_detectors(ctx, findings)
 
     chip_d = {

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -442,10 +442,38 @@ def slowest_rank(spread: pl.DataFrame, steps: pl.DataFrame) -> dict[str, Any] | 
 # --------------------------------------------------------------------------- the section
 
 
-def _compared(ops: pl.DataFrame, stats: dict[str, Any], ranks: list[int]) -> tuple[Any, ...]:
-    """Origins, offsets, alignment decision, matched instances, the compared ones and their
-    waits (:func:`collective_waits`) — the steps shared by :func:`analyze_ranks` and
-    :func:`wait_intervals`."""
+class Comparison(NamedTuple):
+    """The collectives of several ranks put side by side (:func:`compare_collectives`).
+
+    Attributes:
+        origins: per rank, the absolute ns of its ``start_ns == 0`` (None when unknown).
+        offsets: :func:`estimate_offsets` (``offset_ns``, ``mad_ns`` per rank).
+        alignment: :func:`decide_alignment`.
+        instances: :func:`match_collectives`, on the aligned clock when the alignment applies.
+        compared: the instances whose ends agree (:func:`consistent`), with ``end_spread_ns``.
+        waits: :func:`collective_waits` of the compared instances.
+    """
+
+    origins: dict[int, int | None]
+    offsets: pl.DataFrame
+    alignment: dict[str, Any]
+    instances: pl.DataFrame
+    compared: pl.DataFrame
+    waits: pl.DataFrame
+
+
+def compare_collectives(ops: pl.DataFrame, stats: dict[str, Any]) -> Comparison | None:
+    """Match the collectives of every rank, align the clocks on them when that is sound, and
+    measure the waits: the work :func:`analyze_ranks` and :func:`wait_intervals` share, done
+    once. None for fewer than 2 ranks.
+
+    Args:
+        ops: op table (per-rank relative ``start_ns``), all ranks.
+        stats: ``meta.stats`` (holds ``origin_ns[r]``).
+    """
+    ranks = sorted(int(r) for r in ops["rank"].unique().to_list()) if ops.height else []
+    if len(ranks) < 2:
+        return None
     org = origins(stats, ranks)
     abs_ops, base = absolute(ops, org)
     inst = match_collectives(abs_ops)
@@ -454,37 +482,35 @@ def _compared(ops: pl.DataFrame, stats: dict[str, Any], ranks: list[int]) -> tup
     if al["applied"]:
         inst = apply_offsets(inst, {int(r): int(o) for r, o in offs.select("rank", "offset_ns").iter_rows() if o is not None})
     ok = consistent(inst) if al["method"] != "none" else consistent(inst.clear())
-    waits = collective_waits(ok.drop("end_spread_ns"))
-    return org, offs, al, inst, ok, waits
+    return Comparison(org, offs, al, inst, ok, collective_waits(ok.drop("end_spread_ns")))
 
 
-def wait_intervals(ops: pl.DataFrame, stats: dict[str, Any]) -> pl.DataFrame:
+def wait_intervals(comparison: Comparison | None) -> pl.DataFrame:
     """Where each rank waited at the compared collectives, on its own clock.
 
     Columns ``rank``, ``device``, ``start_ns``, ``end_ns`` (rank-relative ns, as the op table:
     ``[kernel start, kernel start + wait_ns)``), ``last_rank`` (who was waited for). Only
-    instances with a wait (``wait_ns > 0``) on the ranks that did not arrive last; empty for
-    fewer than 2 ranks.
+    instances with a wait (``wait_ns > 0``) on the ranks that did not arrive last; empty
+    without a comparison (fewer than 2 ranks).
     """
     schema = {"rank": pl.Int32, "device": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "last_rank": pl.Int32}
-    ranks = sorted(int(r) for r in ops["rank"].unique().to_list()) if ops.height else []
-    if len(ranks) < 2:
+    if comparison is None or comparison.waits.height == 0:
         return pl.DataFrame(schema=schema)
-    waits = _compared(ops, stats, ranks)[-1]
-    if waits.height == 0:
-        return pl.DataFrame(schema=schema)
+    waits = comparison.waits
     return waits.filter(pl.col("wait_ns") > 0, pl.col("last_rank").is_not_null(), pl.col("rank") != pl.col("last_rank")).select(
         "rank", "device", "start_ns", (pl.col("start_ns") + pl.col("wait_ns")).alias("end_ns"), "last_rank"
     ).cast(schema)  # type: ignore[arg-type]
 
 
-def analyze_ranks(ops: pl.DataFrame, steps: pl.DataFrame, stats: dict[str, Any]) -> dict[str, Any] | None:
+def analyze_ranks(ops: pl.DataFrame, steps: pl.DataFrame, stats: dict[str, Any],
+                  comparison: Comparison | None = None) -> dict[str, Any] | None:
     """The report's ``ranks`` section; None when the op table has fewer than 2 ranks.
 
     Args:
         ops: op table (per-rank relative ``start_ns``), all ranks.
         steps: step table, one row per (rank, step) (optionally with ``hfu``).
         stats: ``meta.stats`` (holds ``origin_ns[r]``).
+        comparison: :func:`compare_collectives` of ``ops``, when the caller has it already.
 
     Returns:
         A JSON-ready dict: ``ranks``, ``alignment`` (:func:`decide_alignment` plus ``clock``),
@@ -499,7 +525,9 @@ def analyze_ranks(ops: pl.DataFrame, steps: pl.DataFrame, stats: dict[str, Any])
     ranks = sorted(int(r) for r in ops["rank"].unique().to_list()) if ops.height else []
     if len(ranks) < 2:
         return None
-    org, offs, al, inst, ok, waits = _compared(ops, stats, ranks)
+    cmp = comparison if comparison is not None else compare_collectives(ops, stats)
+    assert cmp is not None  # ≥ 2 ranks
+    org, offs, al, inst, ok, waits = cmp
     clock = al["method"]
     matched = int(inst["instance"].n_unique()) if inst.height else 0
     compared = int(ok["instance"].n_unique()) if ok.height else 0

@@ -40,11 +40,19 @@ def _ranks_section(ctx: FindingContext) -> dict[str, Any] | None:
         return ctx.cache["ranks"]
     from ..ranks import analyze_ranks
 
-    if ctx.ops.height == 0 or ctx.ops["rank"].n_unique() < 2:
-        ctx.cache["ranks"] = None
-    else:
-        ctx.cache["ranks"] = analyze_ranks(ctx.ops, ctx.steps, ctx.meta.stats)
+    cmp = _comparison(ctx)
+    ctx.cache["ranks"] = None if cmp is None else analyze_ranks(ctx.ops, ctx.steps, ctx.meta.stats, cmp)
     return ctx.cache["ranks"]
+
+
+def _comparison(ctx: FindingContext) -> Any:
+    """The ranks' collectives compared (:func:`traceroof.ranks.compare_collectives`), once per
+    analysis: ``analyze`` puts it in the cache; a detector run on its own computes it."""
+    if "rank_comparison" not in ctx.cache:
+        from ..ranks import compare_collectives
+
+        ctx.cache["rank_comparison"] = compare_collectives(ctx.ops, ctx.meta.stats)
+    return ctx.cache["rank_comparison"]
 
 
 @register("straggler")
@@ -90,11 +98,8 @@ def claimed_waits(ctx: FindingContext) -> pl.DataFrame:
     if "straggler_waits" not in ctx.cache:
         runs = "straggler" in ctx.cache.get("chosen", ["straggler"])
         reported = [int(row["rank"]) for row, *_ in _reported(ctx)] if runs else []
-        if not reported:
-            ctx.cache["straggler_waits"] = wait_intervals(ctx.ops.clear(), {})
-        else:
-            w = wait_intervals(ctx.ops, ctx.meta.stats)
-            ctx.cache["straggler_waits"] = w.filter(pl.col("last_rank").is_in(reported))
+        w = wait_intervals(_comparison(ctx) if reported else None)
+        ctx.cache["straggler_waits"] = w.filter(pl.col("last_rank").is_in(reported))
     return ctx.cache["straggler_waits"]
 
 
