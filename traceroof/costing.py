@@ -18,6 +18,7 @@ import msgspec
 import polars as pl
 
 from . import costs
+from .host import innermost_cpu_ops
 from .schema import KIND
 from .trace import Trace
 
@@ -123,18 +124,8 @@ def shapes_by_external_id(host: pl.DataFrame) -> pl.DataFrame:
     integer keys and gathering the text columns once keeps this fast on millions of host
     events.
     """
-    idx = (
-        host.lazy()
-        .with_row_index("_h")
-        .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
-        .select("_h", "rank", "external_id", "start_ns")
-        .sort("start_ns", descending=True)
-        .unique(["rank", "external_id"], keep="first")
-        .select("_h")
-        .sort("_h")
-        .collect()
-    )
-    return host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[idx["_h"]]
+    rows = innermost_cpu_ops(host, ["rank", "external_id"])
+    return host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[rows]
 
 
 _KEYS_MEMO: list[tuple[pl.DataFrame, tuple[pl.DataFrame, pl.DataFrame]]] = []

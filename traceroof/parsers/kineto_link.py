@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..host import innermost_cpu_ops
 from ..schema import HOST_SCHEMA, OP_SCHEMA, conform, empty
 from ..trace import TraceMeta
 from . import kineto_vocab as V
@@ -80,17 +81,7 @@ def build_tables(
 
     # --- framework op: External id -> innermost cpu_op (the last to start). The winners are
     # picked on integer columns only; the text columns are gathered once, for them alone.
-    winners = (
-        host_tbl.lazy()
-        .with_row_index("_h")
-        .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
-        .select("_h", "start_ns", "external_id")
-        .sort("start_ns", descending=True)
-        .unique("external_id", keep="first")
-        .select("_h")
-        .sort("_h")
-        .collect()
-    )["_h"]
+    winners = innermost_cpu_ops(host_tbl, ["external_id"])
     cpu_ops = (
         host_tbl.select(
             "external_id", "name", "coll_name", "coll_in_nelems", "coll_out_nelems", "coll_group_size", "coll_dtype",
