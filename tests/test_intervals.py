@@ -73,11 +73,19 @@ sorted_lists = st.lists(st.tuples(st.integers(-500, 500), st.integers(0, 60)), m
     lambda xs: [(s, s + d) for s, d in xs])
 
 
+def _points(intervals):
+    """The integer instants an interval list covers: the oracle for set arithmetic."""
+    return {t for s, e in intervals for t in range(s, e)}
+
+
 @settings(max_examples=300, deadline=None)
 @given(sorted_lists, sorted_lists)
-def test_copy_minus_kernels_by_bisection_equals_the_linear_subtract(a, b):
-    from traceroof.findings._common import subtract, union
-    from traceroof.findings.host_device_copies import _minus
+def test_subtract_by_bisection_covers_exactly_a_minus_b(a, b):
+    from traceroof.findings._common import subtract, subtract_sorted, union
 
     ua, ub = union(a), union(b)
-    assert _minus(ua, [s for s, _ in ub], [e for _, e in ub]) == subtract(ua, ub)
+    got = subtract_sorted(ua, [s for s, _ in ub], [e for _, e in ub])
+    assert _points(got) == _points(ua) - _points(ub)
+    # disjoint, sorted, non-empty pieces
+    assert all(s < e for s, e in got) and all(x[1] <= y[0] for x, y in zip(got, got[1:]))
+    assert _points(subtract(ua, ub)) == _points(ua) - _points(ub)

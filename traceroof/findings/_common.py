@@ -8,6 +8,7 @@ one stream's runs); the big per-op passes stay in polars.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from typing import Any
 
@@ -156,22 +157,26 @@ def total(intervals: Iterable[Interval]) -> int:
 
 
 def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """``a − b`` for disjoint sorted interval lists."""
+    """``a − b`` for disjoint sorted interval lists (:func:`subtract_sorted`)."""
+    return subtract_sorted(a, [s for s, _ in b], [e for _, e in b])
+
+
+def subtract_sorted(a: list[Interval], starts: list[int], ends: list[int]) -> list[Interval]:
+    """``a − b`` for disjoint sorted ``a`` and ``b`` given as its sorted ``starts``/``ends``
+    lists: each interval of ``a`` finds its place in ``b`` by bisection, so the cost grows
+    with ``a``, not with ``b`` (a few copies against every kernel of a device)."""
     out: list[Interval] = []
-    j = 0
+    n = len(starts)
     for s, e in a:
+        i = bisect.bisect_right(ends, s)  # the first interval of b ending after s
         cur = s
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            bs, be = b[k]
-            if bs > cur:
-                out.append((cur, bs))
-            cur = max(cur, be)
+        while i < n and starts[i] < e:
+            if starts[i] > cur:
+                out.append((cur, starts[i]))
+            cur = max(cur, ends[i])
             if cur >= e:
                 break
-            k += 1
+            i += 1
         if cur < e:
             out.append((cur, e))
     return out

@@ -18,14 +18,13 @@ See ``docs/findings/host_device_copies.md``.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 
 import polars as pl
 
 from . import Finding, FindingContext, register
 from .. import intervals as iv
-from ._common import by_rank, fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, total, union, wall_ns
+from ._common import by_rank, fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, subtract_sorted, total, union, wall_ns
 from ._idle import OWNER_SYNC, timeline
 
 #: Report when the claim is at least this share of the rank's window ...
@@ -70,7 +69,7 @@ def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Fi
         exposed = 0
         for (dev,), c in sorted(cp.partition_by("device", as_dict=True).items(), key=lambda kv: str(kv[0])):
             u_cp = union(c.select("start_ns", "end_ns").rows())
-            mine = subtract(_minus(u_cp, *kernels.get((rank, dev), ([], []))), claimed.get(dev, []))
+            mine = subtract(subtract_sorted(u_cp, *kernels.get((rank, dev), ([], []))), claimed.get(dev, []))
             exposed += total(mine)
             if mine:
                 claimed[dev] = union(claimed.get(dev, []) + mine)
@@ -115,7 +114,7 @@ def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Fi
     return out
 
 
-def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], list[tuple[int, int]]]:
+def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
     """Per (rank, device) holding copies: the union of its kernels and collectives (what a
     copy cannot claim) as sorted disjoint ``(starts, ends)`` lists; one grouped union for
     every rank."""
@@ -130,27 +129,6 @@ def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], list[tuple[int,
             out[(r, d)] = (g["start_ns"].to_list(), g["end_ns"].to_list())
         ctx.cache["copy_blockers"] = out
     return ctx.cache["copy_blockers"]
-
-
-def _minus(a: list[tuple[int, int]], starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
-    """``a − b`` for disjoint sorted ``a`` (small: copies) and ``b`` given as its sorted
-    ``starts``/``ends`` (large: every kernel); each interval of ``a`` finds its place in ``b``
-    by bisection, so the cost grows with ``a``, not with ``b``."""
-    out: list[tuple[int, int]] = []
-    n = len(starts)
-    for s, e in a:
-        i = bisect.bisect_right(ends, s)  # the first kernel interval ending after s
-        cur = s
-        while i < n and starts[i] < e:
-            if starts[i] > cur:
-                out.append((cur, starts[i]))
-            cur = max(cur, ends[i])
-            if cur >= e:
-                break
-            i += 1
-        if cur < e:
-            out.append((cur, e))
-    return out
 
 
 def _sync_finding(ctx: FindingContext, rank: int) -> Finding | None:
