@@ -328,13 +328,24 @@ def ingest_files(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     return finalize(out, source_paths=source_paths)
 
 
-def _load_fragment(f: Path) -> dict[str, Any]:
+def _read_doc(f: Path, where: str, what: str, fmt: str) -> dict[str, Any]:
+    """The JSON object in ``f`` whose ``"format"`` is ``fmt``.
+
+    Raises:
+        TraceFormatError: unreadable, not JSON, not an object or another format; ``where``
+            and ``what`` (``"a readable " + what``) name the place and the expectation.
+    """
     try:
         doc = json.loads(f.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise TraceFormatError(f, "fragment", f"a readable dataset fragment ({type(exc).__name__}: {exc})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != FRAGMENT_FORMAT:
-        raise TraceFormatError(f, "fragment", f'a dataset fragment ("format": "{FRAGMENT_FORMAT}")')
+        raise TraceFormatError(f, where, f"a readable {what} ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise TraceFormatError(f, where, f'a {what} ("format": "{fmt}")')
+    return doc
+
+
+def _load_fragment(f: Path) -> dict[str, Any]:
+    doc = _read_doc(f, "fragment", "dataset fragment", FRAGMENT_FORMAT)
     if doc.get("fragment_version") != FRAGMENT_VERSION:
         raise TraceFormatError(
             f, "fragment_version",
@@ -393,12 +404,7 @@ def finalize(out_dir: str | os.PathLike[str], *, source_paths: list[str] | None 
 
 def _load_meta(p: Path) -> dict[str, Any]:
     f = p / META_FILE
-    try:
-        doc = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise TraceFormatError(f, "meta.json", f"a readable traceroof cache manifest ({type(exc).__name__}: {exc})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
-        raise TraceFormatError(f, "meta.json", f'a traceroof cache manifest ("format": "{CACHE_FORMAT}")')
+    doc = _read_doc(f, "meta.json", "traceroof cache manifest", CACHE_FORMAT)
     version = doc.get("cache_version")
     if version not in READABLE_VERSIONS:
         raise TraceFormatError(
