@@ -319,33 +319,32 @@ _FUSION_KIND = re.compile(r"kind=(k\w+)")
 _OPCODE = re.compile(r"([\w\-]+)\(")
 
 
+def _close_paren(text: str) -> int:
+    """Index just past the ``)`` that closes the first ``(`` of ``text``; -1 when it never closes."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return -1
+
+
 def _split_shape(rest: str) -> tuple[str, str]:
     """Split ``SHAPE opcode(...)...`` into the shape text and the remainder."""
     if rest.startswith("("):
-        depth = 0
-        for i, ch in enumerate(rest):
-            if ch == "(":
-                depth += 1
-            elif ch == ")":
-                depth -= 1
-                if depth == 0:
-                    return rest[: i + 1], rest[i + 1 :].lstrip()
-        return rest, ""
+        j = _close_paren(rest)
+        return (rest[:j], rest[j:].lstrip()) if j > 0 else (rest, "")
     shape, _, after = rest.partition(" ")
     return shape, after
 
 
 def _operand_group(after: str) -> tuple[str, str]:
     """Split ``opcode(operands), attrs`` into ``opcode(operands)`` and ``, attrs``."""
-    depth = 0
-    for i, ch in enumerate(after):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                return after[: i + 1], after[i + 1 :]
-    return after, ""
+    j = _close_paren(after)
+    return (after[:j], after[j:]) if j > 0 else (after, "")
 
 
 def parse_hlo_text(text: str) -> tuple[dict, str | None]:
