@@ -18,6 +18,7 @@ from polars.testing import assert_frame_equal
 
 from traceroof.cache import CACHE_VERSION, read_cache, write_cache
 from traceroof.cli import cli
+from traceroof.costing import apply_costs, compute_costs, cost_model_id
 from traceroof.errors import TraceFormatError
 from traceroof.io import read_trace
 
@@ -94,6 +95,16 @@ def test_cache_round_trip_is_exact(rel, tmp_path):
     cached = read_cache(out)
     assert_same_trace(fresh, cached)
     assert_same_trace(fresh, read_trace(out))  # read_trace dispatches to the cache
+    assert_same_costs(cached, fresh)
+
+
+def assert_same_costs(cached, fresh) -> None:
+    """The costs stored at ingest are what the costing of a fresh parse computes, exactly."""
+    assert cached.costed is not None and cached.costed.model_id == cost_model_id()
+    ops_c, cov_c = apply_costs(cached)
+    ops_f, cov_f = compute_costs(fresh)
+    assert_frame_equal(ops_c, ops_f, check_exact=True, check_dtypes=True, check_row_order=True)
+    assert cov_c == cov_f
 
 
 def _analyze_json(path: str, chip: list[str]) -> tuple[int, dict | str]:
@@ -236,6 +247,8 @@ def test_dataset_reads_back_as_read_trace_of_its_files(dataset):
     assert is_cache(out)
     ref = read_trace(files, jobs=1)
     assert_same_trace(read_cache(out), ref)
+    # each fragment stored its own rank's costs and coverage; merged, they are the whole's
+    assert_same_costs(read_cache(out), ref)
     finalize(out, source_paths=["x"])
     doc = json.loads((out / "meta.json").read_text())
     assert doc["source_paths"] == ["x"] and doc["meta"]["sources"] == files
@@ -347,3 +360,57 @@ def test_write_cache_replaces_a_dataset(dataset):
     assert not (out / "meta").exists()
     assert json.loads((out / "meta.json").read_text())["cache_version"] == 1
     assert_same_trace(read_cache(out), read_trace(fixture(KINETO[0])))
+
+
+def test_costs_of_another_cost_model_are_computed_again(cache_dir, monkeypatch):
+    """A cache ingested by a different cost model (another traceroof) is costed afresh."""
+    import traceroof.costing as costing
+
+    calls = []
+    real = costing.compute_costs
+    monkeypatch.setattr(costing, "compute_costs", lambda t: calls.append(1) or real(t))
+    apply_costs(read_cache(cache_dir))
+    assert calls == []  # the stored costs were used
+    doc = json.loads((cache_dir / "meta.json").read_text())
+    doc["costs"]["model_id"] = "0" * 16
+    (cache_dir / "meta.json").write_text(json.dumps(doc))
+    t = read_cache(cache_dir)
+    ops, cov = apply_costs(t)
+    assert calls == [1]
+    assert_frame_equal(ops, real(read_trace(fixture(KINETO[0])))[0], check_exact=True)
+
+
+def test_stored_costs_are_not_used_for_a_replaced_op_table(cache_dir):
+    import polars as pl
+
+    t = read_cache(cache_dir)
+    t.ops = t.ops.filter(pl.col("dur_ns") > 0)
+    ops, cov = apply_costs(t)  # costed afresh: the stored columns belong to the old table
+    assert_frame_equal(ops, compute_costs(t)[0], check_exact=True)
+    assert cov.device_ns == int(t.ops["dur_ns"].sum())
+
+
+def test_a_damaged_costs_entry_exits_4_naming_the_file(cache_dir):
+    doc = json.loads((cache_dir / "meta.json").read_text())
+    doc["costs"]["coverage"] = {"device_ns": "x"}
+    (cache_dir / "meta.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(cli, ["analyze", str(cache_dir), "--chip", "h100"])
+    assert res.exit_code == 4
+    line = _one_error_line(res)
+    assert "meta.json" in line and "costs" in line
+
+
+def test_a_cache_without_costs_still_reads_and_is_costed(cache_dir):
+    """A cache written before costs were stored (no __cost_ columns, no entry) reads as before."""
+    import polars as pl
+
+    for f in (cache_dir / "ops").rglob("*.parquet"):
+        pl.read_parquet(f).select(pl.exclude("^__cost_.*$")).write_parquet(f)
+    doc = json.loads((cache_dir / "meta.json").read_text())
+    del doc["costs"]
+    (cache_dir / "meta.json").write_text(json.dumps(doc))
+    t = read_cache(cache_dir)
+    fresh = read_trace(fixture(KINETO[0]))
+    assert t.costed is None
+    assert_same_trace(t, fresh)
+    assert_frame_equal(apply_costs(t)[0], compute_costs(fresh)[0], check_exact=True)

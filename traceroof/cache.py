@@ -26,6 +26,14 @@ parts and merges them with :func:`traceroof.io.merge`, so the result is exactly 
 Each part holds every column (``rank`` included) plus ``__row``, the row's position in the
 original table, so the exact row order and dtypes are restored: the round trip is exact on
 every column and on the metadata.
+
+The op parts also hold the op's costs (``__cost_kind``, ``__cost_dtype``, ``__cost_flops``,
+``__cost_bytes``, ``__cost_cost_source``: :data:`traceroof.costing.COST_COLUMNS` as
+:func:`traceroof.costing.apply_costs` fills them), and the manifest or fragment a ``costs``
+entry (the cost model's identifier and the :class:`~traceroof.costing.Coverage`). They are
+chip-independent, so they are computed once at ingest; the trace read back carries them in
+``Trace.costed`` (its op table is the parsed one, unchanged), and the analysis uses them
+when the cost model is still the same.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ FRAGMENTS_DIR = "meta"
 FRAGMENT_FORMAT = "traceroof-fragment"
 FRAGMENT_VERSION = 1
 _ROW = "__row"
+_COST = "__cost_"  #: prefix of the stored cost columns in the op parts
 _TABLES = {"ops": OP_SCHEMA, "host": HOST_SCHEMA}
 
 
@@ -137,6 +146,46 @@ def _meta_to_json(meta: TraceMeta) -> dict[str, Any]:
     return dataclasses.asdict(meta)
 
 
+def _with_costs(trace: Trace) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The op table to store (with its costs as ``__cost_*`` columns) and the ``costs`` entry
+    of the manifest or fragment (the cost model's identifier and the coverage)."""
+    from .costing import COST_COLUMNS, apply_costs, cost_model_id
+
+    costed, coverage = apply_costs(trace)
+    ops = trace.ops.with_columns(costed.select(pl.col(c).alias(_COST + c) for c in COST_COLUMNS))
+    return ops, {"model_id": cost_model_id(), "coverage": coverage.to_json()}
+
+
+def _split_costs(trace: Trace, entries: list[Any], where: Path) -> Trace:
+    """Move the stored ``__cost_*`` columns of ``trace.ops`` into ``trace.costed``.
+
+    ``entries`` are the ``costs`` entries of the manifest or of every fragment merged; the
+    costs are kept only when every one of them is there under one cost model (their
+    coverages add up). The op table left is exactly the parsed one.
+
+    Raises:
+        TraceFormatError: a ``costs`` entry that is not a cost model id and a coverage.
+    """
+    from .costing import COST_COLUMNS, Costed, Coverage
+
+    stored = [c for c in trace.ops.columns if c.startswith(_COST)]
+    if not stored:
+        return trace
+    columns = trace.ops.select(pl.col(_COST + c).alias(c).cast(OP_SCHEMA[c]) for c in COST_COLUMNS)
+    trace.ops = trace.ops.drop(stored)
+    if not entries or any(not isinstance(e, dict) for e in entries):
+        return trace
+    models = {e.get("model_id") for e in entries}
+    if len(models) != 1:
+        return trace
+    try:
+        coverage = Coverage.merge([Coverage.from_json(e["coverage"]) for e in entries])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TraceFormatError(where, "costs", f"a cost model id and a coverage ({type(exc).__name__}: {exc})") from exc
+    trace.costed = Costed(model_id=str(models.pop()), columns=columns, coverage=coverage, ops=trace.ops)
+    return trace
+
+
 def _write_json(doc: dict[str, Any], f: Path) -> None:
     f.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
@@ -172,16 +221,18 @@ def write_cache(trace: Trace, out_dir: str | os.PathLike[str], *,
     _prepare_out(out)
     files: dict[str, list[str]] = {}
     rows: dict[str, int] = {}
-    for name in _TABLES:
-        df: pl.DataFrame = getattr(trace, name)
+    ops, costs = _with_costs(trace)
+    for name, df in (("ops", ops), ("host", trace.host)):
         files[name] = _write_table(df, out / name)
         rows[name] = df.height
+    del ops
     doc = {
         "format": CACHE_FORMAT,
         "cache_version": CACHE_VERSION,
         "source_paths": list(source_paths if source_paths is not None else trace.meta.sources),
         "tables": {name: {"rows": rows[name], "files": files[name]} for name in _TABLES},
         "meta": _meta_to_json(trace.meta),
+        "costs": costs,
     }
     _write_json(doc, out / META_FILE)
     return out
@@ -240,10 +291,11 @@ def _ingest(trace_path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     key = fragment_key(src)
     first_rank = trace.meta.ranks[0] if trace.meta.ranks else None
     tables = {}
-    for name in _TABLES:
-        df: pl.DataFrame = getattr(trace, name)
+    ops, costs = _with_costs(trace)
+    for name, df in (("ops", ops), ("host", trace.host)):
         files = _write_table(df, out / name, part=f"part-{key}", empty_rank=first_rank)
         tables[name] = {"rows": df.height, "files": files}
+    del ops
     doc = {
         "format": FRAGMENT_FORMAT,
         "fragment_version": FRAGMENT_VERSION,
@@ -251,6 +303,7 @@ def _ingest(trace_path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
         "key": key,
         "tables": tables,
         "meta": _meta_to_json(trace.meta),
+        "costs": costs,
     }
     frag = out / FRAGMENTS_DIR / f"{key}.json"
     _write_json(doc, frag)  # last: the fragment is what makes the parts part of the dataset
@@ -464,13 +517,19 @@ def _read_dataset(p: Path, frags: list[Path]) -> Trace:
     from .io import merge
 
     traces = []
+    costs = []
     for f in frags:
         doc = _load_fragment(f)
         tables = doc["tables"]
         ops = _read_table(p, "ops", tables.get("ops"), manifest=f)
         host = _read_table(p, "host", tables.get("host"), manifest=f)
         traces.append(Trace(ops=ops, host=host, meta=_meta_from_json(f, doc["meta"])))
-    return merge(traces)
+        costs.append(doc.get("costs"))
+    if not all(any(c.startswith(_COST) for c in t.ops.columns) for t in traces):
+        # fragments written without costs (an older traceroof): none are used
+        for t in traces:
+            t.ops = t.ops.select(pl.exclude(f"^{_COST}.*$"))
+    return _split_costs(merge(traces), costs, p)
 
 
 def read_cache(path: str | os.PathLike[str]) -> Trace:
@@ -510,7 +569,7 @@ def read_cache(path: str | os.PathLike[str]) -> Trace:
     ops = _read_table(p, "ops", tables.get("ops"))
     host = _read_table(p, "host", tables.get("host"))
     meta = _meta_from_json(p / META_FILE, doc["meta"])
-    return Trace(ops=ops, host=host, meta=meta)
+    return _split_costs(Trace(ops=ops, host=host, meta=meta), [doc.get("costs")], p / META_FILE)
 
 
 def describe(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -10,9 +10,14 @@ proportion to their durations (and the coverage summary says how many ops were s
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import msgspec
 import polars as pl
@@ -29,14 +34,19 @@ _json = msgspec.json.Decoder()
 
 @dataclass
 class Coverage:
-    """How much device time has a cost model, by source (ns and shares)."""
+    """How much device time has a cost model, by source (ns and shares).
+
+    ``uncosted_ns`` holds the device time (ns) of every op or kernel label without FLOPs or
+    bytes, so coverages of disjoint op tables (the ranks of a dataset) add up exactly
+    (:meth:`merge`); ``uncosted_top`` is its largest five.
+    """
 
     device_ns: int = 0
     by_source_ns: dict[str, int] = field(default_factory=dict)
     linked_ns: int = 0
     linked_costed_ns: int = 0
     split_ops: int = 0
-    uncosted_top: list[tuple[str, int]] = field(default_factory=list)
+    uncosted_ns: dict[str, int] = field(default_factory=dict)
 
     def share(self, source: str) -> float:
         return self.by_source_ns.get(source, 0) / self.device_ns if self.device_ns else 0.0
@@ -50,6 +60,77 @@ class Coverage:
     def linked_costed_share(self) -> float:
         """Share of the *linked* kernel time (kernels with a framework op) that is costed."""
         return self.linked_costed_ns / self.linked_ns if self.linked_ns else 0.0
+
+    @property
+    def uncosted_top(self) -> list[tuple[str, int]]:
+        """The five labels with the most uncosted device time: ``[(label, ns)]``, largest first."""
+        return sorted(self.uncosted_ns.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Coverage:
+        """Inverse of :meth:`to_json`. Raises ``TypeError``/``ValueError`` on a malformed dict."""
+        return cls(
+            device_ns=int(d["device_ns"]), by_source_ns={str(k): int(v) for k, v in d["by_source_ns"].items()},
+            linked_ns=int(d["linked_ns"]), linked_costed_ns=int(d["linked_costed_ns"]),
+            split_ops=int(d["split_ops"]), uncosted_ns={str(k): int(v) for k, v in d["uncosted_ns"].items()},
+        )
+
+    @classmethod
+    def merge(cls, parts: list[Coverage]) -> Coverage:
+        """The coverage of the concatenation of disjoint op tables (different ranks): every
+        figure is a sum (a split op is one ``(rank, external_id)`` group, never in two parts)."""
+        out = cls()
+        for c in parts:
+            out.device_ns += c.device_ns
+            out.linked_ns += c.linked_ns
+            out.linked_costed_ns += c.linked_costed_ns
+            out.split_ops += c.split_ops
+            for k, v in c.by_source_ns.items():
+                out.by_source_ns[k] = out.by_source_ns.get(k, 0) + v
+            for k, v in c.uncosted_ns.items():
+                out.uncosted_ns[k] = out.uncosted_ns.get(k, 0) + v
+        return out
+
+
+#: The op-table columns :func:`apply_costs` fills; the rest of the table is left as it is.
+COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source")
+
+
+@functools.cache
+def cost_model_id() -> str:
+    """An identifier of this cost model: a hash of the sources that decide an op's costs
+    (this module, :mod:`traceroof.host` and the :mod:`traceroof.costs` formulas).
+
+    Costs stored by ``traceroof ingest`` (:class:`Costed`) are used only under the same
+    identifier, so a changed formula never meets costs computed by the old one.
+    """
+    here = Path(__file__).parent
+    files = [Path(__file__), here / "host.py", *sorted((here / "costs").glob("*.py"))]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class Costed:
+    """Costs computed earlier for a trace's op table (``traceroof ingest`` stores them).
+
+    Attributes:
+        model_id: the :func:`cost_model_id` that computed them.
+        columns: :data:`COST_COLUMNS` of every op, in the op table's row order.
+        coverage: the :class:`Coverage` of that costing.
+        ops: the op table they belong to; :func:`apply_costs` uses them only for that very
+            table (a trace whose ``ops`` was replaced is costed afresh).
+    """
+
+    model_id: str
+    columns: pl.DataFrame
+    coverage: Coverage
+    ops: pl.DataFrame | None = None
 
 
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
@@ -152,13 +233,28 @@ def shape_keys(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     """Return the op table with costs filled, and the coverage summary.
 
+    When ``trace.costed`` holds costs stored by ``traceroof ingest`` for this very op table
+    under the current :func:`cost_model_id`, they are used as they are (re-analysis of a
+    cache skips the costing); otherwise :func:`compute_costs` computes them.
+
     Args:
         trace: a parsed trace. Rows that already have ``cost_source == "trace"`` keep their
             numbers.
 
     Returns:
-        ``(ops, coverage)``.
+        ``(ops, coverage)``: the op table with :data:`COST_COLUMNS` filled.
     """
+    pre = trace.costed
+    if (pre is not None and pre.ops is trace.ops and pre.model_id == cost_model_id()
+            and pre.columns.height == trace.ops.height):
+        # one chunk, as compute_costs leaves it: float sums then add in the same order
+        ops = trace.ops.with_columns(pre.columns.select(COST_COLUMNS)).rechunk()
+        return ops, Coverage.from_json(pre.coverage.to_json())
+    return compute_costs(trace)
+
+
+def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
+    """:func:`apply_costs` without stored costs: always computes them from the shapes."""
     ops = trace.ops
     shapes, keys = shape_keys(trace.host)
     ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left", maintain_order="left")
@@ -264,10 +360,8 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ops.filter(pl.col("flops").is_null() | pl.col("bytes").is_null())
         .group_by(pl.coalesce("op", "name").alias("l"))
         .agg(pl.col("dur_ns").sum())
-        .sort(["dur_ns", "l"], descending=[True, False])
-        .head(5)
     )
-    cov.uncosted_top = [(str(a), int(b)) for a, b in unc.iter_rows()]
+    cov.uncosted_ns = {str(a): int(b) for a, b in unc.iter_rows()}
     ops = ops.sort("_row").drop(
         ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
     )

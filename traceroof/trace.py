@@ -79,6 +79,8 @@ class Trace:
     ops: pl.DataFrame
     host: pl.DataFrame
     meta: TraceMeta
+    #: costs stored with a cache (:class:`traceroof.costing.Costed`), else None
+    costed: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.ops = validate(conform(self.ops, OP_SCHEMA), OP_SCHEMA, what="op table")
