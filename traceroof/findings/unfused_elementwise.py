@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from dataclasses import dataclass
+from itertools import accumulate
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
@@ -42,7 +43,7 @@ import polars as pl
 from .. import costs
 from ..costing import shape_keys
 from . import Finding, FindingContext, register
-from ._common import busy_ns, fmt_bytes, fmt_ns, kind_str, plain, severity, short, wall_ns
+from ._common import busy_ns, fmt_bytes, fmt_ns, plain, severity, short, wall_ns
 
 #: Kinds a run is made of.
 KINDS = ("elementwise", "norm", "reduction")
@@ -65,48 +66,21 @@ MAX_FINDINGS = 10
 @register("unfused_elementwise")
 def detect(ctx: FindingContext) -> list[Finding]:
     """One finding per (rank, chain signature) worth reporting."""
-    runs = find_runs(ctx)
-    if not runs:
+    found = find_chains(ctx)
+    if found is None:
         return []
+    chains, parts, sigs = found
     bw = float(ctx.chip.hbm_bytes_per_s)
     floor = float(ctx.chip.launch_overhead_ns)
-    groups: dict[tuple, dict[str, Any]] = defaultdict(lambda: defaultdict(list))
-    # Runs of one structure (same kernels, framework ops and shapes: every layer of every step)
-    # split into the same parts with the same fused estimate; that is worked out once per
-    # structure, and only the times and bytes are summed per run.
-    structures: dict[tuple, list[_Part]] = {}
-    for whole in runs:
-        key = (tuple(whole["name"]), tuple(whole["op"]), tuple(whole["skey"]), tuple(whole["new_member"]))
-        parts = structures.get(key)
-        if parts is None:
-            parts = structures[key] = _parts(whole)
-        dur, nbytes, start, end = whole["dur_ns"], whole["bytes"], whole["start_ns"], whole["end_ns"]
-        for part in parts:
-            member_bytes = [sum(b or 0.0 for b in nbytes[lo:hi]) for lo, hi in part.members]
-            moved = float(sum(member_bytes))
-            measured = float(sum(dur[part.lo : part.hi]))
-            if part.shapes_bytes is not None:
-                fused_bytes, method = part.shapes_bytes, "shapes"
-            else:
-                fused_bytes, method = float(max(member_bytes)), "largest_member"
-            fused_bytes = min(fused_bytes, moved)
-            fused_ns = max(fused_bytes / bw * 1e9, floor)
-            g = groups[(whole["rank"], part.sig)]
-            g["measured"].append(measured)
-            g["fused_ns"].append(fused_ns)
-            g["fused_bytes"].append(fused_bytes)
-            g["moved"].append(moved)
-            g["rec"].append(max(measured - fused_ns, 0.0))
-            g["method"].append(method)
-            g["step"].append(whole["step"])
-            g["stream"].append(whole["stream"])
-            g["start"].append(start[part.lo])
-            g["end"].append(max(end[part.lo : part.hi]))
-            g["names"].append(part.names)
+    chains = _fused_estimate(chains, bw, floor)
+    # one group per (rank, signature) in order of first appearance, each a dict of per-chain
+    # lists in chain order (the sums below then add in the same order as chain by chain)
+    cols = ("measured", "fused_ns", "fused_bytes", "moved", "rec", "method", "step", "stream", "start", "end", "part")
+    groups = chains.group_by("rank", "sig", maintain_order=True).agg(*cols)
     out: list[Finding] = []
     by_rank: dict[int, list] = defaultdict(list)
-    for (rank, sig), g in groups.items():
-        by_rank[rank].append((sig, g))
+    for g in groups.iter_rows(named=True):
+        by_rank[g["rank"]].append((sigs[g["sig"]], g))
     for rank, items in by_rank.items():
         busy = busy_ns(ctx, rank)
         wall = wall_ns(ctx, rank)
@@ -116,7 +90,7 @@ def detect(ctx: FindingContext) -> list[Finding]:
         rest = [it for it in items if sum(it[1]["rec"]) < threshold] + keep[MAX_FINDINGS:]
         keep = keep[:MAX_FINDINGS]
         for sig, g in keep:
-            out.append(_finding(ctx, int(rank), sig, g, busy, wall, bw, floor))
+            out.append(_finding(ctx, int(rank), sig, g, parts, busy, wall, bw, floor))
         rest_ns = sum(sum(g["rec"]) for _, g in rest)
         if rest and rest_ns >= threshold:
             n = sum(len(g["rec"]) for _, g in rest)
@@ -138,11 +112,38 @@ def detect(ctx: FindingContext) -> list[Finding]:
     return out
 
 
-def eligible_expr() -> pl.Expr:
-    """Eligibility of one device op as a run member (see the module docstring)."""
-    fused = pl.col("name").fill_null("").str.contains(FUSED_RE) | pl.col("op").fill_null("").str.contains(FUSED_RE)
+def _fused_estimate(chains: pl.DataFrame, bw: float, floor: float) -> pl.DataFrame:
+    """Add the fused-kernel estimate to :func:`find_chains`' table: ``fused_bytes`` (bytes the
+    fused kernel moves: from shapes, else the largest member, never above ``moved``),
+    ``method`` (``shapes`` / ``largest_member``), ``fused_ns`` (its roofline time, ns, at ``bw``
+    bytes/s and at least ``floor`` ns) and ``rec`` (recoverable ns, ≥ 0).
+
+    ``min``/``max`` are written as ``when(b < a).then(b).otherwise(a)``: Python's ``min(a, b)``
+    / ``max(a, b)`` (the first argument unless the second is strictly smaller / larger), so
+    every value is the float the per-chain formula gives. The division is done in Python:
+    polars divides by a scalar by multiplying with its reciprocal, which can differ in the last
+    bit.
+    """
+    has_shapes = pl.col("shapes_bytes").is_not_null()
+    fb, moved, rec = pl.col("fused_bytes"), pl.col("moved"), pl.col("rec")
+    chains = chains.with_columns(
+        pl.when(has_shapes).then(pl.col("shapes_bytes")).otherwise(pl.col("largest")).alias("fused_bytes"),
+        pl.when(has_shapes).then(pl.lit("shapes")).otherwise(pl.lit("largest_member")).alias("method"),
+    ).with_columns(pl.when(moved < fb).then(moved).otherwise(fb).alias("fused_bytes"))
+    fused_ns = [max(b / bw * 1e9, floor) for b in chains["fused_bytes"].to_list()]
     return (
-        kind_str().is_in(list(KINDS))
+        chains.with_columns(pl.Series("fused_ns", fused_ns, dtype=pl.Float64))
+        .with_columns((pl.col("measured") - pl.col("fused_ns")).alias("rec"))
+        .with_columns(pl.when(pl.lit(0.0) > rec).then(pl.lit(0.0)).otherwise(rec).alias("rec"))
+    )
+
+
+def eligible_expr(fused: pl.Expr) -> pl.Expr:
+    """Eligibility of one device op as a run member (see the module docstring); ``fused``: the
+    op is a compiler-fused kernel (:func:`_kernel_codes`)."""
+    return (
+        # ``kind`` is an Enum: ``is_in`` compares categories, without making a string per row
+        pl.col("kind").is_in(list(KINDS))
         & pl.col("bound").is_in(list(BOUNDS))
         & (pl.col("bytes").fill_null(0.0) > 0)
         & (pl.col("dur_ns") > 0)
@@ -151,25 +152,96 @@ def eligible_expr() -> pl.Expr:
     )
 
 
-def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
-    """All runs of ≥ :data:`MIN_KERNELS` eligible kernels, each as a dict of parallel lists.
+def _codes(df: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
+    """Dictionary-encode the rows of ``df``: ``(codes, distinct)``, ``codes[i]`` (UInt32) being
+    the row of ``distinct`` equal to row ``i`` of ``df`` (nulls compare equal).
 
-    Per kernel: ``name``, ``op``, ``external_id``, ``dur_ns``, ``bytes``, ``start_ns``,
-    ``end_ns``, ``new_member`` (the kernel starts a new framework-op member: its External id
-    is unknown or differs from the previous kernel's) and ``skey``, an index into
-    ``shape_keys`` (the recorded ``(input_dims, input_types, concrete_inputs)`` of its
-    framework op); per run: ``rank``, ``device``, ``stream``, ``step``.
+    One hash pass over ``df``; anything computed per distinct row then reaches every row by a
+    gather on ``codes``, so long strings (kernel names) are looked at once per distinct value.
     """
+    cols = df.columns
+    g = df.with_row_index("_i").group_by(cols).agg("_i").with_row_index("_c")
+    rows = g.select("_c", "_i").explode("_i")
+    codes = pl.zeros(df.height, dtype=pl.UInt32, eager=True).scatter(rows["_i"], rows["_c"])
+    return codes, g.select(cols)
+
+
+def _kernel_codes(ops: pl.DataFrame) -> tuple[pl.Series, pl.Series, pl.Series, pl.Series, pl.Series]:
+    """Per op (row of ``ops``): the codes (:func:`_codes`) of its kernel ``name`` and framework
+    ``op``, and whether either matches :data:`FUSED_RE` (a compiler-fused kernel):
+    ``(name_codes, names, op_codes, op_names, fused)``, ``names`` / ``op_names`` being the
+    distinct values. The regex runs once per distinct value."""
+    def matches(values: pl.Series) -> pl.Series:
+        return values.fill_null("").str.contains(FUSED_RE)
+
+    name_c, names = _codes(ops.select("name"))
+    op_c, op_names = _codes(ops.select("op"))
+    names, op_names = names.to_series(), op_names.to_series()
+    fused = matches(names).gather(name_c) | matches(op_names).gather(op_c)
+    return name_c, names, op_c, op_names, fused
+
+
+def _join_shape_keys(el: pl.DataFrame, ids: pl.DataFrame) -> pl.DataFrame:
+    """``el`` with ``skey``: the ``_skey`` of ``ids`` (:func:`traceroof.costing.shape_keys`,
+    one row per ``(rank, external_id)``) on the same ``(rank, external_id)``, null if none; a
+    left join, rows and order of ``el`` kept.
+
+    Only the host rows of ``el``'s External ids take part, and when the ids span a small
+    enough range the two keys are packed into one integer (``rank`` offset × span + External
+    id offset: distinct pairs give distinct integers, a null in either gives null, which
+    matches nothing, as in the two-key join); a one-key join is about twice as fast.
+    """
+    ids = ids.filter(pl.col("external_id").is_in(el["external_id"].unique().implode())).rename({"_skey": "skey"})
+    lo = el.select(pl.col("rank").min().alias("r0"), pl.col("external_id").min().alias("e0"),
+                   pl.col("rank").max().alias("r1"), pl.col("external_id").max().alias("e1")).row(0, named=True)
+    if ids.height == 0 or lo["e0"] is None or lo["r0"] is None:
+        return el.with_columns(pl.lit(None, dtype=ids.schema["skey"]).alias("skey"))
+    # ids now hold only External ids of el, so el's range bounds both
+    span = lo["e1"] - lo["e0"] + 1
+    if (lo["r1"] - lo["r0"] + 1) * span >= 1 << 62:
+        return el.join(ids, on=["rank", "external_id"], how="left", maintain_order="left")
+
+    def packed(df: pl.DataFrame) -> pl.DataFrame:
+        key = (pl.col("rank").cast(pl.Int64) - lo["r0"]) * span + (pl.col("external_id") - lo["e0"])
+        return df.with_columns(key.alias("_key"))
+
+    right = packed(ids).filter(pl.col("rank").is_between(lo["r0"], lo["r1"])).select("_key", "skey")
+    return packed(el).join(right, on="_key", how="left", maintain_order="left").drop("_key")
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The eligible kernels of every run (:func:`find_runs`).
+
+    ``kernels``: one row per kernel, runs consecutive (``run`` = 0, 1, 2 ...) and each in start
+    order, with ``rank``, ``stream``, ``step``, ``dur_ns``, ``bytes``, ``start_ns``, ``end_ns``
+    (ns), ``new_member`` (the kernel starts a new framework-op member: its External id is
+    unknown or differs from the previous kernel's), ``name_c`` / ``op_c`` (codes of its kernel
+    name and framework op: rows of ``names`` / ``op_names``) and ``skey`` (the ``_skey`` of
+    ``shape_keys`` with the recorded ``input_dims``, ``input_types``, ``concrete_inputs`` of
+    its framework op; null if none).
+    """
+
+    kernels: pl.DataFrame
+    names: pl.Series
+    op_names: pl.Series
+    shape_keys: pl.DataFrame
+
+
+def find_runs(ctx: FindingContext) -> Runs | None:
+    """All runs of ≥ :data:`MIN_KERNELS` eligible kernels (None: no run)."""
+    if ctx.ops.height == 0:
+        return None
+    name_c, names, op_c, op_names, fused = _kernel_codes(ctx.ops)
     g = ["rank", "device", "stream"]
-    # runs are found on the numeric columns (the sort moves no text); the text of the few
-    # eligible kernels is gathered afterwards by row index
-    lf = (
-        ctx.ops.lazy()
-        .with_row_index("_i")
-        .select("_i", "rank", "device", "stream", "dur_ns", "start_ns", "step", "external_id",
-                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), eligible_expr().alias("elig"))
-        .sort(*g, "start_ns", maintain_order=True)
-    )
+    # runs are found on a narrow numeric frame (the sort moves no text); the codes and bytes of
+    # the kernels in runs are gathered afterwards by row index. Eager steps: the streaming
+    # engine is slower on this chain of order-dependent steps (sort, shift, cum_sum).
+    ops = ctx.ops.with_columns(fused.alias("_fused")).select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"), "rank", "device", "stream", "dur_ns", "start_ns",
+        "step", "external_id", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        eligible_expr(pl.col("_fused")).alias("elig"),
+    ).sort(*g, "start_ns", maintain_order=True)
     # sorted by (rank, device, stream): the previous row is the previous kernel of the stream
     # unless the stream changes there
     prev = lambda c: pl.col(c).shift(1)  # noqa: E731
@@ -183,64 +255,174 @@ def find_runs(ctx: FindingContext) -> list[dict[str, Any]]:
         | pl.col("step").ne_missing(prev("step"))
     )
     el = (
-        lf.with_columns(brk.alias("_brk"))
+        ops.with_columns(brk.alias("_brk"))
         .with_columns(pl.col("_brk").cast(pl.Int64).cum_sum().alias("run"),
                       (pl.col("_brk") | ~same_ext).alias("new_member"))
         .filter("elig")
         .filter(pl.len().over("run") >= MIN_KERNELS)
-        .collect()
+        # the kept runs are consecutive: number them 0, 1, 2 ...
+        .select(pl.col("run").rle_id(), "rank", "stream", "step", "dur_ns", "start_ns", "end_ns",
+                "external_id", "new_member", "_i")
     )
     if el.height == 0:
-        return []
-    text = ctx.ops.select("name", "op", "bytes")[el["_i"]]
-    el = pl.concat([el, text], how="horizontal")
-    ids, keys = shape_keys(ctx.host)
-    el = el.join(ids.rename({"_skey": "skey"}), on=["rank", "external_id"], how="left", maintain_order="left")
-    used = el["skey"].drop_nulls().unique()
-    texts = {k: (d, t, c) for k, d, t, c in keys.filter(pl.col("_skey").is_in(used.implode())).iter_rows()}
-    # flat columns once (fast), then each run is a set of list slices (no nested-list rows)
-    cols = ("name", "op", "external_id", "dur_ns", "bytes", "skey", "new_member", "start_ns", "end_ns")
-    flat = {c: el[c].to_list() for c in cols}
-    bounds = el.with_row_index("_k").group_by("run", maintain_order=True).agg(
-        pl.col("_k").first().alias("lo"), pl.len().alias("n"),
-        pl.col("rank").first(), pl.col("device").first(), pl.col("stream").first(), pl.col("step").first(),
+        return None
+    ids, keys = shape_keys(ctx.host, el["external_id"])
+    el = _join_shape_keys(el, ids)
+    el = el.with_columns(ctx.ops["bytes"].gather(el["_i"]), name_c.gather(el["_i"]).alias("name_c"),
+                         op_c.gather(el["_i"]).alias("op_c")).drop("_i", "external_id")
+    return Runs(el, names, op_names, keys)
+
+
+def find_chains(ctx: FindingContext) -> tuple[pl.DataFrame, list[_Part], list[tuple]] | None:
+    """Every chain (a :class:`_Part` of a run) with what it measured: ``(chains, parts, sigs)``.
+
+    ``chains``: one row per chain, in run order then chain order: ``rank``, ``stream``,
+    ``step``, ``part`` (index into ``parts``: the chain's place in its run's structure),
+    ``sig`` (index into ``sigs``: its signature), ``measured`` (ns, its kernels' summed
+    durations), ``moved`` (bytes its kernels moved), ``largest`` (bytes of its largest member),
+    ``shapes_bytes`` (the fused bytes from recorded shapes, null without), ``start`` / ``end``
+    (ns: first kernel's start, latest kernel end). None: no chain.
+
+    Runs of one structure (same kernels, framework ops, shapes and member boundaries: every
+    layer of every step) split into the same parts with the same fused estimate; that is
+    worked out once per structure, and only times and bytes are summed per run.
+    """
+    runs = find_runs(ctx)
+    if runs is None:
+        return None
+    k = runs.kernels
+    tok, _ = _codes(k.select("name_c", "op_c", "skey", "new_member"))
+    per_run = (
+        k.with_columns(tok.alias("_tok"))
+        .group_by("run", maintain_order=True)
+        .agg(pl.col("rank", "stream", "step").first(), pl.len().alias("n"), pl.col("_tok"))
     )
-    runs = []
-    for _, lo, n, rank, device, stream, step in bounds.iter_rows():
-        hi = lo + n
-        r = {c: v[lo:hi] for c, v in flat.items()}
-        r.update(rank=rank, device=device, stream=stream, step=step, shape_keys=texts)
-        runs.append(r)
-    return runs
+    struct, _ = _codes(per_run.select("_tok"))
+    # a run's structure: the sequence of its kernels' (name, op, shapes, new member) codes
+    per_run = per_run.drop("_tok").with_columns(
+        struct.alias("struct"), (pl.col("n").cum_sum() - pl.col("n")).alias("lo"))
+    parts, sigs, flat_part, flat_member, offsets = _structures(runs, per_run)
+    if not parts:
+        return None
+    # each kernel's place in its structure, as an index into the flat per-structure tables
+    run_base = pl.Series(offsets, dtype=pl.Int64).gather(per_run["struct"]) - per_run["lo"]
+    flat = pl.int_range(pl.len(), dtype=pl.Int64) + pl.lit(run_base).gather(pl.col("run"))
+    kern = (
+        k.select("run", "dur_ns", "bytes", "start_ns", "end_ns", flat.alias("_f"))
+        .with_columns(pl.lit(pl.Series(flat_part, dtype=pl.Int64)).gather(pl.col("_f")).alias("part"),
+                      pl.lit(pl.Series(flat_member, dtype=pl.Int64)).gather(pl.col("_f")).alias("member"))
+        .filter(pl.col("part").is_not_null())
+        .with_columns(pl.struct("run", "part").rle_id().alias("_ch"))
+        .with_columns(pl.struct("_ch", "member").rle_id().alias("_mem"))
+    )
+    chains = kern.group_by("_ch", maintain_order=True).agg(
+        pl.col("run", "part").first(),
+        pl.col("dur_ns").sum().cast(pl.Float64).alias("measured"),
+        pl.col("start_ns").first().alias("start"),
+        pl.col("end_ns").max().alias("end"),
+    )
+    part_sig = pl.Series([p.sig_id for p in parts], dtype=pl.Int64)
+    part_shapes = pl.Series([p.shapes_bytes for p in parts], dtype=pl.Float64)
+    moved, largest = _moved(kern, part_shapes.gather(chains["part"]).is_null().to_list())
+    chains = chains.select(
+        per_run["rank"].gather(chains["run"]), per_run["stream"].gather(chains["run"]),
+        per_run["step"].gather(chains["run"]), "part", part_sig.gather(chains["part"]).alias("sig"),
+        "measured", pl.Series("moved", moved, dtype=pl.Float64), pl.Series("largest", largest, dtype=pl.Float64),
+        part_shapes.gather(chains["part"]).alias("shapes_bytes"), "start", "end",
+    )
+    return chains, parts, sigs
+
+
+def _moved(kern: pl.DataFrame, need_largest: list[bool]) -> tuple[list[float], list[float | None]]:
+    """Per chain (``_ch`` 0, 1, 2 ... of ``kern``, one row per kernel in order): bytes its
+    kernels moved, and bytes of its largest member (``_mem``: consecutive kernels of one
+    framework op) where ``need_largest`` (else None).
+
+    Summed with Python's ``sum`` over the same values in the same order as the per-chain
+    formula (a member's kernels, then the chain's members), so the floats are the same; polars'
+    sums may add in another order (pairwise). Only members of several kernels need a sum.
+    """
+    mem_n = kern["_mem"].rle().struct.field("len")
+    mem_lo = mem_n.cum_sum() - mem_n
+    # a member of one kernel moved that kernel's bytes
+    member_bytes = kern["bytes"].gather(mem_lo).to_list()
+    multi = (mem_n > 1).arg_true()
+    if multi.len():
+        b = kern["bytes"].to_list()
+        for m, lo, n in zip(multi.to_list(), mem_lo.gather(multi).to_list(), mem_n.gather(multi).to_list()):
+            member_bytes[m] = sum(b[lo : lo + n])
+    members = kern["_ch"].gather(mem_lo).rle().struct.field("len").to_list()
+    segs = [member_bytes[end - n : end] for end, n in zip(accumulate(members), members)]
+    return [sum(seg) for seg in segs], [max(seg) if need else None for seg, need in zip(segs, need_largest)]
+
+
+def _structures(runs: Runs, per_run: pl.DataFrame) -> tuple[list[_Part], list[tuple], list, list, list[int]]:
+    """The chains of every distinct run structure (``per_run["struct"]``), worked out on its
+    first run: ``(parts, sigs, flat_part, flat_member, offsets)``.
+
+    ``parts``: every structure's :class:`_Part` s; ``sigs``: the distinct signatures
+    (``_Part.sig_id`` indexes it). Kernel ``pos`` of a run of structure ``s`` is in part
+    ``flat_part[offsets[s] + pos]`` (None: in no part), as its member number
+    ``flat_member[offsets[s] + pos]`` (0, 1 ... within the part).
+    """
+    ex = per_run.filter(pl.col("struct").is_first_distinct()).select("struct", "lo", "n")
+    rows = [i for _, lo, n in ex.iter_rows() for i in range(lo, lo + n)]
+    kk = runs.kernels.select("name_c", "op_c", "skey", "new_member")[rows]
+    name = runs.names.gather(kk["name_c"]).to_list()
+    op = runs.op_names.gather(kk["op_c"]).to_list()
+    skey, new_member = kk["skey"].to_list(), kk["new_member"].to_list()
+    used = kk["skey"].drop_nulls().unique()
+    keys = runs.shape_keys.filter(pl.col("_skey").is_in(used.implode()))
+    texts = {k: (d, t, c) for k, d, t, c in keys.iter_rows()}
+    parts: list[_Part] = []
+    sig_ids: dict[tuple, int] = {}
+    flat_part: list[int | None] = []
+    flat_member: list[int | None] = []
+    offsets = [0] * ex.height
+    at = 0
+    for s, _, n in ex.iter_rows():
+        sl = slice(at, at + n)
+        at += n
+        members = _members(name[sl], op[sl], skey[sl], new_member[sl], texts)
+        offsets[s] = len(flat_part)
+        fp: list[int | None] = [None] * n
+        fm: list[int | None] = [None] * n
+        for p in _parts(members):
+            for j, (a, b) in enumerate(p.members):
+                fp[a:b] = [len(parts)] * (b - a)
+                fm[a:b] = [j] * (b - a)
+            parts.append(replace(p, sig_id=sig_ids.setdefault(p.sig, len(sig_ids))))
+        flat_part += fp
+        flat_member += fm
+    return parts, list(sig_ids), flat_part, flat_member, offsets
 
 
 def _label(op: str | None, name: str | None) -> str:
     return op if op else short(name, 60)
 
 
-def _members(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """Group a run's kernels into framework-op members (consecutive kernels of one External id)."""
+def _members(name: list, op: list, skey: list, new_member: list, keys: dict) -> list[dict[str, Any]]:
+    """Group a run's kernels (parallel lists) into framework-op members (consecutive kernels of
+    one External id); ``keys``: shape key -> ``(input_dims, input_types, concrete_inputs)``."""
     out: list[dict[str, Any]] = []
-    keys = run["shape_keys"]
     none3 = (None, None, None)
-    for i in range(len(run["name"])):
-        if run["new_member"][i] or not out:
-            sk = run["skey"][i]
+    for i in range(len(name)):
+        if new_member[i] or not out:
+            sk = skey[i]
             dims, types, conc = none3 if sk is None else keys[sk]
-            m = {"op": run["op"][i], "label": _label(run["op"][i], run["name"][i]),
-                 "dims": dims, "types": types, "conc": conc, "dur": [], "bytes": [], "names": [], "lo": i}
+            m = {"op": op[i], "label": _label(op[i], name[i]), "dims": dims, "types": types, "conc": conc,
+                 "n": 0, "name": name[i], "lo": i}
             out.append(m)
-        m["dur"].append(run["dur_ns"][i])
-        m["bytes"].append(run["bytes"][i] or 0.0)
-        m["names"].append(run["name"][i])
+        m["n"] += 1
     return out
 
 
 @dataclass(frozen=True)
 class _Part:
     """A chain of a run's structure: its kernels ``[lo, hi)``, its members' kernel ranges,
-    its signature (labels, kernels per member), its first kernel names and the fused bytes
-    from recorded shapes (None: fall back to the largest member's bytes)."""
+    its signature (labels, kernels per member) and its id among the distinct signatures, its
+    members' first kernel names and the fused bytes from recorded shapes (None: fall back to
+    the largest member's bytes)."""
 
     lo: int
     hi: int
@@ -248,18 +430,19 @@ class _Part:
     sig: tuple[tuple[str, int], ...]
     names: list[str]
     shapes_bytes: float | None
+    sig_id: int = -1
 
 
-def _parts(run: dict[str, Any]) -> list[_Part]:
+def _parts(members: list[dict[str, Any]]) -> list[_Part]:
     """The chains of a run (:func:`_split_by_dataflow` of its members), by kernel index."""
     out = []
-    for p in _split_by_dataflow(_members(run)):
-        ranges = tuple((m["lo"], m["lo"] + len(m["dur"])) for m in p)
+    for p in _split_by_dataflow(members):
+        ranges = tuple((m["lo"], m["lo"] + m["n"]) for m in p)
         shapes = _from_shapes(p) if all(m["op"] and m["dims"] for m in p) else None
         out.append(_Part(
             lo=ranges[0][0], hi=ranges[-1][1], members=ranges,
-            sig=tuple((m["label"], len(m["dur"])) for m in p),
-            names=[m["names"][0] for m in p], shapes_bytes=shapes,
+            sig=tuple((m["label"], m["n"]) for m in p),
+            names=[m["name"] for m in p], shapes_bytes=shapes,
         ))
     return out
 
@@ -304,7 +487,7 @@ def _split_by_dataflow(members: list[dict[str, Any]]) -> list[list[dict[str, Any
             continue
         parts[-1].append(m)
         written = (written | {io[1]}) if (io is not None and written is not None) else None
-    return [p for p in parts if sum(len(m["dur"]) for m in p) >= MIN_KERNELS]
+    return [p for p in parts if sum(m["n"] for m in p) >= MIN_KERNELS]
 
 
 def _from_shapes(members: list[dict[str, Any]]) -> float | None:
@@ -329,8 +512,8 @@ def _from_shapes(members: list[dict[str, Any]]) -> float | None:
     return total
 
 
-def _finding(ctx: FindingContext, rank: int, sig: tuple, g: dict[str, Any], busy: int, wall: int,
-             bw: float, floor: float) -> Finding:
+def _finding(ctx: FindingContext, rank: int, sig: tuple, g: dict[str, Any], parts: list[_Part], busy: int,
+             wall: int, bw: float, floor: float) -> Finding:
     n = len(g["rec"])
     rec = float(sum(g["rec"]))
     measured = float(sum(g["measured"]))
@@ -357,12 +540,12 @@ def _finding(ctx: FindingContext, rank: int, sig: tuple, g: dict[str, Any], busy
         "or call the fused op (torch.nn.functional.rms_norm / layer_norm, fused optimizers with fused=True, "
         "Apex/Liger/vLLM fused kernels)."
     )
-    i0 = min(range(n), key=lambda i: g["start"][i])
+    i0 = g["start"].index(min(g["start"]))  # the first chain of the earliest start
     streams = sorted(set(g["stream"]))
     evidence = {
         "chain": labels,
         "kernels_per_chain": k,
-        "kernel_names": [short(x, 120) for x in g["names"][i0]],
+        "kernel_names": [short(x, 120) for x in parts[g["part"][i0]].names],
         "occurrences": n,
         "steps": steps,
         "per_step": per_step,
