@@ -70,17 +70,97 @@ def wall_ns(ctx: FindingContext, rank: int) -> int:
     return max(e - s, 0) * max(ctx.cache["devices"].get(int(rank), 1), 1)
 
 
+def _bounds(d: pl.DataFrame, new_group: str) -> tuple[int, int, int]:
+    """``(lowest time, highest time, number of groups)`` of a frame with ``start_ns``/``end_ns``
+    and a group-start flag column: the arguments :func:`group_cum_max` needs."""
+    lo, hi, groups = d.select(
+        pl.min_horizontal(pl.col("start_ns").min(), pl.col("end_ns").min()).alias("lo"),
+        pl.max_horizontal(pl.col("start_ns").max(), pl.col("end_ns").max()).alias("hi"),
+        pl.col(new_group).sum().alias("n"),
+    ).row(0)
+    return (0, 0, 0) if lo is None else (int(lo), int(hi), int(groups))
+
+
+def group_cum_max(value: str, new_group: pl.Expr, lo: int, hi: int, groups: int) -> pl.Expr:
+    """Running maximum of the integer column ``value`` within contiguous groups of a frame sorted
+    by its group keys (``new_group``: true on each group's first row; ``groups``: how many).
+
+    ``lo``/``hi`` bound the column's values. Trick (exact integer arithmetic): group ``g`` is
+    lifted by ``g × span`` with ``span = hi − lo + 1``, so each group's values lie above every
+    earlier group's and one global running maximum never looks back across a group boundary
+    (a per-group window costs several times more). When ``span × groups`` could overflow
+    Int64, the per-group window is used instead; one group needs neither.
+    """
+    if groups <= 1:
+        return pl.col(value).cum_max().alias(value)
+    span = hi - lo + 1
+    if span * (groups + 1) >= 2**62:
+        return pl.col(value).cum_max().over(new_group.cum_sum()).alias(value)
+    lift = new_group.cast(pl.Int64).cum_sum() * span
+    return ((pl.col(value) - lo + lift).cum_max() - lift + lo).alias(value)
+
+
+def device_order(ctx: FindingContext) -> pl.DataFrame:
+    """The device ops of ``ctx.ops`` in ``(rank, device, start_ns, end_ns)`` order, with
+    where the union of the ops so far ends: a narrow integer table, computed once per context.
+
+    Columns: ``op_row`` (UInt32: the op's row in ``ctx.ops``), ``rank``, ``device``, ``start_ns``,
+    ``end_ns``, ``new_group`` (first op of its rank/device), ``cover_ns`` (running maximum of
+    ``end_ns`` within the rank/device: where the union of this op and all earlier ones ends),
+    ``gap_start_ns`` (``cover_ns`` of the previous op of the rank/device; null on its first op)
+    and ``gap_ns`` (idle before the op: ``start_ns − gap_start_ns`` when positive, else 0), ns.
+    """
+    key = "device_order"
+    if key in ctx.cache:
+        return ctx.cache[key]
+    d = (
+        ctx.ops.select("rank", "device", "start_ns", end_expr())
+        .with_row_index("op_row")
+        .sort("rank", "device", "start_ns", "end_ns")
+    )
+    new_group = (
+        pl.col("rank").ne_missing(pl.col("rank").shift(1)) | pl.col("device").ne_missing(pl.col("device").shift(1))
+    ).fill_null(True)
+    d = d.with_columns(new_group.alias("new_group"))
+    lo, hi, groups = _bounds(d, "new_group")
+    d = d.with_columns(group_cum_max("end_ns", pl.col("new_group"), lo, hi, groups).alias("cover_ns"))
+    prev = pl.when(~pl.col("new_group")).then(pl.col("cover_ns").shift(1))
+    d = d.with_columns(prev.alias("gap_start_ns"))
+    d = d.with_columns((pl.col("start_ns") - pl.col("gap_start_ns")).clip(lower_bound=0).fill_null(0).alias("gap_ns"))
+    ctx.cache[key] = d
+    return d
+
+
+def sorted_union(d: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The union of the ``[start_ns, end_ns)`` intervals of ``d`` per ``by`` group, for a frame
+    already sorted by ``(*by, start_ns)`` (a filter of :func:`device_order` is): no sort, no
+    group-by. Columns ``*by, start_ns, end_ns``: disjoint, sorted intervals, the same as
+    :func:`traceroof.intervals.union` gives (touching intervals merge), ns.
+    """
+    if d.height == 0:
+        return pl.DataFrame(schema={**{b: d.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    new_group = pl.any_horizontal([pl.col(b).ne_missing(pl.col(b).shift(1)) for b in by]).fill_null(True)
+    d = d.select(*by, "start_ns", "end_ns", new_group.alias("_new"))
+    d = d.with_columns(group_cum_max("end_ns", pl.col("_new"), *_bounds(d, "_new")).alias("_cover"))
+    # a merged interval starts where an op starts past the cover of the earlier ones and ends
+    # at the cover of its last op (the row before the next merged interval starts)
+    first = pl.col("_new") | (pl.col("start_ns") > pl.col("_cover").shift(1))
+    d = d.with_columns(first.alias("_first"))
+    starts = d.filter("_first").select(*by, "start_ns")
+    ends = d.filter(pl.col("_first").shift(-1, fill_value=True)).select(pl.col("_cover").alias("end_ns"))
+    return pl.concat([starts, ends], how="horizontal")
+
+
 def busy_ns(ctx: FindingContext, rank: int) -> int:
     """Device busy time of a rank: the union of its device ops' intervals (all streams, summed
     over its devices), ns."""
     if "busy" not in ctx.cache:
-        from .. import intervals as iv
-
-        u = iv.union(ctx.ops.with_columns(end_expr()), by=["rank", "device"])
-        ctx.cache["busy"] = {
-            int(r): int(v)
-            for r, v in u.group_by("rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum()).iter_rows()
-        }
+        d = device_order(ctx)
+        # In start order each op extends the union by ``cover_ns − max(start_ns, previous
+        # cover_ns)`` (≥ 0 as durations are ≥ 0): summed, that is the union's length, exactly.
+        grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
+        u = d.group_by("rank").agg(grow.sum().alias("busy"))
+        ctx.cache["busy"] = {int(r): int(v) for r, v in u.iter_rows() if r is not None}
     return ctx.cache["busy"].get(int(rank), 0)
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import FindingContext
+from ._common import device_order
 
 #: Longest host-side spacing between two consecutive launch calls on one thread for the
 #: host to count as "busy launching" (eager PyTorch spends ~5-50 µs of framework overhead per op).
@@ -67,26 +68,111 @@ OWNER_LAUNCH = "launch_bound"
 OWNER_IDLE = "device_idle"
 OWNER_SYNC = "host_device_copies"
 
+#: dtypes of the ``label`` and ``owner`` columns: Enums (integers underneath, cheap to build and
+#: compare) whose categories are in lexical order, so they sort like the strings
+LABEL = pl.Enum(["graph", "host", "launch", "none", "sync", "unknown", "wait"])
+OWNER = pl.Enum(sorted([OWNER_IDLE, OWNER_LAUNCH, OWNER_SYNC]))
 
-def _host_launches(host: pl.DataFrame) -> pl.DataFrame:
-    """Launch calls with the spacing to the previous launch call on the same host thread."""
-    rt = host.filter(
-        pl.col("cat") == "runtime", pl.col("correlation").is_not_null(), pl.col("name").str.contains(LAUNCH_RE)
-    ).sort("rank", "thread", "start_ns")
-    rt = rt.with_columns(
-        (pl.col("start_ns") - pl.col("start_ns").shift(1).over("rank", "thread")).alias("spacing_ns")
+
+def _names_matching(names: pl.Series, pattern: str) -> pl.Series:
+    """The distinct non-null strings of ``names`` that contain the regex ``pattern``: the regex
+    runs once per distinct name, not once per row (host tables repeat a few hundred names
+    across millions of rows)."""
+    u = names.unique().drop_nulls()
+    return u.filter(u.str.contains(pattern))
+
+
+def _runtime_calls(host: pl.DataFrame) -> pl.DataFrame:
+    """The host runtime calls and sync events (categories ``runtime`` and ``sync``), narrow:
+    ``rank, thread, name, cat, start_ns, dur_ns, correlation``."""
+    return (
+        host.lazy()
+        .filter(pl.col("cat").is_in(["runtime", "sync"]))
+        .select("rank", "thread", "name", "cat", "start_ns", "dur_ns", "correlation")
+        .collect()
     )
-    return rt.unique(["rank", "correlation"], keep="first").select(
-        "rank", "correlation", pl.col("thread").alias("launch_thread"), "spacing_ns"
+
+
+def _host_launches(rt: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+    """Launch calls with the spacing to the previous launch call on the same host thread.
+
+    ``rt``: :func:`_runtime_calls`; ``names``: its distinct names. Returns the runtime calls
+    that carry a correlation id and whose name matches :data:`LAUNCH_RE`, in
+    ``(rank, thread, start_ns)`` order: ``rank``, ``correlation``, ``launch_thread`` (an Enum of
+    the thread names) and ``spacing_ns`` (start minus the previous launch's start on the
+    thread, ns; null on a thread's first).
+    """
+    rt = rt.filter(
+        pl.col("cat") == "runtime",
+        pl.col("correlation").is_not_null(),
+        pl.col("name").is_in(_names_matching(names, LAUNCH_RE).implode()),
     )
+    rt = rt.select("rank", "thread", "start_ns", "correlation").sort("rank", "thread", "start_ns")
+    # the thread as an Enum: moved (joined onto every op) as an integer, not a string
+    threads = pl.Enum(rt["thread"].unique(maintain_order=True).drop_nulls())
+    rt = rt.with_columns(pl.col("thread").cast(threads).alias("launch_thread"))
+    same_thread = pl.col("rank").eq_missing(pl.col("rank").shift(1)) & pl.col("launch_thread").eq_missing(
+        pl.col("launch_thread").shift(1)
+    )
+    spacing = pl.when(same_thread).then(pl.col("start_ns") - pl.col("start_ns").shift(1))
+    return rt.select("rank", "correlation", "launch_thread", spacing.alias("spacing_ns"))
+
+
+def _attach_launches(tl: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """``tl`` with the ``launch_thread`` and ``spacing_ns`` of the launch call that has its
+    ``(rank, correlation)``; when several do, the first in ``launches``' order (as
+    ``unique(keep="first")`` then a left join would give)."""
+    cols = ["launch_thread", "spacing_ns"]
+    if launches.height == 0:
+        return tl.with_columns(pl.lit(None, launches.schema[c]).alias(c) for c in cols)
+    bounds = [
+        df.select(
+            pl.col("rank").min().alias("r0"), pl.col("rank").max().alias("r1"),
+            pl.col("correlation").min().alias("c0"), pl.col("correlation").max().alias("c1"),
+        ).row(0)
+        for df in (tl, launches)
+    ]
+    fits = all(
+        r0 is None or (c0 is not None and c0 >= 0 and c1 < 2**32 and -(2**29) <= r0 and r1 < 2**29)
+        for r0, r1, c0, c1 in bounds
+    )
+    if not fits:  # ids outside the packed key's range: a hash join
+        first = launches.unique(["rank", "correlation"], keep="first", maintain_order=True)
+        return tl.join(first, on=["rank", "correlation"], how="left", maintain_order="left")
+    # One Int64 key per (rank, correlation) and a merge (as-of join on sorted keys) instead of a
+    # hash join. The stable sort keeps the launches of one key in ``launches``' order, so the
+    # first of each run of equal keys is the first launch call of that key.
+    key = (pl.col("rank").cast(pl.Int64) * 2**32 + pl.col("correlation")).alias("_k")
+    lk = (
+        launches.select(key, *cols)
+        .filter(pl.col("_k").is_not_null())
+        .sort("_k", maintain_order=True)
+        .filter(pl.col("_k").ne_missing(pl.col("_k").shift(1)))
+        .with_columns(pl.col("_k").alias("_hit"))
+    )
+    want = tl.select(key).with_row_index("_i").sort("_k", maintain_order=True)
+    j = want.join_asof(lk, on="_k", strategy="backward", check_sortedness=False)
+    exact = pl.col("_hit") == pl.col("_k")  # null for ops without a correlation id
+    j = j.select("_i", *(pl.when(exact).then(pl.col(c)).alias(c) for c in cols)).sort("_i")
+    return pl.concat([tl, j.drop("_i")], how="horizontal")
 
 
 def host_syncs(host: pl.DataFrame) -> pl.DataFrame:
-    """Host synchronizations: ``rank, name, sync_start_ns, sync_end_ns`` (sorted by end)."""
+    """Host synchronizations: ``rank, name, sync_start_ns, sync_end_ns`` (sorted by end).
+
+    A synchronizing runtime call (:data:`SYNC_RE`), a runtime copy call that ran at least
+    :data:`SYNC_COPY_MIN_NS`, or an event of category ``sync``.
+    """
+    rt = _runtime_calls(host)
+    return _syncs(rt, rt["name"].unique())
+
+
+def _syncs(rt: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+    """:func:`host_syncs` from :func:`_runtime_calls` and its distinct ``names``."""
     is_rt = pl.col("cat") == "runtime"
-    sel = host.filter(
-        (is_rt & pl.col("name").str.contains(SYNC_RE))
-        | (is_rt & pl.col("name").str.contains("(?i)memcpy") & (pl.col("dur_ns") >= SYNC_COPY_MIN_NS))
+    sel = rt.filter(
+        (is_rt & pl.col("name").is_in(_names_matching(names, SYNC_RE).implode()))
+        | (is_rt & pl.col("name").is_in(_names_matching(names, "(?i)memcpy").implode()) & (pl.col("dur_ns") >= SYNC_COPY_MIN_NS))
         | (pl.col("cat") == "sync")
     )
     return sel.select(
@@ -95,129 +181,169 @@ def host_syncs(host: pl.DataFrame) -> pl.DataFrame:
     ).sort("sync_end_ns")
 
 
+def _in_graph_span(gaps: pl.DataFrame, tl: pl.DataFrame) -> pl.Series:
+    """Per gap (rows of ``gaps``, in order): whether it starts inside the span of a graph launch
+    (first to last kernel of one correlation id) on its rank/device."""
+    g = ["rank", "device"]
+    spans = (
+        tl.filter("graph")
+        .group_by(*g, "correlation", maintain_order=True)
+        .agg(pl.col("start_ns").min().alias("gs"), pl.col("end_ns").max().alias("ge"))
+        .sort("gs", maintain_order=True)
+    )
+    j = gaps.select("_gi", *g, "gap_start_ns").sort("gap_start_ns", maintain_order=True).join_asof(
+        spans.select(*g, "gs", "ge"), left_on="gap_start_ns", right_on="gs", by=g, strategy="backward",
+        check_sortedness=False,
+    )
+    inside = pl.col("ge").is_not_null() & (pl.col("gap_start_ns") < pl.col("ge"))
+    return j.select("_gi", inside.alias("in_graph")).sort("_gi")["in_graph"]
+
+
+def _sync_names(gaps: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
+    """Per gap (rows of ``gaps``, in order): the host sync whose return lies in the gap (within
+    :data:`SYNC_TOL_NS`) and that began before the device ran dry, else null. The last sync
+    returning by the gap's end is tried first, then the first returning after its start."""
+    good = (
+        pl.col("sync_end_ns").is_not_null()
+        & (pl.col("sync_end_ns") >= pl.col("gap_start_ns") - SYNC_TOL_NS)
+        & (pl.col("sync_end_ns") <= pl.col("start_ns") + SYNC_TOL_NS)
+        & (pl.col("sync_start_ns") <= pl.col("gap_start_ns") + SYNC_TOL_NS)
+    )
+    # Only a gap whose window [gap_start − tol, start + tol] holds the return of some sync (of
+    # any rank) can pass ``good``; the joins below run on those few. A row's as-of match does
+    # not depend on the other rows, so the result is the same as over every gap.
+    ends = syncs["sync_end_ns"].drop_nulls()
+    lo = ends.search_sorted(gaps["gap_start_ns"] - SYNC_TOL_NS, side="left")
+    hi = ends.search_sorted(gaps["start_ns"] + SYNC_TOL_NS, side="right")
+    base = gaps.select("_gi", "rank", "gap_start_ns", "start_ns").filter(hi > lo)
+    out = pl.repeat(None, gaps.height, dtype=pl.String, eager=True).alias("sync_name")
+    if base.height == 0:
+        return out
+
+    def nearest(t: pl.Expr, strategy: str) -> pl.Series:
+        j = base.with_columns(t.alias("_t")).sort("_t", maintain_order=True).join_asof(
+            syncs, left_on="_t", right_on="sync_end_ns", by="rank", strategy=strategy, check_sortedness=False,
+        )
+        return j.select("_gi", pl.when(good).then(pl.col("name")).alias("sync_name")).sort("_gi")["sync_name"]
+
+    back = nearest(pl.col("start_ns") + SYNC_TOL_NS, "backward")
+    fwd = nearest(pl.col("gap_start_ns") - SYNC_TOL_NS, "forward")
+    return out.scatter(base["_gi"], pl.select(pl.coalesce(back, fwd)).to_series())
+
+
+def _scatter(n: int, at: pl.Series, values: pl.Series, fill: object) -> pl.Series:
+    """A Series of length ``n`` holding ``fill``, with ``values`` put at the rows ``at``."""
+    if at.len() == n:  # every row (``at`` is increasing)
+        return values
+    out = pl.repeat(fill, n, dtype=values.dtype, eager=True).alias(values.name)
+    return out.scatter(at, values) if at.len() else out
+
+
+def _label() -> pl.Expr:
+    """The ``label`` of the gap before each op (module docstring), from the timeline columns."""
+    launch_end = pl.col("launch_start_ns") + pl.col("launch_dur_ns")
+    return (
+        pl.when(pl.col("gap_ns") <= 0)
+        .then(pl.lit("none", LABEL))
+        .when(pl.col("graph") | pl.col("prev_graph") | pl.col("in_graph"))
+        .then(pl.lit("graph", LABEL))
+        .when(pl.col("sync_name").is_not_null())
+        .then(pl.lit("sync", LABEL))
+        .when(pl.col("launch_start_ns").is_null())
+        .then(pl.lit("unknown", LABEL))
+        .when((launch_end <= pl.col("gap_start_ns")) | (pl.col("start_ns") - launch_end > QUEUE_WAIT_NS))
+        .then(pl.lit("wait", LABEL))
+        .when(pl.col("spacing_ns").is_not_null() & (pl.col("spacing_ns") <= LAUNCH_SPACING_MAX_NS))
+        .then(pl.lit("launch", LABEL))
+        .otherwise(pl.lit("host", LABEL))
+        .alias("label")
+    )
+
+
+def _owner() -> pl.Expr:
+    """The detector that claims the gap before each op (module docstring), or null."""
+    inner_launch = (pl.col("label") == "launch") & ~pl.col("_brk") & pl.col("qualifies")
+    return (
+        pl.when(pl.col("label") == "sync")
+        .then(pl.lit(OWNER_SYNC, OWNER))
+        .when(inner_launch)
+        .then(pl.lit(OWNER_LAUNCH, OWNER))
+        .when(pl.col("label").is_in(["launch", "host", "unknown"]) & (pl.col("gap_ns") >= IDLE_MIN_GAP_NS))
+        .then(pl.lit(OWNER_IDLE, OWNER))
+        .otherwise(pl.lit(None, OWNER))
+        .alias("owner")
+    )
+
+
+def _device_ops(ctx: FindingContext) -> pl.DataFrame:
+    """:func:`~traceroof.findings._common.device_order` with the op columns the timeline reads
+    (gathered by ``op_row``) and ``prev_graph`` (the op the device finished last before this
+    one, the holder of the running max end, is a graph kernel)."""
+    d = device_order(ctx)
+    extra = ctx.ops.select("dur_ns", "step", "graph", "launch_start_ns", "launch_dur_ns", "correlation")
+    ops = pl.concat([d, extra.select(pl.all().gather(d["op_row"]))], how="horizontal")
+    ops = ops.with_columns(pl.col("graph").fill_null(False))
+    if not ops["graph"].any():
+        return ops.with_columns(pl.lit(False).alias("prev_graph")).drop("cover_ns")
+    # a device's first op always holds the running max, so the forward fill never crosses devices
+    holder = pl.when(pl.col("end_ns") >= pl.col("cover_ns")).then(pl.col("graph")).forward_fill()
+    prev_graph = pl.when(~pl.col("new_group")).then(holder.shift(1)).fill_null(False)
+    return ops.with_columns(prev_graph.alias("prev_graph")).drop("cover_ns")
+
+
+def _gap_causes(ops: pl.DataFrame, syncs: pl.DataFrame) -> pl.DataFrame:
+    """``in_graph`` and ``sync_name`` of every timeline row (:func:`_in_graph_span`,
+    :func:`_sync_names`), computed on the rows with a gap only (others: false / null)."""
+    n = ops.height
+    at = ops.select(pl.arg_where(pl.col("gap_ns") > 0)).to_series()
+    gaps = ops.select("rank", "device", "start_ns", "gap_start_ns")
+    gaps = (gaps if at.len() == n else gaps[at]).with_row_index("_gi")
+    if gaps.height and ops["graph"].any():
+        in_graph = _in_graph_span(gaps, ops)
+    else:
+        in_graph = pl.repeat(False, gaps.height, dtype=pl.Boolean, eager=True)
+    if gaps.height and syncs.height:
+        sync_name = _sync_names(gaps, syncs)
+    else:
+        sync_name = pl.repeat(None, gaps.height, dtype=pl.String, eager=True)
+    return pl.DataFrame([
+        _scatter(n, at, in_graph.alias("in_graph"), False),
+        _scatter(n, at, sync_name.alias("sync_name"), None),
+    ])
+
+
 def timeline(ctx: FindingContext) -> pl.DataFrame:
     """The device ops of every (rank, device), in start order, each with the idle gap before it.
 
-    Columns added to the op table: ``end_ns``, ``gap_ns`` (idle before the op, > 0 only where
-    the union of all earlier ops ends before it starts), ``gap_start_ns``, ``label`` (see
-    the module docstring; ``none`` when there is no gap), ``spacing_ns`` (host launch spacing),
-    ``stretch`` (id within the rank/device), ``owner`` (the detector that claims the gap, or
-    null) and ``sync_name``.
+    A narrow table (no name strings): ``op_row`` (the op's row in ``ctx.ops``, for its name
+    and op: :func:`with_names`), ``rank``, ``device``, ``start_ns``, ``end_ns``, ``dur_ns``,
+    ``step``, ``graph``, ``launch_start_ns``, ``launch_dur_ns``, ``correlation``, ``gap_ns``
+    (idle before the op, > 0 only where the union of all earlier ops ends before it starts),
+    ``gap_start_ns``, ``prev_graph``, ``launch_thread``, ``spacing_ns`` (host launch spacing),
+    ``sync_name``, ``label`` (an Enum, see the module docstring; ``none`` when there is no
+    gap), ``graph_step``, ``stretch`` (id, unique in the table), ``qualifies`` (the stretch is
+    launch-bound) and ``owner`` (an Enum: the detector that claims the gap, or null). Times in
+    ns. Computed once per context, with :func:`stretches`.
     """
     if "timeline" in ctx.cache:
         return ctx.cache["timeline"]
-    g = ["rank", "device"]
-    ops = ctx.ops.select(
-        "rank", "device", "stream", "name", "op", "kind", "start_ns", "dur_ns", "step", "graph",
-        "launch_start_ns", "launch_dur_ns", "correlation",
-    ).with_columns(pl.col("graph").fill_null(False), (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-    ops = ops.sort(*g, "start_ns", "end_ns").with_row_index("_row")
-    ops = ops.with_columns(pl.col("end_ns").cum_max().over(g).alias("_cm"))
-    ops = ops.with_columns(
-        pl.col("_cm").shift(1).over(g).alias("gap_start_ns"),
-        # graph flag of the op holding the running max end (the op the device finished last)
-        pl.when(pl.col("end_ns") >= pl.col("_cm")).then(pl.col("graph")).alias("_holder"),
-    )
-    ops = ops.with_columns(pl.col("_holder").forward_fill().over(g).alias("_holder"))
-    ops = ops.with_columns(
-        (pl.col("start_ns") - pl.col("gap_start_ns")).clip(lower_bound=0).fill_null(0).alias("gap_ns"),
-        pl.col("_holder").shift(1).over(g).fill_null(False).alias("prev_graph"),
-    ).drop("_cm", "_holder")
-
-    # host launch spacing
-    ops = ops.join(_host_launches(ctx.host), on=["rank", "correlation"], how="left")
-
-    # graph spans: a gap inside one is not attributable
-    spans = (
-        ops.filter("graph")
-        .group_by(*g, "correlation")
-        .agg(pl.col("start_ns").min().alias("gs"), pl.col("end_ns").max().alias("ge"))
-        .sort("gs")
-    )
-    gaps = ops.filter(pl.col("gap_ns") > 0).with_row_index("_gi")
-    if spans.height and gaps.height:
-        j = gaps.select("_gi", *g, "gap_start_ns").sort("gap_start_ns").join_asof(
-            spans.select(*g, "gs", "ge"), left_on="gap_start_ns", right_on="gs", by=g, strategy="backward",
-            check_sortedness=False,
-        )
-        in_span = j.select("_gi", (pl.col("ge").is_not_null() & (pl.col("gap_start_ns") < pl.col("ge"))).alias("in_graph"))
-        gaps = gaps.join(in_span, on="_gi", how="left")
-    else:
-        gaps = gaps.with_columns(pl.lit(False).alias("in_graph"))
-
-    # host syncs whose return lies in the gap and that began before the device ran dry
-    syncs = host_syncs(ctx.host)
-    if syncs.height and gaps.height:
-        base = gaps.select("_gi", "rank", "gap_start_ns", "start_ns")
-        back = base.with_columns((pl.col("start_ns") + SYNC_TOL_NS).alias("_t")).sort("_t").join_asof(
-            syncs, left_on="_t", right_on="sync_end_ns", by="rank", strategy="backward",
-            check_sortedness=False,
-        )
-        fwd = base.with_columns((pl.col("gap_start_ns") - SYNC_TOL_NS).alias("_t")).sort("_t").join_asof(
-            syncs, left_on="_t", right_on="sync_end_ns", by="rank", strategy="forward",
-            check_sortedness=False,
-        )
-
-        def ok(df: pl.DataFrame) -> pl.DataFrame:
-            good = (
-                pl.col("sync_end_ns").is_not_null()
-                & (pl.col("sync_end_ns") >= pl.col("gap_start_ns") - SYNC_TOL_NS)
-                & (pl.col("sync_end_ns") <= pl.col("start_ns") + SYNC_TOL_NS)
-                & (pl.col("sync_start_ns") <= pl.col("gap_start_ns") + SYNC_TOL_NS)
-            )
-            return df.select("_gi", pl.when(good).then(pl.col("name")).alias("sync_name"))
-
-        sy = ok(back).join(ok(fwd), on="_gi", how="full", coalesce=True, suffix="_f").select(
-            "_gi", pl.coalesce("sync_name", "sync_name_f").alias("sync_name")
-        )
-        gaps = gaps.join(sy, on="_gi", how="left")
-    else:
-        gaps = gaps.with_columns(pl.lit(None, dtype=pl.String).alias("sync_name"))
-
-    launch_end = pl.col("launch_start_ns") + pl.col("launch_dur_ns")
-    label = (
-        pl.when(pl.col("graph") | pl.col("prev_graph") | pl.col("in_graph").fill_null(False))
-        .then(pl.lit("graph"))
-        .when(pl.col("sync_name").is_not_null())
-        .then(pl.lit("sync"))
-        .when(pl.col("launch_start_ns").is_null())
-        .then(pl.lit("unknown"))
-        .when((launch_end <= pl.col("gap_start_ns")) | (pl.col("start_ns") - launch_end > QUEUE_WAIT_NS))
-        .then(pl.lit("wait"))
-        .when(pl.col("spacing_ns").is_not_null() & (pl.col("spacing_ns") <= LAUNCH_SPACING_MAX_NS))
-        .then(pl.lit("launch"))
-        .otherwise(pl.lit("host"))
-    )
-    gaps = gaps.with_columns(label.alias("label"))
-    ops = ops.join(gaps.select("_row", "label", "sync_name"), on="_row", how="left").with_columns(
-        pl.col("label").fill_null("none")
-    )
-    ops = ops.sort("_row")
+    ops = _device_ops(ctx)
+    rt = _runtime_calls(ctx.host)
+    names = rt["name"].unique()
+    ops = _attach_launches(ops, _host_launches(rt, names))
+    ops = pl.concat([ops, _gap_causes(ops, _syncs(rt, names))], how="horizontal")
+    ops = ops.with_columns(_label()).drop("in_graph")
 
     # stretches: runs of ops separated only by no gap or by launch gaps, within one step
-    graph_steps = ops.filter("graph").select("rank", "step").unique().with_columns(pl.lit(True).alias("graph_step"))
-    ops = ops.join(graph_steps, on=["rank", "step"], how="left", nulls_equal=True).with_columns(
-        pl.col("graph_step").fill_null(False)
-    ).sort("_row")
-    first = pl.int_range(pl.len()).over(g) == 0
-    step_change = pl.col("step").ne_missing(pl.col("step").shift(1).over(g))
-    brk = first | ~pl.col("label").is_in(["none", "launch"]) | step_change | pl.col("graph")
-    ops = ops.with_columns(brk.cast(pl.Int64).cum_sum().over(g).alias("stretch"), brk.alias("_brk"))
+    graph_step = pl.col("graph").any().over("rank", "step") if ops["graph"].any() else pl.lit(False)
+    step_change = pl.col("step").ne_missing(pl.col("step").shift(1))
+    brk = pl.col("new_group") | ~pl.col("label").is_in(["none", "launch"]) | step_change | pl.col("graph")
+    # every device's first op breaks, so one running count numbers the stretches of all devices
+    ops = ops.with_columns(graph_step.alias("graph_step"), brk.alias("_brk")).drop("new_group")
+    ops = ops.with_columns(pl.col("_brk").cum_sum().alias("stretch"))
     st = stretches_of(ops)
-    ops = ops.join(st.select(*g, "stretch", "qualifies"), on=[*g, "stretch"], how="left").sort("_row")
-    ops = ops.with_columns(pl.col("qualifies").fill_null(False))
-
-    inner_launch = (pl.col("label") == "launch") & ~pl.col("_brk") & pl.col("qualifies")
-    owner = (
-        pl.when(pl.col("label") == "sync")
-        .then(pl.lit(OWNER_SYNC))
-        .when(inner_launch)
-        .then(pl.lit(OWNER_LAUNCH))
-        .when(pl.col("label").is_in(["launch", "host", "unknown"]) & (pl.col("gap_ns") >= IDLE_MIN_GAP_NS))
-        .then(pl.lit(OWNER_IDLE))
-        .otherwise(pl.lit(None, dtype=pl.String))
-    )
-    ops = ops.with_columns(owner.alias("owner")).drop("_brk")
+    ops = ops.with_columns(pl.col("stretch").is_in(st.filter("qualifies")["stretch"].implode()).alias("qualifies"))
+    ops = ops.with_columns(_owner()).drop("_brk")
     ctx.cache["timeline"] = ops
     ctx.cache["stretches"] = st
     return ops
@@ -226,6 +352,8 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
 def stretches_of(ops: pl.DataFrame) -> pl.DataFrame:
     """Aggregate the ``stretch`` ids of a timeline: size, span, busy share, launch gaps.
 
+    ``ops``: timeline rows with ``_brk`` (the op starts a stretch) and ``stretch`` (the running
+    count of ``_brk``, so each stretch is one contiguous run of rows; the first row breaks).
     ``qualifies`` (launch-bound) when the stretch has at least :data:`STRETCH_MIN_OPS` ops, keeps
     the device busy at most :data:`STRETCH_MAX_BUSY` of its span, its median kernel is shorter
     than its median host launch spacing, it has a launch gap, and its step replays no graph.
@@ -233,10 +361,17 @@ def stretches_of(ops: pl.DataFrame) -> pl.DataFrame:
     """
     g = ["rank", "device"]
     inner = ~pl.col("_brk")
-    big = ops.filter(pl.len().over(*g, "stretch") >= STRETCH_MIN_OPS)
     schema_extra = {"qualifies": pl.Boolean}
+    empty = pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "stretch": pl.UInt32, **schema_extra})
+    if ops.height == 0:
+        return empty
+    # stretch k (1-based) is the run of rows from the k-th break to the next: its size is the
+    # distance between consecutive break rows, looked up per row (no window over the ids)
+    first = ops["_brk"].arg_true()
+    size = first.extend_constant(ops.height, 1).diff(null_behavior="drop")
+    big = ops.filter(size.gather(ops["stretch"] - 1) >= STRETCH_MIN_OPS)
     if big.height == 0:
-        return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "stretch": pl.Int64, **schema_extra})
+        return empty
     st = big.group_by(*g, "stretch").agg(
         pl.len().alias("ops"),
         pl.col("step").first(),
@@ -262,13 +397,20 @@ def stretches_of(ops: pl.DataFrame) -> pl.DataFrame:
         & (pl.col("launch_gaps") > 0)
         & ~pl.col("graph_step")
     )
-    return st.with_columns(q.alias("qualifies")).sort(*g, "start_ns")
+    return st.with_columns(q.alias("qualifies")).sort(*g, "start_ns", maintain_order=True)
 
 
 def stretches(ctx: FindingContext) -> pl.DataFrame:
     """The stretch table of :func:`timeline` (computed with it)."""
     timeline(ctx)
     return ctx.cache["stretches"]
+
+
+def with_names(ctx: FindingContext, rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (timeline rows) with the ``name`` and ``op`` of their ops, looked up in
+    ``ctx.ops`` by ``op_row``: for the few rows a finding describes (the timeline carries no
+    strings)."""
+    return rows.with_columns(ctx.ops.select("name", "op").select(pl.all().gather(rows["op_row"])))
 
 
 def claimed(ctx: FindingContext, owner: str) -> pl.DataFrame:

@@ -19,7 +19,7 @@ import polars as pl
 
 from . import Finding, FindingContext, register
 from ._common import by_rank, fmt_ns, plain, severity, short, wall_ns
-from ._idle import IDLE_MIN_GAP_NS, OWNER_IDLE, timeline
+from ._idle import IDLE_MIN_GAP_NS, OWNER_IDLE, timeline, with_names
 
 #: Report when the claimed idle time is at least this share of the rank's window.
 MIN_SHARE = 0.02
@@ -33,8 +33,12 @@ TOP_GAPS = 5
 def detect(ctx: FindingContext) -> list[Finding]:
     """One finding per rank for host-bound idle time, one for queued-work waits."""
     tl = timeline(ctx)
+    # only the rows either finding reads: claimed gaps and long queued-work waits
+    mine = tl.filter(
+        (pl.col("owner") == OWNER_IDLE) | ((pl.col("label") == "wait") & (pl.col("gap_ns") >= IDLE_MIN_GAP_NS))
+    )
     out: list[Finding] = []
-    for rank, r in by_rank(tl):
+    for rank, r in by_rank(mine):
         f = _idle_finding(ctx, int(rank), r)
         if f is not None:
             out.append(f)
@@ -44,22 +48,34 @@ def detect(ctx: FindingContext) -> list[Finding]:
     return out
 
 
+def _host_events(ctx: FindingContext) -> pl.DataFrame:
+    """The host events a gap may be explained by (framework ops, annotations, runtime calls,
+    Python; ProfilerStep markers left out), narrow: ``rank, thread, name, start_ns, end_ns``.
+    Selected once per context (the host table has millions of rows)."""
+    if "idle_host_events" not in ctx.cache:
+        h = (
+            ctx.host.lazy()
+            .filter(pl.col("cat").is_in(["cpu_op", "annotation", "runtime", "python"]))
+            .select("rank", "thread", "name", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+            .collect()
+        )
+        names = h["name"].unique()
+        markers = names.filter(names.str.starts_with("ProfilerStep#"))
+        # a null name passes ``~starts_with`` as null (dropped) and ``~is_in`` likewise
+        ctx.cache["idle_host_events"] = h.filter(~pl.col("name").is_in(markers.implode()))
+    return ctx.cache["idle_host_events"]
+
+
 def _host_during(ctx: FindingContext, rank: int, thread: str | None, s: int, e: int) -> list[list]:
     """Host events (framework ops, annotations, runtime calls) overlapping ``[s, e)`` on a thread,
     largest overlap first (ProfilerStep markers left out)."""
-    h = ctx.host.filter(
-        pl.col("rank") == rank,
-        pl.col("cat").is_in(["cpu_op", "annotation", "runtime", "python"]),
-        ~pl.col("name").str.starts_with("ProfilerStep#"),
-        pl.col("start_ns") < e,
-        (pl.col("start_ns") + pl.col("dur_ns")) > s,
-    )
+    h = _host_events(ctx).filter(pl.col("rank") == rank, pl.col("start_ns") < e, pl.col("end_ns") > s)
     if thread is not None:
         h = h.filter(pl.col("thread") == thread)
     if h.height == 0:
         return []
     ov = h.with_columns(
-        (pl.min_horizontal(pl.col("start_ns") + pl.col("dur_ns"), pl.lit(e)) - pl.max_horizontal("start_ns", pl.lit(s)))
+        (pl.min_horizontal(pl.col("end_ns"), pl.lit(e)) - pl.max_horizontal("start_ns", pl.lit(s)))
         .alias("ov")
     )
     top = ov.group_by("name").agg(pl.col("ov").max()).sort(["ov", "name"], descending=[True, False]).head(3)
@@ -73,7 +89,7 @@ def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
     if g.height == 0 or rec < MIN_SHARE * wall:
         return None
     by_cause = {c: int(v) for c, v in g.group_by("label").agg(pl.col("gap_ns").sum()).sort("label").iter_rows()}
-    largest = g.sort("gap_ns", descending=True).head(TOP_GAPS)
+    largest = with_names(ctx, g.sort("gap_ns", descending=True).head(TOP_GAPS))
     described = []
     for row in largest.iter_rows(named=True):
         described.append({
@@ -136,7 +152,7 @@ def _wait_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
     tot = float(w["gap_ns"].sum()) if w.height else 0.0
     if w.height == 0 or tot < WAIT_MIN_SHARE * wall:
         return None
-    big = w.sort("gap_ns", descending=True).row(0, named=True)
+    big = with_names(ctx, w.sort("gap_ns", descending=True).head(1)).row(0, named=True)
     title = (
         f"device waited {fmt_ns(tot)} ({tot / wall:.0%}) with work already queued: a dependency the trace does "
         "not show (not counted as recoverable)"

@@ -23,8 +23,22 @@ from collections import Counter
 import polars as pl
 
 from . import Finding, FindingContext, register
-from .. import intervals as iv
-from ._common import by_rank, fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, subtract_sorted, total, union, wall_ns
+from ._common import (
+    by_rank,
+    device_order,
+    end_expr,
+    fmt_bytes,
+    fmt_ns,
+    plain,
+    severity,
+    short,
+    sorted_union,
+    subtract,
+    subtract_sorted,
+    total,
+    union,
+    wall_ns,
+)
 from ._idle import OWNER_SYNC, timeline
 
 #: Report when the claim is at least this share of the rank's window ...
@@ -42,18 +56,21 @@ _DIRECTIONS = (
 def detect(ctx: FindingContext) -> list[Finding]:
     """Findings for exposed host↔device copies (per direction) and sync stalls, per rank."""
     out: list[Finding] = []
-    ops = ctx.ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-    for rank, r in by_rank(ops):
-        out.extend(_copy_findings(ctx, int(rank), r))
-        f = _sync_finding(ctx, int(rank))
+    # the copies are a few rows of the op table: select them before splitting by rank
+    mem = dict(by_rank(ctx.ops.filter(pl.col("kind") == "memcpy").with_columns(end_expr())))
+    ranks = sorted(int(r) for r in ctx.ops["rank"].unique().to_list() if r is not None)
+    for rank in ranks:
+        if rank in mem:
+            out.extend(_copy_findings(ctx, rank, mem[rank]))
+        f = _sync_finding(ctx, rank)
         if f is not None:
             out.append(f)
     return out
 
 
-def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Finding]:
+def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame) -> list[Finding]:
+    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``)."""
     wall = wall_ns(ctx, rank)
-    mem = ops.filter(kind_str() == "memcpy")
     if mem.height == 0:
         return []
     out = []
@@ -69,7 +86,7 @@ def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Fi
         exposed = 0
         for (dev,), c in sorted(cp.partition_by("device", as_dict=True).items(), key=lambda kv: str(kv[0])):
             u_cp = union(c.select("start_ns", "end_ns").rows())
-            mine = subtract(subtract_sorted(u_cp, *kernels.get((rank, dev), ([], []))), claimed.get(dev, []))
+            mine = subtract(subtract_sorted(u_cp, *_blockers_near(kernels.get((rank, dev)), u_cp)), claimed.get(dev, []))
             exposed += total(mine)
             if mine:
                 claimed[dev] = union(claimed.get(dev, []) + mine)
@@ -114,21 +131,45 @@ def _copy_findings(ctx: FindingContext, rank: int, ops: pl.DataFrame) -> list[Fi
     return out
 
 
-def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
+def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], tuple[pl.Series, pl.Series]]:
     """Per (rank, device) holding copies: the union of its kernels and collectives (what a
-    copy cannot claim) as sorted disjoint ``(starts, ends)`` lists; one grouped union for
-    every rank."""
+    copy cannot claim) as sorted disjoint ``(starts, ends)`` Series, ns; one pass over the
+    device order for every rank."""
     if "copy_blockers" not in ctx.cache:
-        ops = ctx.ops
-        devs = ops.filter(kind_str() == "memcpy").select("rank", "device").unique()
-        kern = ops.filter(~kind_str().is_in(["memcpy", "memset"])).join(devs, on=["rank", "device"], how="semi")
-        u = iv.union(kern.select("rank", "device", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")),
-                     by=["rank", "device"])
-        out: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
-        for (r, d), g in u.partition_by(["rank", "device"], as_dict=True).items():
-            out[(r, d)] = (g["start_ns"].to_list(), g["end_ns"].to_list())
-        ctx.cache["copy_blockers"] = out
+        d = device_order(ctx)
+        kind = ctx.ops["kind"].gather(d["op_row"])
+        devs = ctx.ops.filter(pl.col("kind") == "memcpy").select("rank", "device").unique()
+        # a filter of the device order stays sorted by (rank, device, start_ns)
+        kern = d.filter((kind != "memcpy") & (kind != "memset"))
+        if devs.height < int(d["new_group"].sum()):  # some devices hold no copy: leave them out
+            kern = kern.join(devs, on=["rank", "device"], how="semi", maintain_order="left")
+        u = sorted_union(kern, by=["rank", "device"])
+        ctx.cache["copy_blockers"] = {
+            (r, dv): (g["start_ns"], g["end_ns"])
+            for (r, dv), g in u.partition_by(["rank", "device"], as_dict=True).items()
+        }
     return ctx.cache["copy_blockers"]
+
+
+def _blockers_near(
+    blockers: tuple[pl.Series, pl.Series] | None, cp: list[tuple[int, int]]
+) -> tuple[list[int], list[int]]:
+    """The part of a device's kernel union (``blockers``: sorted disjoint starts/ends) that
+    overlaps the copy intervals ``cp`` (sorted, disjoint), as ``(starts, ends)`` lists.
+
+    :func:`subtract_sorted` only ever reads the blockers that end after a copy starts and start
+    before it ends, so the result of subtracting this subset is the same as subtracting all
+    of them; the subset is found by binary search, and only it becomes Python lists (a device
+    can hold hundreds of thousands of kernels and a few copies).
+    """
+    if blockers is None or not cp:
+        return [], []
+    starts, ends = blockers
+    lo = ends.search_sorted(pl.Series([s for s, _ in cp], dtype=pl.Int64), side="right").to_list()
+    hi = starts.search_sorted(pl.Series([e for _, e in cp], dtype=pl.Int64), side="left").to_list()
+    rows = sorted({i for a, b in zip(lo, hi) for i in range(a, b)})
+    at = pl.Series(rows, dtype=pl.UInt32)
+    return starts.gather(at).to_list(), ends.gather(at).to_list()
 
 
 def _sync_finding(ctx: FindingContext, rank: int) -> Finding | None:

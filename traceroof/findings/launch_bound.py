@@ -31,6 +31,7 @@ from ._idle import (
     STRETCH_MIN_OPS,
     stretches,
     timeline,
+    with_names,
 )
 
 #: Report when the launch gaps are at least this share of the rank's window.
@@ -65,9 +66,7 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
     rec = float(q["launch_gap_ns"].sum())
     if rec < MIN_SHARE * wall or rec <= 0:
         return None
-    rows = tl.filter(pl.col("rank") == rank).join(
-        q.select("device", "stretch"), on=["device", "stretch"], how="semi"
-    )
+    rows = tl.filter(pl.col("stretch").is_in(q["stretch"].implode()))  # stretch ids are unique in the timeline
     n_ops = rows.height
     span = float(q["span_ns"].sum())
     busy = float(q["busy_ns"].sum())
@@ -81,7 +80,11 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
     launch_rows = rows.filter(pl.col("owner") == "launch_bound")
     gaps = launch_rows["gap_ns"]
     top = (
-        rows.group_by(pl.coalesce("op", "name").alias("l")).agg(pl.len()).sort(["len", "l"], descending=[True, False]).head(5)
+        with_names(ctx, rows.select("op_row"))
+        .group_by(pl.coalesce("op", "name").alias("l"))
+        .agg(pl.len())
+        .sort(["len", "l"], descending=[True, False])
+        .head(5)
     )
     busy_frac = busy / span if span else None
     title = (
@@ -147,7 +150,7 @@ def _incomplete_capture(ctx: FindingContext, rank: int, tl: pl.DataFrame) -> Fin
     if gk.height == 0:
         return None
     bad = []
-    for (dev, corr), part in gk.group_by(["device", "correlation"]):
+    for (dev, corr), part in gk.group_by(["device", "correlation"], maintain_order=True):  # deterministic order
         s, e = int(part["start_ns"].min()), int(part["end_ns"].max())
         span = e - s
         if part.height < 2 or span < INCOMPLETE_MIN_SPAN_NS:
