@@ -6,7 +6,52 @@ sum of per-stream durations (BC-33: per-stream sums double count concurrent stre
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
+
+
+#: Below every (shifted) time: the running maximum before a group's first row.
+_NEG = -(2**62)
+
+
+def _bounds(df: pl.DataFrame, start: str, end: str) -> tuple[Any, Any, int]:
+    """(min, max, null count) over the ``start`` and ``end`` columns of ``df``, in one pass."""
+    lo, hi, nulls = df.select(
+        pl.min_horizontal(pl.col(start).min(), pl.col(end).min()).alias("lo"),
+        pl.max_horizontal(pl.col(start).max(), pl.col(end).max()).alias("hi"),
+        (pl.col(start).null_count() + pl.col(end).null_count()).alias("nulls"),
+    ).row(0)
+    return lo, hi, int(nulls)
+
+
+def _stack(d: pl.DataFrame, by: list[str], lo: int, span: int, start: str, end: str) -> pl.DataFrame:
+    """``d`` (sorted by ``by`` then start) with ``_g``, the index of its group (0, 1, … in
+    sorted order), and the shifted times ``_s``, ``_e`` = time + ``_g * span - lo``.
+
+    Every shifted time of group g lies in ``[g * span, (g + 1) * span)`` (``lo``: the least
+    time, ``span``: max − min + 1), so one running maximum over the whole frame never carries
+    a group's ends into the next group: no per-group window. Exact integer arithmetic;
+    ``span * (rows + 1) < 2**62`` (:func:`_fast_path`) keeps it in int64."""
+    # rle_id numbers runs of equal keys (nulls equal), i.e. the groups of the sorted frame
+    g = pl.struct(by).rle_id().cast(pl.Int64) if by else pl.lit(0, dtype=pl.Int64)
+    d = d.with_columns(g.set_sorted().alias("_g"))
+    off = pl.col("_g") * span - lo
+    return d.with_columns((pl.col(start) + off).alias("_s"), (pl.col(end) + off).alias("_e"))
+
+
+def _fast_path(df: pl.DataFrame, start: str, end: str, by: list[str]) -> tuple[int, int] | None:
+    """(lo, span) for the offset trick of :func:`_stack`, or None when it does not apply:
+    null or non-integer times, or spans so large that the shifted times could overflow."""
+    if not (df.schema[start].is_integer() and df.schema[end].is_integer()):
+        return None
+    lo, hi, nulls = _bounds(df, start, end)
+    if nulls:
+        return None
+    span = int(hi - lo) + 1
+    if span * (df.height + 1) >= 2**62:
+        return None
+    return int(lo), span
 
 
 def union(df: pl.DataFrame, start: str = "start_ns", end: str = "end_ns", by: list[str] | None = None) -> pl.DataFrame:
@@ -21,34 +66,103 @@ def union(df: pl.DataFrame, start: str = "start_ns", end: str = "end_ns", by: li
     by = by or []
     if df.height == 0:
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    # one lazy query, collected once (the steps and findings call this hundreds of times)
-    d = df.lazy().select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
+    fast = _fast_path(df, start, end, by)
+    if fast is None:
+        d = df.lazy().select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns"))
+        return _union_general(d.sort([*by, "start_ns"]), by)
+    # Eager frames throughout: on these sizes the in-memory engine beats a lazy query's
+    # default engine several times over.
+    d = df.select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
+    d = _stack(d, by, *fast, "start_ns", "end_ns")
+    # A row opens a merged segment when it starts after the running maximum ``_cm`` of the
+    # (shifted) ends before it. A segment's start is its first row's (rows are sorted by
+    # start); its end is ``_cm`` at its last row: earlier segments end before it starts and a
+    # segment of several rows reaches past its start (its second row starts inside it). A
+    # one-row segment keeps its own end, which may precede its start (as min/max would).
+    d = d.with_columns(pl.col("_e").cum_max().alias("_cm"))
+    d = d.with_columns((pl.col("_s") > pl.col("_cm").shift(1).fill_null(_NEG)).alias("_first"))
+    first = pl.col("_first")
+    last = first.shift(-1).fill_null(True)
+    d = d.filter(first | last)  # each segment's first and last rows
+    return d.select(
+        *by,
+        pl.when(first).then("start_ns").forward_fill().alias("start_ns"),
+        pl.when(first & last).then("end_ns").otherwise(pl.col("_cm") - (pl.col("_e") - pl.col("end_ns")))
+        .cast(df.schema[end]).alias("end_ns"),
+        last.alias("_last"),
+    ).filter("_last").drop("_last")
+
+
+def _union_general(d: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
+    """:func:`union` of ``d`` (sorted by ``by`` then start) with segments from a per-group
+    window and a group-by: any dtype, nulls, any span."""
     if not by:
-        seg = pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).fill_null(-(2**62))
+        seg = pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).fill_null(_NEG)
         d = d.with_columns(seg.cum_sum().alias("_seg"))
         return d.group_by("_seg", maintain_order=True).agg(
             pl.col("start_ns").min(), pl.col("end_ns").max()
         ).drop("_seg").collect()
-    lo, hi = df.select(pl.col(start).min(), pl.col(end).max()).row(0)
-    span = int(hi - lo) + 1 if lo is not None and hi is not None else 1
-    if span * (df.height + 1) < 2**62:
-        # Groups are contiguous after the sort. Shifting group g by g * span puts every
-        # group's times above the previous group's, so one running maximum (no per-group
-        # window) tells where each group's merged segments start; exact integer arithmetic.
-        new_group = pl.any_horizontal([pl.col(b).ne_missing(pl.col(b).shift(1)) for b in by]).fill_null(True)
-        off = new_group.cum_sum().cast(pl.Int64) * span - lo
-        d = d.with_columns((pl.col("start_ns") + off).alias("_s"), (pl.col("end_ns") + off).alias("_e"))
-        seg = pl.col("_s") > pl.col("_e").cum_max().shift(1).fill_null(-(2**62))
-        d = d.with_columns(seg.cum_sum().alias("_seg"))
-    else:  # spans too large for the offset trick: a per-group running maximum
-        prev_end = pl.col("end_ns").cum_max().shift(1).over(by)
-        d = d.with_columns((pl.col("start_ns") > prev_end.fill_null(-(2**62))).cum_sum().over(by).alias("_seg"))
+    prev_end = pl.col("end_ns").cum_max().shift(1).over(by)
+    d = d.with_columns((pl.col("start_ns") > prev_end.fill_null(_NEG)).cum_sum().over(by).alias("_seg"))
     return (
         d.group_by([*by, "_seg"], maintain_order=True)
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .drop("_seg")
         .sort([*by, "start_ns"])
         .collect()
+    )
+
+
+def union_lengths(
+    df: pl.DataFrame, sets: dict[str, pl.Expr], by: list[str], start: str = "start_ns", end: str = "end_ns"
+) -> pl.DataFrame:
+    """Length (ns) of the union of several subsets of the intervals, per group, in one pass.
+
+    Args:
+        df: rows with ``start`` and ``end`` (ns, end exclusive) and the ``by`` columns.
+        sets: output column → boolean expression over ``df`` choosing that subset's rows
+            (null counts as false).
+        by: the group columns (at least one).
+
+    Returns:
+        One row per distinct ``by`` value, sorted by ``by``: the ``by`` columns and one Int64
+        column per set, ``total(union(df.filter(cond), by=by))`` of that group (0 when the
+        group has no row in the set).
+    """
+    schema = {**{b: df.schema[b] for b in by}, **{name: pl.Int64 for name in sets}}
+    if df.height == 0:
+        return pl.DataFrame(schema=schema)
+    conds = [cond.fill_null(False).alias(f"_in{i}") for i, cond in enumerate(sets.values())]
+    fast = _fast_path(df, start, end, by)
+    if fast is None:  # the definition, one union per set
+        keys = df.lazy().select(by).unique()
+        for i, (name, cond) in enumerate(sets.items()):
+            u = union(df.filter(conds[i]), start, end, by=by)
+            tot = u.group_by(by).agg((pl.col("end_ns") - pl.col("start_ns")).sum().cast(pl.Int64).alias(name))
+            keys = keys.join(tot.lazy(), on=by, how="left", nulls_equal=True)
+        return keys.with_columns(pl.col(list(sets)).fill_null(0)).sort(by).collect()
+    # Sweep each subset in start order (one sort serves every subset): a row adds what it
+    # covers beyond the running maximum ``m`` of the subset's earlier ends, ``e − max(s, m)``
+    # clipped at 0. This telescopes to (segment end − segment start) per merged segment of
+    # :func:`union`; a row that opens a segment adds ``e − s`` even when negative, as
+    # :func:`total` of that one-row segment does. Shifted times keep groups apart (:func:`_stack`).
+    d = df.select(*by, start, end, *conds).sort([*by, start])
+    d = _stack(d, by, *fast, start, end)
+    d = d.with_columns(
+        pl.when(f"_in{i}").then("_e").otherwise(pl.lit(_NEG)).cum_max().shift(1).fill_null(_NEG).alias(f"_m{i}")
+        for i in range(len(sets))
+    )
+    s, e = pl.col("_s"), pl.col("_e")
+    adds = []
+    for i, name in enumerate(sets):
+        m = pl.col(f"_m{i}")
+        add = pl.when(s > m).then(e - s).otherwise(pl.max_horizontal(e - m, pl.lit(0)))
+        adds.append(pl.when(f"_in{i}").then(add).otherwise(pl.lit(0)).alias(name))
+    return (
+        d.select(*by, "_g", *adds)
+        .group_by("_g", maintain_order=True)  # _g is sorted: groups are runs, no hashing
+        .agg(pl.col(by).first(), pl.col(list(sets)).sum().cast(pl.Int64))
+        .drop("_g")
     )
 
 

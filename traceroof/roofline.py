@@ -113,6 +113,29 @@ def _peak_table(chip: ChipSpec) -> dict[str, float]:
     return {k: float(v) for k, v in chip.peak_flops_per_s.items() if v}
 
 
+def _names_matching(ops: pl.DataFrame, rows: pl.Expr, pattern: str) -> pl.Expr:
+    """Per op: is it one of ``rows`` and does its ``name`` match the regex ``pattern`` (False
+    for a null name).
+
+    The pattern runs once per distinct name of those rows (kernel names are long and repeat
+    thousands of times); ops are then flagged by membership in the matching names."""
+    names = ops["name"].filter(ops.select(rows.fill_null(False)).to_series()).drop_nulls().unique()
+    hits = names.filter(names.str.contains(pattern)).to_list()
+    return (rows & pl.col("name").is_in(hits)).fill_null(False) if hits else pl.lit(False)
+
+
+def _collective_types(ops: pl.DataFrame) -> pl.Series:
+    """``collective``: :func:`collective_type_expr` of each collective op, null for the
+    others. Evaluated on the collective rows only (the string work is per row) and
+    scattered back into place."""
+    rows = (ops["kind"] == "collective").arg_true()
+    out = pl.repeat(None, ops.height, dtype=pl.String, eager=True).alias("collective")
+    if rows.len():
+        labels = ops.select("op", "name")[rows].select(collective_type_expr()).to_series()
+        out = out.scatter(rows, labels)
+    return out
+
+
 def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     """Add the ROOFLINE_SCHEMA columns to an op table.
 
@@ -136,13 +159,14 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     fp32 = peaks.get("fp32")
     tf32 = peaks.get("tf32")
 
-    is_matrix = pl.col("kind").cast(pl.String).is_in(list(MATRIX_KINDS))
+    is_matrix = pl.col("kind").is_in(list(MATRIX_KINDS))  # Enum or String: compares labels
     dtype = pl.col("dtype").fill_null("fp32")
-    name_tf32 = pl.col("name").fill_null("").str.contains(r"(?i)tf32|xf32")
+    fp32_matrix = is_matrix & (dtype == "fp32")
+    # the name only matters for fp32 matrix ops, so only their names are matched
+    name_tf32 = _names_matching(ops, fp32_matrix, r"(?i)tf32|xf32") if tf32 is not None else pl.lit(False)
     achieved = pl.col("flops") / pl.col("dur_ns") * 1e9
     use_tf32 = (
-        is_matrix
-        & (dtype == "fp32")
+        fp32_matrix
         & pl.lit(tf32 is not None)
         & (name_tf32 | (achieved > (fp32 or float("inf")) * ABOVE_ROOF_TOLERANCE))
     )
@@ -171,8 +195,8 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
                 .alias("peak_dtype"),
             )
 
-    coll = pl.col("kind").cast(pl.String) == "collective"
-    out = out.with_columns(pl.when(coll).then(collective_type_expr()).alias("collective"))
+    coll = pl.col("kind") == "collective"
+    out = out.with_columns(_collective_types(out))
     factor = ring_factor_expr(pl.col("collective"), pl.col("group_size"))
     intra = chip.intra_node_bytes_per_s
     inter = chip.inter_node_bytes_per_s or intra
@@ -192,7 +216,10 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     # "-done" half waits for what is not yet finished, so their durations are exposed transfer
     # time, not bandwidth use: their expected time is 0 (fully overlapped) and all of their
     # duration is gap. The roofline terms are kept for reference.
-    is_async = pl.col("name").fill_null("").str.contains(ASYNC_PAIR_RE)
+    # one anchored regex over every name, kept in a column for the two uses below: cheaper
+    # than hashing each name to find the distinct ones (measured); any op can be an async half
+    out = out.with_columns(pl.col("name").str.contains(ASYNC_PAIR_RE).fill_null(False).alias("_async"))
+    is_async = pl.col("_async")
     known = pl.any_horizontal([t.is_not_null() for t in terms])
     expected = pl.when(is_async).then(pl.lit(0.0)).when(known).then(pl.max_horizontal(terms))
     out = out.with_columns(expected.alias("expected_ns"))
@@ -218,7 +245,7 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
         (pl.col("dur_ns") - pl.col("expected_ns")).alias("gap_ns"),
         pl.when(pl.col("dur_ns") > 0).then(pl.col("expected_ns") / pl.col("dur_ns")).alias("efficiency"),
     )
-    return out
+    return out.drop("_async")
 
 
 def above_roof(ops: pl.DataFrame, tolerance: float = ABOVE_ROOF_TOLERANCE) -> pl.DataFrame:
@@ -243,19 +270,18 @@ def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
         ``gap_ns`` sum only the ops with a cost model (``costed_count`` of ``count``);
         groups with no costed op have null gap and sort last.
     """
-    copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
-    label = (
-        pl.col("name")
-        if by == "kernel"
-        else pl.when(copy).then(pl.col("name")).otherwise(pl.coalesce(pl.col("op"), pl.col("name")))
-    )
+    copy = pl.col("kind").is_in(["memcpy", "memset"]).fill_null(False)  # Enum or String
+    # == when(copy).then(name).otherwise(coalesce(op, name)), with one string zip, not two
+    label = pl.col("name") if by == "kernel" else pl.coalesce(pl.when(~copy).then(pl.col("op")), pl.col("name"))
     df = ops.with_columns(label.alias("label"))
     g = df.group_by("label").agg(
-        pl.col("kind").cast(pl.String).mode().sort().first().alias("kind"),
+        # the modes of the kind codes (Enum), as labels, lowest on a tie: the few modes are
+        # cast to strings, not every row
+        pl.col("kind").mode().cast(pl.String).sort().first().alias("kind"),
         pl.len().alias("count"),
         pl.col("dur_ns").sum().alias("measured_ns"),
         pl.col("expected_ns").sum().alias("expected_ns"),
-        pl.col("dur_ns").filter(pl.col("expected_ns").is_not_null()).sum().alias("_costed_dur"),
+        pl.when(pl.col("expected_ns").is_not_null()).then(pl.col("dur_ns")).sum().alias("_costed_dur"),
         pl.col("gap_ns").sum().alias("gap_ns"),
         pl.col("expected_ns").is_not_null().sum().alias("costed_count"),
         pl.col("bound").filter(pl.col("bound") != "unknown").mode().sort().first().alias("bound"),

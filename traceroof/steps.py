@@ -37,20 +37,28 @@ STEP_SCHEMA = {
 }
 
 
-def _windows(ops: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+def _markers(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(device-side, host-side) ``ProfilerStep#N`` windows of every rank
+    (:func:`~traceroof.parsers.kineto_link.profiler_steps` of ``gpu_annotation`` and of
+    ``annotation``), from one scan of the host names."""
     from .parsers.kineto_link import profiler_steps
 
-    gpu = profiler_steps(host, "gpu_annotation")
-    cpu = profiler_steps(host, "annotation")
+    # profiler_steps keeps only rows named "ProfilerStep#…", so it sees the same rows in the
+    # same order in this subset as in the whole table: the same windows, without matching
+    # the category and name of every host event twice
+    marks = host.filter(pl.col("name").str.starts_with("ProfilerStep#"))
+    return profiler_steps(marks, "gpu_annotation"), profiler_steps(marks, "annotation")
+
+
+def _windows(gpu: pl.DataFrame, cpu: pl.DataFrame, spans: pl.DataFrame | None) -> pl.DataFrame:
+    """Step windows (rank, step, start_ns, end_ns): the device-side markers when the trace
+    has them, else the host-side ones moved to the device span of their ops (``spans``:
+    :func:`_step_groups`)."""
     src = gpu if gpu.height else cpu
-    if src.height == 0:
+    if src.height == 0 or spans is None:
         return src
     # extend each window to cover the device work of the ops assigned to it
-    span = (
-        ops.filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(pl.col("start_ns").min().alias("_s"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("_e"))
-    )
+    span = spans.select("rank", "step", pl.col("s").alias("_s"), pl.col("e").alias("_e"))
     w = src.join(span, on=["rank", "step"], how="left")
     if not gpu.height:
         # host windows run ahead of the device: the device window is the span of its ops
@@ -66,8 +74,15 @@ def step_table(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.Dat
     ``ops`` must carry roofline columns (``bound``). Steps with no markers: one row per rank
     with ``step`` null, spanning the rank's device ops.
     """
-    w = _windows(ops, host)
-    rows = []
+    gpu, cpu = _markers(host)
+    # only the columns the breakdown reads: filters then move no op names
+    ends = ops.select(
+        "rank", "step", "device", "kind", "bound", "flops", "start_ns",
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+    )
+    stepped = ends.filter(pl.col("step").is_not_null())
+    groups = _step_groups(stepped) if gpu.height or cpu.height else None
+    w = _windows(gpu, cpu, groups)
     if w.height == 0:
         if ops.height:
             meta.warn(
@@ -78,25 +93,30 @@ def step_table(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.Dat
             (pl.col("start_ns") + pl.col("dur_ns")).max().alias("end_ns"),
         )
         w = per_rank.with_columns(pl.lit(None, dtype=pl.Int32).alias("step")).select("rank", "step", "start_ns", "end_ns")
-    partial = _partial_steps(ops, host, w, meta)
-    ends = ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    partial = _partial_steps(ops, host, w, cpu, meta)
     segmented = bool(w["step"].is_not_null().any())
-    # what each (rank, step) needs from its ops, in one grouped query (no per-step copies)
-    stats = _step_stats(ends) if segmented else {}
-    # every (rank, step, device) breakdown of those ops at once (one grouped query)
-    pre = _device_breakdowns(ends) if stats else {}
+    if segmented:  # each op in the step it was assigned to
+        scope, stats = stepped, _step_stats(groups)
+    else:  # one unsegmented step (null) per rank: all of the rank's ops
+        scope, stats = ends.with_columns(pl.lit(None, dtype=pl.Int32).alias("step")), {}
+    # what each (rank, step) needs from its ops, and every (rank, step, device) breakdown of
+    # those ops, each in one grouped query (no per-step copies)
+    pre = _device_breakdowns(scope) if stats or not segmented else {}
+    rows = []
     for rank, step, s, e in w.sort("rank", "start_ns").iter_rows():
-        if step is not None and (rank, step) in stats:
+        if (rank, step) in stats:
             summ, known = stats[(rank, step)], pre
 
             def frame(rank: Any = rank, step: Any = step) -> pl.DataFrame:
-                return ends.filter(pl.col("rank") == rank, pl.col("step") == step)
+                return scope.filter(pl.col("rank") == rank, pl.col("step") == step)
         else:
             if step is not None:  # no op assigned to the step: device time inside the window
                 sel = ends.filter(pl.col("rank") == rank, pl.col("start_ns") < e, pl.col("end_ns") > s)
             else:
                 sel = ends.filter(pl.col("rank") == rank)
-            summ, known = _summary(sel), None
+            # the unsegmented step of a rank is the rank's ops: its devices are in ``pre``
+            # (its summary is not: FLOPs summed over the rank's ops in their order)
+            summ, known = _summary(sel), (None if segmented or step is not None else pre)
 
             def frame(sel: pl.DataFrame = sel) -> pl.DataFrame:
                 return sel
@@ -116,16 +136,22 @@ def _summary(sel: pl.DataFrame) -> _Summary:
             sorted(sel["device"].unique().to_list()), flops)
 
 
-def _step_stats(ends: pl.DataFrame) -> dict[tuple[Any, Any], _Summary]:
-    """:func:`_summary` of the ops of every (rank, step), steps not null, in one query."""
-    g = ends.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(
+def _step_groups(ends: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step) of ``ends`` (ops with ``end_ns``): op count ``n``, first start ``s``
+    and last end ``e`` (ns), sorted distinct ``devs``, FLOPs sum ``fl`` and whether any op
+    has FLOPs ``has``."""
+    return ends.group_by("rank", "step").agg(
         pl.len().alias("n"), pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"),
         pl.col("device").unique().sort().alias("devs"),
         pl.col("flops").sum().alias("fl"), pl.col("flops").is_not_null().any().alias("has"),
     )
+
+
+def _step_stats(groups: pl.DataFrame) -> dict[tuple[Any, Any], _Summary]:
+    """:func:`_summary` of the ops of every (rank, step) of :func:`_step_groups`."""
     return {
         (r, st): (int(n), int(s0), int(e0), list(devs), float(fl) if has else None)
-        for r, st, n, s0, e0, devs, fl, has in g.iter_rows()
+        for r, st, n, s0, e0, devs, fl, has in groups.iter_rows()
     }
 
 
@@ -174,19 +200,19 @@ def _device_breakdown(sel: pl.DataFrame) -> tuple[int, int, int, int, int]:
 
 
 def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, int, int, int, int]]:
-    """:func:`_device_breakdown` of the ops of every (rank, step, device), steps not null.
+    """:func:`_device_breakdown` of the ops of every (rank, step, device) of ``ends``
+    (device not null).
 
-    The same interval measures from unions grouped by (rank, step, device, set) in one query;
-    the communication hidden under compute is ``|coll ∩ comp| = |coll| + |comp| − |coll ∪
-    comp|`` (exact: integer measures of the same sets).
+    The same interval measures, as union lengths of six subsets per (rank, step, device)
+    from one sorted pass (:func:`traceroof.intervals.union_lengths`); the communication
+    hidden under compute is ``|coll ∩ comp| = |coll| + |comp| − |coll ∪ comp|`` (exact:
+    integer measures of the same sets).
     """
     keys = ["rank", "step", "device"]
-    base = ends.filter(pl.col("step").is_not_null(), pl.col("device").is_not_null()).select(
-        *keys, "start_ns", "end_ns", pl.col("kind").cast(pl.String).alias("_k"), "bound"
-    )
+    base = ends.filter(pl.col("device").is_not_null())
     if base.height == 0:
         return {}
-    k = pl.col("_k")
+    k = pl.col("kind")  # Enum or String: is_in/== compare the labels either way
     comp = ~k.is_in(["collective", "memcpy", "memset"])
     sets = {
         "all": pl.lit(True),
@@ -196,61 +222,69 @@ def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, i
         "noncoll": k != "collective",
         "coll_or_comp": ~k.is_in(["memcpy", "memset"]),
     }
-    names = list(sets)
-    lb = base.lazy()
-    rows = pl.concat(
-        [lb.filter(cond).select(*keys, pl.lit(i, dtype=pl.Int8).alias("_set"), "start_ns", "end_ns")
-         for i, cond in enumerate(sets.values())]
-    ).collect()
-    u = iv.union(rows, by=[*keys, "_set"])
-    tot = u.group_by([*keys, "_set"]).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
-    m = {(r, st, d, names[i]): int(ns) for r, st, d, i, ns in tot.iter_rows()}
     out = {}
-    for r, st, d in base.select(keys).unique().iter_rows():
-        def g(name: str) -> int:
-            return m.get((r, st, d, name), 0)
-
-        comm = g("coll")
-        cb = g("cb")
-        exposed = comm - (comm + g("comp") - g("coll_or_comp"))
-        out[(r, st, d)] = (g("all"), cb, g("noncoll") - cb, comm, exposed)
+    for r, st, d, all_, coll, comp_, cb, noncoll, coll_or_comp in iv.union_lengths(base, sets, keys).iter_rows():
+        exposed = coll - (coll + comp_ - coll_or_comp)
+        out[(r, st, d)] = (all_, cb, noncoll - cb, coll, exposed)
     return out
 
 
-def _partial_steps(ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, meta: TraceMeta) -> set:
-    """The last step of a rank is partial when a launch in it has no device op (BC-14)."""
+def _partial_steps(
+    ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta
+) -> set:
+    """The last step of a rank is partial when a launch in it has no device op (BC-14).
+
+    ``cpu``: the host-side step windows (:func:`_markers`). Returns the partial (rank, step).
+    """
     out: set = set()
     if w.height == 0 or w["step"].null_count() == w.height:
         return out
-    # launches whose correlation id has no device op of the same rank
-    launches = host.lazy().filter(
-        pl.col("cat") == "runtime",
-        pl.col("correlation").is_not_null(),
-        pl.col("name").str.contains(r"(?i)launch|memcpy|memset"),
-    ).join(
-        ops.lazy().select("rank", "correlation").filter(pl.col("correlation").is_not_null()).unique(),
-        on=["rank", "correlation"], how="anti",
-    ).select("rank", "start_ns").collect()
-    from .parsers.kineto_link import profiler_steps
-
-    cpu = profiler_steps(host, "annotation")
     truncated = any("truncated" in x for x in meta.warnings)
+    lasts = []  # (rank, step, host window start, end) of each rank's last step
     for rank in w["rank"].unique().to_list():
         last = w.filter(pl.col("rank") == rank).sort("start_ns").tail(1)
         step = last["step"][0]
         win = cpu.filter(pl.col("rank") == rank, pl.col("step") == step)
-        if win.height == 0:
-            continue
-        s, e = int(win["start_ns"][0]), int(win["end_ns"][0])
-        lost = launches.filter(pl.col("rank") == rank, pl.col("start_ns") >= s, pl.col("start_ns") < e).height
-        if lost or truncated:
+        if win.height:
+            lasts.append((rank, step, int(win["start_ns"][0]), int(win["end_ns"][0])))
+    lost = _lost_launches(ops, host, [(r, s, e) for r, _, s, e in lasts])
+    for rank, step, _, _ in lasts:
+        n = lost.get(rank, 0)
+        if n or truncated:
             out.add((rank, step))
             meta.warn(
-                f"rank {rank} step {step} is partial ({lost} launches without a device op in the "
+                f"rank {rank} step {step} is partial ({n} launches without a device op in the "
                 "trace window" + (", trace truncated" if truncated else "")
                 + "): it is excluded from per-step averages"
             )
     return out
+
+
+def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[Any, int, int]]) -> dict[Any, int]:
+    """Launch/memcpy/memset runtime calls starting in each rank's window ``(rank, start ns,
+    end ns)`` whose correlation id has no device op of that rank: rank → count."""
+    if not windows:
+        return {}
+    win = pl.DataFrame(
+        windows, schema={"rank": host.schema["rank"], "_ws": pl.Int64, "_we": pl.Int64}, orient="row"
+    )
+    lo, hi = min(s for _, s, _ in windows), max(e for _, _, e in windows)
+    # eager steps, integer filters first: in one lazy query polars fuses every predicate and
+    # matches the name pattern against every host event
+    near = host.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi, pl.col("correlation").is_not_null())
+    calls = (
+        near.join(win, on="rank")
+        .filter(pl.col("start_ns") >= pl.col("_ws"), pl.col("start_ns") < pl.col("_we"))
+        .filter(pl.col("cat") == "runtime", pl.col("name").str.contains(r"(?i)launch|memcpy|memset"))
+    )
+    if calls.height == 0:
+        return {}
+    # only the ops whose correlation id is in the calls' range can match (a cheap integer
+    # filter before hashing)
+    c_lo, c_hi = calls["correlation"].min(), calls["correlation"].max()
+    done = ops.select("rank", "correlation").filter(pl.col("correlation").is_between(c_lo, c_hi))
+    lost = calls.join(done, on=["rank", "correlation"], how="anti").group_by("rank").len()
+    return dict(lost.iter_rows())
 
 
 def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
