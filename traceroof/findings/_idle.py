@@ -74,55 +74,70 @@ LABEL = pl.Enum(["graph", "host", "launch", "none", "sync", "unknown", "wait"])
 OWNER = pl.Enum(sorted([OWNER_IDLE, OWNER_LAUNCH, OWNER_SYNC]))
 
 
-def _names_matching(names: pl.Series, pattern: str) -> pl.Series:
-    """The distinct non-null strings of ``names`` that contain the regex ``pattern``: the regex
-    runs once per distinct name, not once per row (host tables repeat a few hundred names
-    across millions of rows)."""
-    u = names.unique().drop_nulls()
-    return u.filter(u.str.contains(pattern))
+def _name_tests(names: pl.Series, patterns: dict[str, str]) -> dict[str, pl.Series]:
+    """Per row of ``names``: whether its name contains each regex of ``patterns`` (a Boolean
+    Series per key; false for a null name).
+
+    Each regex runs once per distinct name, not once per row (host tables repeat a few hundred
+    names across millions of rows). The rows are then matched to the matching names by their
+    64-bit hash: an integer ``is_in`` per pattern instead of a string one (several times
+    cheaper). Exact: the hashes of the distinct names (a null included) are checked to differ,
+    so a row's hash is in a set of hashes only if its name is in the set of names; when two
+    distinct names share a hash, the strings are compared instead.
+    """
+    distinct = names.unique()
+    hashes = distinct.hash()
+    by_hash = hashes.n_unique() == distinct.len()
+    rows, keys = (names.hash(), hashes) if by_hash else (names, distinct)
+    return {
+        k: rows.is_in(keys.filter(distinct.str.contains(p).fill_null(False)).implode()).fill_null(False)
+        for k, p in patterns.items()
+    }
 
 
-def _runtime_calls(host: pl.DataFrame) -> pl.DataFrame:
+#: the name tests the timeline needs (:func:`_name_tests`)
+_NAME_TESTS = {"launch": LAUNCH_RE, "sync": SYNC_RE, "memcpy": "(?i)memcpy"}
+
+
+def _host_calls(host: pl.DataFrame) -> pl.DataFrame:
     """The host runtime calls and sync events (categories ``runtime`` and ``sync``), narrow:
-    ``rank, thread, name, cat, start_ns, dur_ns, correlation``."""
-    return (
-        host.lazy()
-        .filter(pl.col("cat").is_in(["runtime", "sync"]))
-        .select("rank", "thread", "name", "cat", "start_ns", "dur_ns", "correlation")
-        .collect()
-    )
+    ``host_row`` (UInt32: the row in ``host``), ``rank``, ``thread``, ``name``, ``start_ns``,
+    ``dur_ns``, ``correlation`` and ``runtime`` (true for a runtime call, false for a sync
+    event). The category is tested once per row as two string equalities (cheaper than an
+    ``is_in``), and the narrow columns are filtered, never the whole host table."""
+    cat = host["cat"]
+    runtime = cat == "runtime"
+    return host.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("host_row"),
+        "rank", "thread", "name", "start_ns", "dur_ns", "correlation", runtime.alias("runtime"),
+    ).filter(runtime | (cat == "sync"))
 
 
-def _host_launches(rt: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+def _host_launches(calls: pl.DataFrame, launch: pl.Series) -> pl.DataFrame:
     """Launch calls with the spacing to the previous launch call on the same host thread.
 
-    ``rt``: :func:`_runtime_calls`; ``names``: its distinct names. Returns the runtime calls
-    that carry a correlation id and whose name matches :data:`LAUNCH_RE`, in
-    ``(rank, thread, start_ns)`` order: ``rank``, ``correlation``, ``launch_thread`` (an Enum of
-    the thread names) and ``spacing_ns`` (start minus the previous launch's start on the
-    thread, ns; null on a thread's first).
+    ``calls``: :func:`_host_calls`; ``launch``: per row, whether its name matches
+    :data:`LAUNCH_RE`. Returns the runtime calls that carry a correlation id and a launch
+    name, in ``(rank, thread, start_ns)`` order: ``rank``, ``correlation``, ``launch_row`` (the
+    call's row in the host table) and ``spacing_ns`` (start minus the previous launch's start
+    on the thread, ns; null on a thread's first).
     """
-    rt = rt.filter(
-        pl.col("cat") == "runtime",
-        pl.col("correlation").is_not_null(),
-        pl.col("name").is_in(_names_matching(names, LAUNCH_RE).implode()),
+    rt = calls.select("rank", "thread", "start_ns", "correlation", "host_row").filter(
+        launch & calls["runtime"] & calls["correlation"].is_not_null()
     )
-    rt = rt.select("rank", "thread", "start_ns", "correlation").sort("rank", "thread", "start_ns")
-    # the thread as an Enum: moved (joined onto every op) as an integer, not a string
-    threads = pl.Enum(rt["thread"].unique(maintain_order=True).drop_nulls())
-    rt = rt.with_columns(pl.col("thread").cast(threads).alias("launch_thread"))
-    same_thread = pl.col("rank").eq_missing(pl.col("rank").shift(1)) & pl.col("launch_thread").eq_missing(
-        pl.col("launch_thread").shift(1)
+    rt = rt.sort("rank", "thread", "start_ns")
+    same_thread = pl.col("rank").eq_missing(pl.col("rank").shift(1)) & pl.col("thread").eq_missing(
+        pl.col("thread").shift(1)
     )
     spacing = pl.when(same_thread).then(pl.col("start_ns") - pl.col("start_ns").shift(1))
-    return rt.select("rank", "correlation", "launch_thread", spacing.alias("spacing_ns"))
+    return rt.select("rank", "correlation", pl.col("host_row").alias("launch_row"), spacing.alias("spacing_ns"))
 
 
 def _attach_launches(tl: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    """``tl`` with the ``launch_thread`` and ``spacing_ns`` of the launch call that has its
+    """``tl`` with the ``launch_row`` and ``spacing_ns`` of the launch call that has its
     ``(rank, correlation)``; when several do, the first in ``launches``' order (as
     ``unique(keep="first")`` then a left join would give)."""
-    cols = ["launch_thread", "spacing_ns"]
+    cols = ["launch_row", "spacing_ns"]
     if launches.height == 0:
         return tl.with_columns(pl.lit(None, launches.schema[c]).alias(c) for c in cols)
     bounds = [
@@ -143,18 +158,25 @@ def _attach_launches(tl: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     # hash join. The stable sort keeps the launches of one key in ``launches``' order, so the
     # first of each run of equal keys is the first launch call of that key.
     key = (pl.col("rank").cast(pl.Int64) * 2**32 + pl.col("correlation")).alias("_k")
-    lk = (
-        launches.select(key, *cols)
-        .filter(pl.col("_k").is_not_null())
-        .sort("_k", maintain_order=True)
-        .filter(pl.col("_k").ne_missing(pl.col("_k").shift(1)))
-        .with_columns(pl.col("_k").alias("_hit"))
-    )
-    want = tl.select(key).with_row_index("_i").sort("_k", maintain_order=True)
-    j = want.join_asof(lk, on="_k", strategy="backward", check_sortedness=False)
+    lk = _sorted_by(launches.select(key, *cols).filter(pl.col("_k").is_not_null()), "_k")
+    lk = lk.filter(pl.col("_k").ne_missing(pl.col("_k").shift(1))).with_columns(pl.col("_k").alias("_hit"))
     exact = pl.col("_hit") == pl.col("_k")  # null for ops without a correlation id
+    want = tl.select(key)
+    if want["_k"].null_count() == 0 and want["_k"].is_sorted():
+        # the ops are in key order already (one launch thread per rank, ids in time order): the
+        # as-of join keeps that order, so nothing is sorted or put back
+        j = want.join_asof(lk, on="_k", strategy="backward", check_sortedness=False)
+        return pl.concat([tl, j.select(pl.when(exact).then(pl.col(c)).alias(c) for c in cols)], how="horizontal")
+    want = want.with_row_index("_i").sort("_k", maintain_order=True)
+    j = want.join_asof(lk, on="_k", strategy="backward", check_sortedness=False)
     j = j.select("_i", *(pl.when(exact).then(pl.col(c)).alias(c) for c in cols)).sort("_i")
     return pl.concat([tl, j.drop("_i")], how="horizontal")
+
+
+def _sorted_by(df: pl.DataFrame, col: str) -> pl.DataFrame:
+    """``df`` stably sorted by the null-free column ``col``; no sort when it already is (one
+    pass to check: launches and ops often come in key order)."""
+    return df if df[col].is_sorted() else df.sort(col, maintain_order=True)
 
 
 def host_syncs(host: pl.DataFrame) -> pl.DataFrame:
@@ -163,18 +185,16 @@ def host_syncs(host: pl.DataFrame) -> pl.DataFrame:
     A synchronizing runtime call (:data:`SYNC_RE`), a runtime copy call that ran at least
     :data:`SYNC_COPY_MIN_NS`, or an event of category ``sync``.
     """
-    rt = _runtime_calls(host)
-    return _syncs(rt, rt["name"].unique())
+    calls = _host_calls(host)
+    tests = _name_tests(calls["name"], _NAME_TESTS)
+    return _syncs(calls, tests["sync"], tests["memcpy"])
 
 
-def _syncs(rt: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
-    """:func:`host_syncs` from :func:`_runtime_calls` and its distinct ``names``."""
-    is_rt = pl.col("cat") == "runtime"
-    sel = rt.filter(
-        (is_rt & pl.col("name").is_in(_names_matching(names, SYNC_RE).implode()))
-        | (is_rt & pl.col("name").is_in(_names_matching(names, "(?i)memcpy").implode()) & (pl.col("dur_ns") >= SYNC_COPY_MIN_NS))
-        | (pl.col("cat") == "sync")
-    )
+def _syncs(calls: pl.DataFrame, sync: pl.Series, memcpy: pl.Series) -> pl.DataFrame:
+    """:func:`host_syncs` from :func:`_host_calls` and, per row, whether the name matches
+    :data:`SYNC_RE` (``sync``) and contains ``memcpy`` (``memcpy``)."""
+    runtime = calls["runtime"]
+    sel = calls.filter((runtime & sync) | (runtime & memcpy & (calls["dur_ns"] >= SYNC_COPY_MIN_NS)) | ~runtime)
     return sel.select(
         "rank", "name", pl.col("start_ns").alias("sync_start_ns"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("sync_end_ns"),
@@ -199,26 +219,34 @@ def _in_graph_span(gaps: pl.DataFrame, tl: pl.DataFrame) -> pl.Series:
     return j.select("_gi", inside.alias("in_graph")).sort("_gi")["in_graph"]
 
 
-def _sync_names(gaps: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
-    """Per gap (rows of ``gaps``, in order): the host sync whose return lies in the gap (within
-    :data:`SYNC_TOL_NS`) and that began before the device ran dry, else null. The last sync
-    returning by the gap's end is tried first, then the first returning after its start."""
+def _in_graph(ops: pl.DataFrame) -> pl.Series:
+    """``in_graph`` of every timeline row (:func:`_in_graph_span`, on the rows with a gap only;
+    false elsewhere). Only called when some op is a graph kernel."""
+    at = ops.select(pl.arg_where(pl.col("gap_ns") > 0)).to_series()
+    gaps = ops.select("rank", "device", "gap_start_ns")[at].with_row_index("_gi")
+    inside = _in_graph_span(gaps, ops) if gaps.height else pl.Series("in_graph", [], pl.Boolean)
+    return _scatter(ops.height, at, inside.alias("in_graph"), False)
+
+
+def _sync_names(ops: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
+    """Per timeline row: the host sync whose return lies in the gap before it (within
+    :data:`SYNC_TOL_NS`) and that began before the device ran dry, else null (also when there
+    is no gap). The last sync returning by the gap's end is tried first, then the first
+    returning after its start."""
     good = (
         pl.col("sync_end_ns").is_not_null()
         & (pl.col("sync_end_ns") >= pl.col("gap_start_ns") - SYNC_TOL_NS)
         & (pl.col("sync_end_ns") <= pl.col("start_ns") + SYNC_TOL_NS)
         & (pl.col("sync_start_ns") <= pl.col("gap_start_ns") + SYNC_TOL_NS)
     )
-    # Only a gap whose window [gap_start − tol, start + tol] holds the return of some sync (of
-    # any rank) can pass ``good``; the joins below run on those few. A row's as-of match does
-    # not depend on the other rows, so the result is the same as over every gap.
-    ends = syncs["sync_end_ns"].drop_nulls()
-    lo = ends.search_sorted(gaps["gap_start_ns"] - SYNC_TOL_NS, side="left")
-    hi = ends.search_sorted(gaps["start_ns"] + SYNC_TOL_NS, side="right")
-    base = gaps.select("_gi", "rank", "gap_start_ns", "start_ns").filter(hi > lo)
-    out = pl.repeat(None, gaps.height, dtype=pl.String, eager=True).alias("sync_name")
-    if base.height == 0:
+    out = pl.repeat(None, ops.height, dtype=pl.String, eager=True).alias("sync_name")
+    # Only a gap whose window [gap_start − tol, start + tol] holds the return of a sync of its
+    # rank can pass ``good``; the joins below run on those few. A row's as-of match does not
+    # depend on the other rows, so the result is the same as over every gap.
+    at = _near_syncs(ops, syncs)
+    if at.len() == 0:
         return out
+    base = ops.select("rank", "gap_start_ns", "start_ns")[at].with_columns(at.alias("_gi"))
 
     def nearest(t: pl.Expr, strategy: str) -> pl.Series:
         j = base.with_columns(t.alias("_t")).sort("_t", maintain_order=True).join_asof(
@@ -228,7 +256,54 @@ def _sync_names(gaps: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
 
     back = nearest(pl.col("start_ns") + SYNC_TOL_NS, "backward")
     fwd = nearest(pl.col("gap_start_ns") - SYNC_TOL_NS, "forward")
-    return out.scatter(base["_gi"], pl.select(pl.coalesce(back, fwd)).to_series())
+    return out.scatter(at, pl.select(pl.coalesce(back, fwd)).to_series())
+
+
+def _near_syncs(ops: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
+    """The timeline rows (UInt32 indices, increasing) with a gap whose window
+    ``[gap_start_ns − SYNC_TOL_NS, start_ns + SYNC_TOL_NS]`` holds the end of a sync of the
+    same rank.
+
+    Within one (rank, device) the rows are in start order and ``gap_start_ns`` (the cover of
+    the earlier ops) never decreases, so the rows whose window holds a time ``t`` are one
+    contiguous run: from the first with ``start ≥ t − tol`` to the last with ``gap_start ≤ t +
+    tol``. Lifting each (rank, device) ``g`` by ``g × span`` (as
+    :func:`~traceroof.findings._common.group_cum_max` does; queries clamped into the span)
+    makes both columns sorted over the whole table, so two binary searches per (sync, device)
+    find each run: the work grows with the syncs, not with the rows.
+    """
+    ok = syncs.select("rank", "sync_end_ns").drop_nulls()
+    if ok.height == 0 or ops.height == 0:
+        return pl.Series([], dtype=pl.UInt32)
+    lo, hi = ops.select(
+        pl.min_horizontal(pl.col("start_ns").min(), pl.col("gap_start_ns").min()).alias("lo"),
+        pl.max_horizontal(pl.col("start_ns").max(), pl.col("gap_start_ns").max()).alias("hi"),
+    ).row(0)
+    firsts = ops.select(pl.arg_where("new_group")).to_series()
+    if ops["start_ns"].null_count() or (hi - lo + 1) * (firsts.len() + 1) >= 2**62:
+        # lifting is not possible: test every row against every sync end (of any rank)
+        ends = syncs["sync_end_ns"].drop_nulls()
+        gap_start = ops["gap_start_ns"].fill_null(ops["start_ns"]).fill_null(0)
+        lo_i = ends.search_sorted(gap_start - SYNC_TOL_NS, side="left")
+        hi_i = ends.search_sorted(ops["start_ns"].fill_null(0) + SYNC_TOL_NS, side="right")
+        return ((hi_i > lo_i) & (ops["gap_ns"] > 0)).arg_true()
+    span = hi - lo + 1
+    # (one group needs no lift)
+    lift = (pl.col("new_group").cast(pl.Int64).cum_sum() - 1) * span - lo if firsts.len() > 1 else pl.lit(-lo)
+    lifted = ops.select(pl.col("start_ns"), pl.col("gap_start_ns").fill_null(lo), lift.alias("_lift")).select(
+        (pl.col("start_ns") + pl.col("_lift")).alias("s"), (pl.col("gap_start_ns") + pl.col("_lift")).alias("g")
+    )
+    groups = ops.select("rank").gather(firsts).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
+    q = groups.join(ok, on="rank").select(
+        (pl.col("_g") * span + (pl.col("sync_end_ns") - SYNC_TOL_NS - lo).clip(0, span)).alias("a"),
+        (pl.col("_g") * span + (pl.col("sync_end_ns") + SYNC_TOL_NS - lo).clip(-1, span - 1)).alias("b"),
+    )
+    runs = pl.DataFrame([
+        lifted["s"].search_sorted(q["a"], side="left").alias("a"),
+        lifted["g"].search_sorted(q["b"], side="right").alias("b"),
+    ]).filter(pl.col("b") > pl.col("a"))
+    rows = runs.select(pl.int_ranges("a", "b", dtype=pl.UInt32).explode().unique().sort()).to_series()
+    return rows.filter(ops["gap_ns"].gather(rows) > 0)
 
 
 def _scatter(n: int, at: pl.Series, values: pl.Series, fill: object) -> pl.Series:
@@ -239,15 +314,16 @@ def _scatter(n: int, at: pl.Series, values: pl.Series, fill: object) -> pl.Serie
     return out.scatter(at, values) if at.len() else out
 
 
-def _label() -> pl.Expr:
-    """The ``label`` of the gap before each op (module docstring), from the timeline columns."""
+def _label(graphs: bool) -> pl.Expr:
+    """The ``label`` of the gap before each op (module docstring), from the timeline columns.
+    ``graphs``: some op is a graph kernel (else the ``graph`` test is left out, and the
+    timeline needs no ``in_graph`` column)."""
     launch_end = pl.col("launch_start_ns") + pl.col("launch_dur_ns")
+    label = pl.when(pl.col("gap_ns") <= 0).then(pl.lit("none", LABEL))
+    if graphs:
+        label = label.when(pl.col("graph") | pl.col("prev_graph") | pl.col("in_graph")).then(pl.lit("graph", LABEL))
     return (
-        pl.when(pl.col("gap_ns") <= 0)
-        .then(pl.lit("none", LABEL))
-        .when(pl.col("graph") | pl.col("prev_graph") | pl.col("in_graph"))
-        .then(pl.lit("graph", LABEL))
-        .when(pl.col("sync_name").is_not_null())
+        label.when(pl.col("sync_name").is_not_null())
         .then(pl.lit("sync", LABEL))
         .when(pl.col("launch_start_ns").is_null())
         .then(pl.lit("unknown", LABEL))
@@ -277,39 +353,21 @@ def _owner() -> pl.Expr:
 
 def _device_ops(ctx: FindingContext) -> pl.DataFrame:
     """:func:`~traceroof.findings._common.device_order` with the op columns the timeline reads
-    (gathered by ``op_row``) and ``prev_graph`` (the op the device finished last before this
-    one, the holder of the running max end, is a graph kernel)."""
+    (gathered by ``op_row``; ``dur_ns`` is ``end_ns − start_ns``, exactly) and ``prev_graph``
+    (the op the device finished last before this one, the holder of the running max end, is a
+    graph kernel)."""
     d = device_order(ctx)
-    extra = ctx.ops.select("dur_ns", "step", "graph", "launch_start_ns", "launch_dur_ns", "correlation")
-    ops = pl.concat([d, extra.select(pl.all().gather(d["op_row"]))], how="horizontal")
-    ops = ops.with_columns(pl.col("graph").fill_null(False))
+    extra = ctx.ops.select("step", "graph", "launch_start_ns", "launch_dur_ns", "correlation")
+    if not d["op_row"].is_sorted():  # sorted: the op table is in device order already (no gather)
+        extra = extra.select(pl.all().gather(d["op_row"]))
+    ops = pl.concat([d, extra], how="horizontal")
+    ops = ops.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"), pl.col("graph").fill_null(False))
     if not ops["graph"].any():
         return ops.with_columns(pl.lit(False).alias("prev_graph")).drop("cover_ns")
     # a device's first op always holds the running max, so the forward fill never crosses devices
     holder = pl.when(pl.col("end_ns") >= pl.col("cover_ns")).then(pl.col("graph")).forward_fill()
     prev_graph = pl.when(~pl.col("new_group")).then(holder.shift(1)).fill_null(False)
     return ops.with_columns(prev_graph.alias("prev_graph")).drop("cover_ns")
-
-
-def _gap_causes(ops: pl.DataFrame, syncs: pl.DataFrame) -> pl.DataFrame:
-    """``in_graph`` and ``sync_name`` of every timeline row (:func:`_in_graph_span`,
-    :func:`_sync_names`), computed on the rows with a gap only (others: false / null)."""
-    n = ops.height
-    at = ops.select(pl.arg_where(pl.col("gap_ns") > 0)).to_series()
-    gaps = ops.select("rank", "device", "start_ns", "gap_start_ns")
-    gaps = (gaps if at.len() == n else gaps[at]).with_row_index("_gi")
-    if gaps.height and ops["graph"].any():
-        in_graph = _in_graph_span(gaps, ops)
-    else:
-        in_graph = pl.repeat(False, gaps.height, dtype=pl.Boolean, eager=True)
-    if gaps.height and syncs.height:
-        sync_name = _sync_names(gaps, syncs)
-    else:
-        sync_name = pl.repeat(None, gaps.height, dtype=pl.String, eager=True)
-    return pl.DataFrame([
-        _scatter(n, at, in_graph.alias("in_graph"), False),
-        _scatter(n, at, sync_name.alias("sync_name"), None),
-    ])
 
 
 def timeline(ctx: FindingContext) -> pl.DataFrame:
@@ -319,7 +377,8 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
     and op: :func:`with_names`), ``rank``, ``device``, ``start_ns``, ``end_ns``, ``dur_ns``,
     ``step``, ``graph``, ``launch_start_ns``, ``launch_dur_ns``, ``correlation``, ``gap_ns``
     (idle before the op, > 0 only where the union of all earlier ops ends before it starts),
-    ``gap_start_ns``, ``prev_graph``, ``launch_thread``, ``spacing_ns`` (host launch spacing),
+    ``gap_start_ns``, ``prev_graph``, ``launch_row`` (the row in ``ctx.host`` of the op's launch
+    call, for its thread: :func:`with_launch_thread`), ``spacing_ns`` (host launch spacing),
     ``sync_name``, ``label`` (an Enum, see the module docstring; ``none`` when there is no
     gap), ``graph_step``, ``stretch`` (id, unique in the table), ``qualifies`` (the stretch is
     launch-bound) and ``owner`` (an Enum: the detector that claims the gap, or null). Times in
@@ -328,22 +387,27 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
     if "timeline" in ctx.cache:
         return ctx.cache["timeline"]
     ops = _device_ops(ctx)
-    rt = _runtime_calls(ctx.host)
-    names = rt["name"].unique()
-    ops = _attach_launches(ops, _host_launches(rt, names))
-    ops = pl.concat([ops, _gap_causes(ops, _syncs(rt, names))], how="horizontal")
-    ops = ops.with_columns(_label()).drop("in_graph")
+    graphs = bool(ops["graph"].any())
+    calls = _host_calls(ctx.host)
+    tests = _name_tests(calls["name"], _NAME_TESTS)
+    ops = _attach_launches(ops, _host_launches(calls, tests["launch"]))
+    causes = [_sync_names(ops, _syncs(calls, tests["sync"], tests["memcpy"]))]
+    if graphs:
+        causes.append(_in_graph(ops))
+    ops = ops.with_columns(*causes).with_columns(_label(graphs))
+    if graphs:
+        ops = ops.drop("in_graph")
 
     # stretches: runs of ops separated only by no gap or by launch gaps, within one step
-    graph_step = pl.col("graph").any().over("rank", "step") if ops["graph"].any() else pl.lit(False)
+    graph_step = pl.col("graph").any().over("rank", "step") if graphs else pl.lit(False)
     step_change = pl.col("step").ne_missing(pl.col("step").shift(1))
     brk = pl.col("new_group") | ~pl.col("label").is_in(["none", "launch"]) | step_change | pl.col("graph")
     # every device's first op breaks, so one running count numbers the stretches of all devices
-    ops = ops.with_columns(graph_step.alias("graph_step"), brk.alias("_brk")).drop("new_group")
-    ops = ops.with_columns(pl.col("_brk").cum_sum().alias("stretch"))
+    ops = ops.with_columns(graph_step.alias("graph_step"), brk.alias("_brk"), brk.cum_sum().alias("stretch"))
+    ops = ops.drop("new_group")
     st = stretches_of(ops)
-    ops = ops.with_columns(pl.col("stretch").is_in(st.filter("qualifies")["stretch"].implode()).alias("qualifies"))
-    ops = ops.with_columns(_owner()).drop("_brk")
+    qualifies = pl.col("stretch").is_in(st.filter("qualifies")["stretch"].implode())
+    ops = ops.with_columns(qualifies.alias("qualifies")).with_columns(_owner()).drop("_brk")
     ctx.cache["timeline"] = ops
     ctx.cache["stretches"] = st
     return ops
@@ -411,6 +475,12 @@ def with_names(ctx: FindingContext, rows: pl.DataFrame) -> pl.DataFrame:
     ``ctx.ops`` by ``op_row``: for the few rows a finding describes (the timeline carries no
     strings)."""
     return rows.with_columns(ctx.ops.select("name", "op").select(pl.all().gather(rows["op_row"])))
+
+
+def with_launch_thread(ctx: FindingContext, rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (timeline rows) with ``launch_thread``: the host thread of their launch call,
+    looked up in ``ctx.host`` by ``launch_row`` (null without a launch)."""
+    return rows.with_columns(ctx.host["thread"].gather(rows["launch_row"]).alias("launch_thread"))
 
 
 def claimed(ctx: FindingContext, owner: str) -> pl.DataFrame:

@@ -19,7 +19,7 @@ import polars as pl
 
 from . import Finding, FindingContext, register
 from ._common import by_rank, fmt_ns, plain, severity, short, wall_ns
-from ._idle import IDLE_MIN_GAP_NS, OWNER_IDLE, timeline, with_names
+from ._idle import IDLE_MIN_GAP_NS, OWNER_IDLE, timeline, with_launch_thread, with_names
 
 #: Report when the claimed idle time is at least this share of the rank's window.
 MIN_SHARE = 0.02
@@ -48,38 +48,41 @@ def detect(ctx: FindingContext) -> list[Finding]:
     return out
 
 
-def _host_events(ctx: FindingContext) -> pl.DataFrame:
-    """The host events a gap may be explained by (framework ops, annotations, runtime calls,
-    Python; ProfilerStep markers left out), narrow: ``rank, thread, name, start_ns, end_ns``.
-    Selected once per context (the host table has millions of rows)."""
-    if "idle_host_events" not in ctx.cache:
-        h = (
-            ctx.host.lazy()
-            .filter(pl.col("cat").is_in(["cpu_op", "annotation", "runtime", "python"]))
-            .select("rank", "thread", "name", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-            .collect()
-        )
-        names = h["name"].unique()
-        markers = names.filter(names.str.starts_with("ProfilerStep#"))
-        # a null name passes ``~starts_with`` as null (dropped) and ``~is_in`` likewise
-        ctx.cache["idle_host_events"] = h.filter(~pl.col("name").is_in(markers.implode()))
-    return ctx.cache["idle_host_events"]
+#: host event categories a gap may be explained by (framework ops, annotations, runtime calls, Python)
+HOST_CATEGORIES = ("cpu_op", "annotation", "runtime", "python")
 
 
-def _host_during(ctx: FindingContext, rank: int, thread: str | None, s: int, e: int) -> list[list]:
-    """Host events (framework ops, annotations, runtime calls) overlapping ``[s, e)`` on a thread,
-    largest overlap first (ProfilerStep markers left out)."""
-    h = _host_events(ctx).filter(pl.col("rank") == rank, pl.col("start_ns") < e, pl.col("end_ns") > s)
-    if thread is not None:
-        h = h.filter(pl.col("thread") == thread)
-    if h.height == 0:
+def _host_during(ctx: FindingContext, rank: int, gaps: list[tuple[str | None, int, int]]) -> list[list[list]]:
+    """Per gap ``(thread, s, e)`` of rank ``rank``: the host events (:data:`HOST_CATEGORIES`,
+    ProfilerStep markers left out) overlapping ``[s, e)`` on the thread (any thread when it is
+    None), as ``[name, overlap ns]`` of the 3 names with the largest overlap, largest first.
+
+    One pass over the host table finds the events that overlap any of the gaps, on integer
+    columns only; the category, name and thread tests run on those few rows.
+    """
+    if not gaps:
         return []
-    ov = h.with_columns(
-        (pl.min_horizontal(pl.col("end_ns"), pl.lit(e)) - pl.max_horizontal("start_ns", pl.lit(s)))
-        .alias("ov")
+    end = (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
+    overlaps_any = pl.any_horizontal([(pl.col("start_ns") < e) & (pl.col("end_ns") > s) for _, s, e in gaps])
+    near = (
+        ctx.host.select("rank", "thread", "name", "cat", "start_ns", end)
+        .filter(pl.col("rank") == rank, overlaps_any)
+        .filter(pl.col("cat").is_in(HOST_CATEGORIES), ~pl.col("name").str.starts_with("ProfilerStep#"))
     )
-    top = ov.group_by("name").agg(pl.col("ov").max()).sort(["ov", "name"], descending=[True, False]).head(3)
-    return [[short(n, 80), int(v)] for n, v in top.iter_rows()]
+    out = []
+    for thread, s, e in gaps:
+        h = near.filter(pl.col("start_ns") < e, pl.col("end_ns") > s)
+        if thread is not None:
+            h = h.filter(pl.col("thread") == thread)
+        if h.height == 0:
+            out.append([])
+            continue
+        ov = h.with_columns(
+            (pl.min_horizontal(pl.col("end_ns"), pl.lit(e)) - pl.max_horizontal("start_ns", pl.lit(s))).alias("ov")
+        )
+        top = ov.group_by("name").agg(pl.col("ov").max()).sort(["ov", "name"], descending=[True, False]).head(3)
+        out.append([[short(n, 80), int(v)] for n, v in top.iter_rows()])
+    return out
 
 
 def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | None:
@@ -89,9 +92,11 @@ def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
     if g.height == 0 or rec < MIN_SHARE * wall:
         return None
     by_cause = {c: int(v) for c, v in g.group_by("label").agg(pl.col("gap_ns").sum()).sort("label").iter_rows()}
-    largest = with_names(ctx, g.sort("gap_ns", descending=True).head(TOP_GAPS))
+    largest = with_launch_thread(ctx, with_names(ctx, g.sort("gap_ns", descending=True).head(TOP_GAPS)))
+    rows = list(largest.iter_rows(named=True))
+    hosts = _host_during(ctx, rank, [(x["launch_thread"], int(x["gap_start_ns"]), int(x["start_ns"])) for x in rows])
     described = []
-    for row in largest.iter_rows(named=True):
+    for row, host in zip(rows, hosts):
         described.append({
             "gap_ns": int(row["gap_ns"]),
             "start_ns": int(row["gap_start_ns"]),
@@ -99,7 +104,7 @@ def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
             "step": row["step"],
             "cause": row["label"],
             "next_op": short(row["op"] or row["name"], 80),
-            "host": _host_during(ctx, rank, row["launch_thread"], int(row["gap_start_ns"]), int(row["start_ns"])),
+            "host": host,
         })
     big = described[0]
     host_cause = by_cause.get("host", 0) + by_cause.get("launch", 0)

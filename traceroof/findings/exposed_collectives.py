@@ -95,10 +95,11 @@ def _overlap(s: int, e: int, u: list[tuple[int, int]], starts: list[int]) -> int
 @register("exposed_collectives")
 def detect(ctx: FindingContext) -> list[Finding]:
     """Exposed-communication findings, one per (rank, collective type, message size, group)."""
-    ops = ctx.ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-    coll = ops.filter(kind_str() == "collective")
-    if coll.height == 0:
+    # ``kind`` compared as it is (an Enum: integer codes), not cast to strings row by row
+    if not (ctx.ops["kind"] == "collective").any():
         return []
+    ops = ctx.ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    coll = ops.filter(pl.col("kind") == "collective")
     out: list[Finding] = []
     have = set(coll["rank"].unique().to_list())
     for rank, r in by_rank(ops):

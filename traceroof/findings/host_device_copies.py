@@ -137,18 +137,28 @@ def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], tuple[pl.Series
     device order for every rank."""
     if "copy_blockers" not in ctx.cache:
         d = device_order(ctx)
-        kind = ctx.ops["kind"].gather(d["op_row"])
+        kind = ctx.ops["kind"]
+        if not d["op_row"].is_sorted():  # sorted: the op table is in device order already
+            kind = kind.gather(d["op_row"])
         devs = ctx.ops.filter(pl.col("kind") == "memcpy").select("rank", "device").unique()
         # a filter of the device order stays sorted by (rank, device, start_ns)
         kern = d.filter((kind != "memcpy") & (kind != "memset"))
         if devs.height < int(d["new_group"].sum()):  # some devices hold no copy: leave them out
             kern = kern.join(devs, on=["rank", "device"], how="semi", maintain_order="left")
-        u = sorted_union(kern, by=["rank", "device"])
-        ctx.cache["copy_blockers"] = {
-            (r, dv): (g["start_ns"], g["end_ns"])
-            for (r, dv), g in u.partition_by(["rank", "device"], as_dict=True).items()
-        }
+        ctx.cache["copy_blockers"] = _by_device(sorted_union(kern, by=["rank", "device"]))
     return ctx.cache["copy_blockers"]
+
+
+def _by_device(u: pl.DataFrame) -> dict[tuple[int, int], tuple[pl.Series, pl.Series]]:
+    """``{(rank, device): (starts, ends)}`` of an interval table sorted by ``(rank, device)``:
+    each pair's rows are one contiguous run, taken as a zero-copy slice (no partition)."""
+    new = (pl.col("rank").ne_missing(pl.col("rank").shift(1)) | pl.col("device").ne_missing(pl.col("device").shift(1)))
+    firsts = u.select(pl.arg_where(new.fill_null(True))).to_series().to_list()
+    out = {}
+    for a, b in zip(firsts, [*firsts[1:], u.height]):
+        g = u.slice(a, b - a)
+        out[(g["rank"][0], g["device"][0])] = (g["start_ns"], g["end_ns"])
+    return out
 
 
 def _blockers_near(
