@@ -209,33 +209,11 @@ def shapes_by_external_id(host: pl.DataFrame) -> pl.DataFrame:
     return host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[rows]
 
 
-_KEYS_MEMO: list[tuple[pl.DataFrame, tuple[pl.DataFrame, pl.DataFrame]]] = []
-
-
-def shape_keys(host: pl.DataFrame, external_ids: pl.Series | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def shape_keys(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """:func:`shapes_by_external_id` with the text replaced by an integer key: ``(rank,
     external_id, _skey)`` and the key table ``(_skey, input_dims, input_types,
     concrete_inputs)`` (one row per distinct shape), so the op table is joined on integers
-    and the recorded text is looked at once per distinct shape.
-
-    The last whole host table's result is kept, so the costing and the detectors of one
-    analysis compute it once. ``external_ids``: only these framework ops are needed (a
-    detector looking at a few kernels when the costs came from a cache); the host events of
-    other ids are skipped, unless the whole table's result is at hand. The picked shapes are
-    the same either way (each id's innermost ``cpu_op`` is among its own events); only the
-    ``_skey`` numbering differs.
-    """
-    for h, out in _KEYS_MEMO:
-        if h is host:
-            return out
-    if external_ids is not None:
-        return _shape_keys(host.filter(pl.col("external_id").is_in(external_ids.drop_nulls().unique().implode())))
-    out = _shape_keys(host)
-    _KEYS_MEMO[:] = [(host, out)]
-    return out
-
-
-def _shape_keys(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    and the recorded text is looked at once per distinct shape."""
     sh = shapes_by_external_id(host)
     sk = ["input_dims", "input_types", "concrete_inputs"]
     keys = sh.select(sk).unique(maintain_order=True).with_row_index("_skey")

@@ -41,7 +41,6 @@ from typing import Any
 import polars as pl
 
 from .. import costs
-from ..costing import shape_keys
 from . import Finding, FindingContext, register
 from ._common import busy_ns, fmt_bytes, fmt_ns, plain, severity, short, wall_ns
 
@@ -120,9 +119,9 @@ def _fused_estimate(chains: pl.DataFrame, bw: float, floor: float) -> pl.DataFra
 
     ``min``/``max`` are written as ``when(b < a).then(b).otherwise(a)``: Python's ``min(a, b)``
     / ``max(a, b)`` (the first argument unless the second is strictly smaller / larger), so
-    every value is the float the per-chain formula gives. The division is done in Python:
+    every value is the float the per-chain formula gives. The division is by a column of ``bw``:
     polars divides by a scalar by multiplying with its reciprocal, which can differ in the last
-    bit.
+    bit from Python's ``b / bw``; column by column it divides.
     """
     has_shapes = pl.col("shapes_bytes").is_not_null()
     fb, moved, rec = pl.col("fused_bytes"), pl.col("moved"), pl.col("rec")
@@ -130,9 +129,11 @@ def _fused_estimate(chains: pl.DataFrame, bw: float, floor: float) -> pl.DataFra
         pl.when(has_shapes).then(pl.col("shapes_bytes")).otherwise(pl.col("largest")).alias("fused_bytes"),
         pl.when(has_shapes).then(pl.lit("shapes")).otherwise(pl.lit("largest_member")).alias("method"),
     ).with_columns(pl.when(moved < fb).then(moved).otherwise(fb).alias("fused_bytes"))
-    fused_ns = [max(b / bw * 1e9, floor) for b in chains["fused_bytes"].to_list()]
+    roof = (fb / pl.col("_bw")) * 1e9
     return (
-        chains.with_columns(pl.Series("fused_ns", fused_ns, dtype=pl.Float64))
+        chains.with_columns(pl.repeat(bw, chains.height, dtype=pl.Float64, eager=True).alias("_bw"))
+        .with_columns(pl.when(pl.lit(floor) > roof).then(pl.lit(floor)).otherwise(roof).alias("fused_ns"))
+        .drop("_bw")
         .with_columns((pl.col("measured") - pl.col("fused_ns")).alias("rec"))
         .with_columns(pl.when(pl.lit(0.0) > rec).then(pl.lit(0.0)).otherwise(rec).alias("rec"))
     )
@@ -140,7 +141,8 @@ def _fused_estimate(chains: pl.DataFrame, bw: float, floor: float) -> pl.DataFra
 
 def eligible_expr(fused: pl.Expr) -> pl.Expr:
     """Eligibility of one device op as a run member (see the module docstring); ``fused``: the
-    op is a compiler-fused kernel (:func:`_kernel_codes`)."""
+    op is a compiler-fused kernel (:func:`_kernel_codes`); with ``pl.lit(False)``, every
+    condition but that name check."""
     return (
         # ``kind`` is an Enum: ``is_in`` compares categories, without making a string per row
         pl.col("kind").is_in(list(KINDS))
@@ -181,32 +183,64 @@ def _kernel_codes(ops: pl.DataFrame) -> tuple[pl.Series, pl.Series, pl.Series, p
     return name_c, names, op_c, op_names, fused
 
 
-def _join_shape_keys(el: pl.DataFrame, ids: pl.DataFrame) -> pl.DataFrame:
-    """``el`` with ``skey``: the ``_skey`` of ``ids`` (:func:`traceroof.costing.shape_keys`,
-    one row per ``(rank, external_id)``) on the same ``(rank, external_id)``, null if none; a
-    left join, rows and order of ``el`` kept.
+def _pair_key(el: pl.DataFrame) -> pl.Expr | None:
+    """An Int64 expression packing ``(rank, external_id)`` into one integer ordered as the pair,
+    for pairs whose External id is one of ``el``'s and rank within ``el``'s range (null where
+    either is null); None when ``el`` has no such pair.
 
-    Only the host rows of ``el``'s External ids take part, and when the ids span a small
-    enough range the two keys are packed into one integer (``rank`` offset × span + External
-    id offset: distinct pairs give distinct integers, a null in either gives null, which
-    matches nothing, as in the two-key join); a one-key join is about twice as fast.
+    ``(rank − r0) · span + (External id − e0)`` with ``span`` the External ids' range, or, when
+    that could overflow, the rank of the External id among ``el``'s distinct ids instead of its
+    offset. Distinct pairs give distinct integers.
     """
-    ids = ids.filter(pl.col("external_id").is_in(el["external_id"].unique().implode())).rename({"_skey": "skey"})
     lo = el.select(pl.col("rank").min().alias("r0"), pl.col("external_id").min().alias("e0"),
                    pl.col("rank").max().alias("r1"), pl.col("external_id").max().alias("e1")).row(0, named=True)
-    if ids.height == 0 or lo["e0"] is None or lo["r0"] is None:
-        return el.with_columns(pl.lit(None, dtype=ids.schema["skey"]).alias("skey"))
-    # ids now hold only External ids of el, so el's range bounds both
+    if lo["e0"] is None or lo["r0"] is None:
+        return None
     span = lo["e1"] - lo["e0"] + 1
+    ext = pl.col("external_id") - lo["e0"]
     if (lo["r1"] - lo["r0"] + 1) * span >= 1 << 62:
-        return el.join(ids, on=["rank", "external_id"], how="left", maintain_order="left")
+        ids = el["external_id"].drop_nulls().unique().sort()
+        span, ext = ids.len(), pl.lit(ids).search_sorted(pl.col("external_id")).cast(pl.Int64)
+    return (pl.col("rank").cast(pl.Int64) - lo["r0"]) * span + ext
 
-    def packed(df: pl.DataFrame) -> pl.DataFrame:
-        key = (pl.col("rank").cast(pl.Int64) - lo["r0"]) * span + (pl.col("external_id") - lo["e0"])
-        return df.with_columns(key.alias("_key"))
 
-    right = packed(ids).filter(pl.col("rank").is_between(lo["r0"], lo["r1"])).select("_key", "skey")
-    return packed(el).join(right, on="_key", how="left", maintain_order="left").drop("_key")
+def _shape_keys_of(host: pl.DataFrame, el: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
+    """The recorded shapes of the framework op of each row of ``el`` (``rank``,
+    ``external_id``): ``(skey, keys)``, ``skey`` (UInt32, null: none recorded) a row of the key
+    table ``keys`` = ``(_skey, input_dims, input_types, concrete_inputs)``, one row per distinct
+    shape, as :func:`traceroof.costing.shape_keys` gives them (numbered differently).
+
+    A framework op is the ``cpu_op`` event with that ``(rank, External id)``; of several, the
+    one that started last, the innermost (:func:`traceroof.host.innermost_cpu_ops`). Only the
+    host events of ``el``'s External ids are looked at, integer tests first (the ``cat`` text
+    is compared on those rows only); sorted by ``(pair key, start)`` (:func:`_pair_key`), each
+    key's innermost event is its last, and ``el`` finds its key by binary search. The text is
+    taken with one boolean filter over ``host`` (cheaper than a gather on its chunked text
+    columns) and compared once per event (:func:`_codes`).
+    """
+    text_cols = ["input_dims", "input_types", "concrete_inputs"]
+    key = _pair_key(el)
+    if key is None:
+        keys = host.select(text_cols).clear().with_row_index("_skey")
+        return pl.Series("skey", [None] * el.height, dtype=pl.UInt32), keys
+    r0, r1 = el["rank"].min(), el["rank"].max()
+    ev = (
+        host.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"), "rank", "external_id", "start_ns", "cat")
+        .filter(pl.col("external_id").is_in(el["external_id"].drop_nulls().unique().implode()))
+        .filter(pl.col("cat") == "cpu_op", pl.col("rank").is_between(r0, r1))
+        .select("_row", key.alias("_key"), "start_ns")
+        .sort("_key", "start_ns", maintain_order=True)
+        .filter(pl.col("_key") != pl.col("_key").shift(-1).fill_null(-1))
+    )
+    picked = pl.zeros(host.height, dtype=pl.Boolean, eager=True).scatter(ev["_row"], True)
+    # the filtered rows are in host order: the codes go back to ev's (key) order by its rows' ranks
+    codes, keys = _codes(host.select(text_cols).filter(picked))
+    codes = pl.zeros(ev.height, dtype=pl.UInt32, eager=True).scatter(ev["_row"].arg_sort(), codes)
+    q = el.select(key.alias("_key"))["_key"]
+    pos = ev["_key"].search_sorted(q).clip(upper_bound=max(ev.height - 1, 0))
+    hit = (ev["_key"].gather(pos) == q).fill_null(False) if ev.height else pl.repeat(False, el.height, eager=True)
+    skey = pl.select(pl.when(pl.lit(hit)).then(pl.lit(codes).gather(pl.lit(pos)))).to_series().alias("skey")
+    return skey, keys.with_row_index("_skey")
 
 
 @dataclass(frozen=True)
@@ -218,8 +252,8 @@ class Runs:
     (ns), ``new_member`` (the kernel starts a new framework-op member: its External id is
     unknown or differs from the previous kernel's), ``name_c`` / ``op_c`` (codes of its kernel
     name and framework op: rows of ``names`` / ``op_names``) and ``skey`` (the ``_skey`` of
-    ``shape_keys`` with the recorded ``input_dims``, ``input_types``, ``concrete_inputs`` of
-    its framework op; null if none).
+    the row of ``shape_keys`` with the recorded ``input_dims``, ``input_types``,
+    ``concrete_inputs`` of its framework op, :func:`_shape_keys_of`; null if none).
     """
 
     kernels: pl.DataFrame
@@ -232,15 +266,24 @@ def find_runs(ctx: FindingContext) -> Runs | None:
     """All runs of ≥ :data:`MIN_KERNELS` eligible kernels (None: no run)."""
     if ctx.ops.height == 0:
         return None
-    name_c, names, op_c, op_names, fused = _kernel_codes(ctx.ops)
+    n = ctx.ops.height
+    # candidates: ops eligible but for the name check (integer and enum predicates); the kernel
+    # names and framework ops, long strings, are encoded on these rows only
+    cand = ctx.ops.select(eligible_expr(pl.lit(False))).to_series().arg_true()
+    if cand.len() == 0:
+        return None
+    name_c, names, op_c, op_names, fused = _kernel_codes(ctx.ops.select("name", "op")[cand])
+    elig = pl.zeros(n, dtype=pl.Boolean, eager=True).scatter(cand.filter(~fused), True)
+    # per op row (0 where not a candidate: such an op is in no run)
+    name_c = pl.zeros(n, dtype=pl.UInt32, eager=True).scatter(cand, name_c)
+    op_c = pl.zeros(n, dtype=pl.UInt32, eager=True).scatter(cand, op_c)
     g = ["rank", "device", "stream"]
     # runs are found on a narrow numeric frame (the sort moves no text); the codes and bytes of
     # the kernels in runs are gathered afterwards by row index. Eager steps: the streaming
     # engine is slower on this chain of order-dependent steps (sort, shift, cum_sum).
-    ops = ctx.ops.with_columns(fused.alias("_fused")).select(
+    ops = ctx.ops.select(
         pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"), "rank", "device", "stream", "dur_ns", "start_ns",
-        "step", "external_id", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        eligible_expr(pl.col("_fused")).alias("elig"),
+        "step", "external_id", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), pl.lit(elig).alias("elig"),
     ).sort(*g, "start_ns", maintain_order=True)
     # sorted by (rank, device, stream): the previous row is the previous kernel of the stream
     # unless the stream changes there
@@ -259,18 +302,34 @@ def find_runs(ctx: FindingContext) -> Runs | None:
         .with_columns(pl.col("_brk").cast(pl.Int64).cum_sum().alias("run"),
                       (pl.col("_brk") | ~same_ext).alias("new_member"))
         .filter("elig")
-        .filter(pl.len().over("run") >= MIN_KERNELS)
+        # runs are consecutive: a kernel's run length is its rle group's
+        .filter(pl.col("run").rle().struct.field("len").gather(pl.col("run").rle_id()) >= MIN_KERNELS)
         # the kept runs are consecutive: number them 0, 1, 2 ...
         .select(pl.col("run").rle_id(), "rank", "stream", "step", "dur_ns", "start_ns", "end_ns",
                 "external_id", "new_member", "_i")
     )
     if el.height == 0:
         return None
-    ids, keys = shape_keys(ctx.host, el["external_id"])
-    el = _join_shape_keys(el, ids)
+    skey, keys = _shape_keys_of(ctx.host, el)
+    el = el.with_columns(skey)
     el = el.with_columns(ctx.ops["bytes"].gather(el["_i"]), name_c.gather(el["_i"]).alias("name_c"),
                          op_c.gather(el["_i"]).alias("op_c")).drop("_i", "external_id")
     return Runs(el, names, op_names, keys)
+
+
+def _token(k: pl.DataFrame, runs: Runs) -> pl.Series:
+    """Per kernel of ``k`` (:attr:`Runs.kernels`): one integer that is equal for two kernels
+    exactly when their ``(name_c, op_c, skey, new_member)`` are: the four packed by mixed radix
+    (UInt64; ``skey`` + 1, 0 for null), or their :func:`_codes` where that could overflow."""
+    radix = [runs.names.len(), runs.op_names.len(), runs.shape_keys.height + 1, 2]
+    if radix[0] * radix[1] * radix[2] * radix[3] >= 1 << 63:
+        return _codes(k.select("name_c", "op_c", "skey", "new_member"))[0]
+    digits = [pl.col("name_c"), pl.col("op_c"), (pl.col("skey").cast(pl.UInt64) + 1).fill_null(0),
+              pl.col("new_member")]
+    tok = pl.lit(0, dtype=pl.UInt64)
+    for d, r in zip(digits, radix):
+        tok = tok * r + d.cast(pl.UInt64)
+    return k.select(tok).to_series()
 
 
 def find_chains(ctx: FindingContext) -> tuple[pl.DataFrame, list[_Part], list[tuple]] | None:
@@ -291,9 +350,8 @@ def find_chains(ctx: FindingContext) -> tuple[pl.DataFrame, list[_Part], list[tu
     if runs is None:
         return None
     k = runs.kernels
-    tok, _ = _codes(k.select("name_c", "op_c", "skey", "new_member"))
     per_run = (
-        k.with_columns(tok.alias("_tok"))
+        k.with_columns(_token(k, runs).alias("_tok"))
         .group_by("run", maintain_order=True)
         .agg(pl.col("rank", "stream", "step").first(), pl.len().alias("n"), pl.col("_tok"))
     )
