@@ -105,7 +105,8 @@ def analyze(
     inconsistencies: list[dict[str, Any]] = []
 
     # HFU against the peak of the dtype that carries most matrix FLOPs
-    mat = ops.filter(pl.col("kind").cast(pl.String).is_in(list(MATRIX_KINDS)), pl.col("flops").is_not_null())
+    mat = ops.select("kind", "flops", "peak_dtype").filter(pl.col("kind").is_in(list(MATRIX_KINDS)),
+                                                        pl.col("flops").is_not_null())
     dom = (
         mat.group_by("peak_dtype").agg(pl.col("flops").sum()).sort("flops", descending=True)["peak_dtype"][0]
         if mat.height
@@ -136,9 +137,14 @@ def analyze(
         )
         hfu = None
     summary["hfu"] = hfu
-    costed = ops.filter(pl.col("expected_ns").is_not_null())
+    # only the two sums: filtering the whole table would copy its text columns
+    n_costed, exp_ns, costed_dur_ns = ops.select(
+        pl.col("expected_ns").is_not_null().sum().alias("n"),
+        pl.col("expected_ns").filter(pl.col("expected_ns").is_not_null()).sum().alias("expected"),
+        pl.col("dur_ns").filter(pl.col("expected_ns").is_not_null()).sum().alias("measured"),
+    ).row(0)
     summary["roofline_efficiency"] = (
-        float(costed["expected_ns"].sum()) / float(costed["dur_ns"].sum()) if costed.height and costed["dur_ns"].sum() else None
+        float(exp_ns) / float(costed_dur_ns) if n_costed and costed_dur_ns else None
     )
     summary["roofline_efficiency_covers"] = cov.costed_share
     steps = _per_step_utilization(steps, peak, model_flops_per_step, n_devices or trace.meta.world_size or max(len(trace.meta.ranks), 1))
