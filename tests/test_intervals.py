@@ -89,3 +89,51 @@ def test_subtract_by_bisection_covers_exactly_a_minus_b(a, b):
     # disjoint, sorted, non-empty pieces
     assert all(s < e for s, e in got) and all(x[1] <= y[0] for x, y in zip(got, got[1:]))
     assert _points(subtract(ua, ub)) == _points(ua) - _points(ub)
+
+
+def _oracle_length(rows: list[tuple[int, int, int, int]]) -> dict[tuple[int, int], int]:
+    """Union length per (a, b) group from the sweep oracle."""
+    out: dict[tuple[int, int], int] = {}
+    for a, b, s, e in _oracle(rows):
+        out[(a, b)] = out.get((a, b), 0) + (e - s)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(interval_rows, st.booleans())
+def test_union_lengths_of_several_subsets_equal_the_sweep_of_each(rows, far) -> None:
+    """``union_lengths`` sweeps every subset in one pass; each column must be the length of
+    that subset's own union (the sweep oracle), per group, 0 where the group has none of it.
+    ``far`` adds an interval 2**61 ns away, which turns the offset trick off (the fallback)."""
+    if far:
+        rows = [*rows, (9, 9, 2**61, 2**61 + 5)]
+    df = _frame(rows)
+    sets = {"all": pl.lit(True), "even": pl.col("start_ns") % 2 == 0, "long": (pl.col("end_ns") - pl.col("start_ns")) > 100}
+    got = iv.union_lengths(df, sets, by=["a", "b"])
+    keys = sorted({(a, b) for a, b, _, _ in rows})
+    assert [(a, b) for a, b in got.select("a", "b").iter_rows()] == keys
+    for name, keep in (("all", lambda s, e: True), ("even", lambda s, e: s % 2 == 0), ("long", lambda s, e: e - s > 100)):
+        want = _oracle_length([r for r in rows if keep(r[2], r[3])])
+        assert got[name].to_list() == [want.get(k, 0) for k in keys], name
+
+
+@settings(max_examples=300, deadline=None)
+@given(interval_rows)
+def test_sorted_union_and_busy_time_equal_the_sweep(rows) -> None:
+    """The detectors' union over a device-ordered table (one running maximum lifted per
+    group, no group-by) and the busy time summed from its growth, against the sweep."""
+    from traceroof.findings import FindingContext
+    from traceroof.findings._common import busy_ns, device_order, sorted_union
+
+    df = _frame(rows).rename({"a": "rank", "b": "device"}).with_columns(
+        pl.col("rank").cast(pl.Int32), pl.col("device").cast(pl.Int32),
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+    ctx = FindingContext(ops=df, host=pl.DataFrame(), steps=pl.DataFrame(), chip=None, meta=None)
+    d = device_order(ctx)
+    got = sorted_union(d.select("rank", "device", "start_ns", "end_ns"), ["rank", "device"])
+    assert [tuple(r) for r in got.iter_rows()] == _oracle(rows)
+    per_rank: dict[int, int] = {}
+    for (r, _), n in _oracle_length(rows).items():
+        per_rank[r] = per_rank.get(r, 0) + n
+    for r in range(3):
+        assert busy_ns(ctx, r) == per_rank.get(r, 0)
