@@ -119,21 +119,39 @@ def test_union_lengths_of_several_subsets_equal_the_sweep_of_each(rows, far) -> 
 
 @settings(max_examples=300, deadline=None)
 @given(interval_rows)
-def test_sorted_union_and_busy_time_equal_the_sweep(rows) -> None:
-    """The detectors' union over a device-ordered table (one running maximum lifted per
-    group, no group-by) and the busy time summed from its growth, against the sweep."""
+def test_device_order_cover_and_busy_time_equal_the_sweep(rows) -> None:
+    """The detectors' device order (a running maximum of the ends per rank/device, lifted
+    per group instead of a window) and the busy time summed from its growth, against plain
+    Python: the cover of each op is the latest end of its rank/device so far, and the busy
+    time the sweep union's length."""
     from traceroof.findings import FindingContext
-    from traceroof.findings._common import busy_ns, device_order, sorted_union
+    from traceroof.findings._common import busy_ns, device_order
 
     df = _frame(rows).rename({"a": "rank", "b": "device"}).with_columns(
         pl.col("rank").cast(pl.Int32), pl.col("device").cast(pl.Int32),
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     ctx = FindingContext(ops=df, host=pl.DataFrame(), steps=pl.DataFrame(), chip=None, meta=None)
     d = device_order(ctx)
-    got = sorted_union(d.select("rank", "device", "start_ns", "end_ns"), ["rank", "device"])
-    assert [tuple(r) for r in got.iter_rows()] == _oracle(rows)
+    cover: dict[tuple[int, int], int] = {}
+    want = []
+    for a, b, _, e in sorted(rows):
+        cover[(a, b)] = max(cover.get((a, b), e), e)
+        want.append(cover[(a, b)])
+    assert d["cover_ns"].to_list() == want
     per_rank: dict[int, int] = {}
     for (r, _), n in _oracle_length(rows).items():
         per_rank[r] = per_rank.get(r, 0) + n
     for r in range(3):
         assert busy_ns(ctx, r) == per_rank.get(r, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(interval_rows, st.booleans())
+def test_union_of_an_already_sorted_frame_equals_the_sweep(rows, far) -> None:
+    """``union_sorted`` skips the sort for a frame kept in (group, start) order; ``far`` (an
+    interval 2**61 ns away) takes the per-group window path instead of the offset trick."""
+    if far:
+        rows = [*rows, (9, 9, 2**61, 2**61 + 5)]
+    df = _frame(rows).sort("a", "b", "start_ns")
+    got = iv.union_sorted(df, by=["a", "b"])
+    assert [tuple(r) for r in got.iter_rows()] == _oracle(rows)

@@ -140,26 +140,6 @@ def device_order(ctx: FindingContext) -> pl.DataFrame:
     return d
 
 
-def sorted_union(d: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """The union of the ``[start_ns, end_ns)`` intervals of ``d`` per ``by`` group, for a frame
-    already sorted by ``(*by, start_ns)`` (a filter of :func:`device_order` is): no sort, no
-    group-by. Columns ``*by, start_ns, end_ns``: disjoint, sorted intervals, the same as
-    :func:`traceroof.intervals.union` gives (touching intervals merge), ns.
-    """
-    if d.height == 0:
-        return pl.DataFrame(schema={**{b: d.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    new_group = pl.any_horizontal([pl.col(b).ne_missing(pl.col(b).shift(1)) for b in by]).fill_null(True)
-    d = d.select(*by, "start_ns", "end_ns", new_group.alias("_new"))
-    d = d.with_columns(group_cum_max("end_ns", pl.col("_new"), *_bounds(d, "_new")).alias("_cover"))
-    # a merged interval starts where an op starts past the cover of the earlier ones and ends
-    # at the cover of its last op (the row before the next merged interval starts)
-    first = pl.col("_new") | (pl.col("start_ns") > pl.col("_cover").shift(1))
-    d = d.with_columns(first.alias("_first"))
-    starts = d.filter("_first").select(*by, "start_ns")
-    ends = d.filter(pl.col("_first").shift(-1, fill_value=True)).select(pl.col("_cover").alias("end_ns"))
-    return pl.concat([starts, ends], how="horizontal")
-
-
 def busy_ns(ctx: FindingContext, rank: int) -> int:
     """Device busy time of a rank: the union of its device ops' intervals (all streams, summed
     over its devices), ns."""

@@ -22,6 +22,7 @@ from collections import Counter
 
 import polars as pl
 
+from .. import intervals as iv
 from . import Finding, FindingContext, register
 from ._common import (
     by_rank,
@@ -32,7 +33,6 @@ from ._common import (
     plain,
     severity,
     short,
-    sorted_union,
     subtract,
     subtract_sorted,
     total,
@@ -141,11 +141,11 @@ def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], tuple[pl.Series
         if not d["op_row"].is_sorted():  # sorted: the op table is in device order already
             kind = kind.gather(d["op_row"])
         devs = ctx.ops.filter(pl.col("kind") == "memcpy").select("rank", "device").unique()
-        # a filter of the device order stays sorted by (rank, device, start_ns)
         kern = d.filter((kind != "memcpy") & (kind != "memset"))
         if devs.height < int(d["new_group"].sum()):  # some devices hold no copy: leave them out
             kern = kern.join(devs, on=["rank", "device"], how="semi", maintain_order="left")
-        ctx.cache["copy_blockers"] = _by_device(sorted_union(kern, by=["rank", "device"]))
+        # a filter of the device order stays sorted by (rank, device, start_ns)
+        ctx.cache["copy_blockers"] = _by_device(iv.union_sorted(kern, by=["rank", "device"]))
     return ctx.cache["copy_blockers"]
 
 
