@@ -10,6 +10,7 @@ proportion to their durations (and the coverage summary says how many ops were s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -130,7 +131,7 @@ class Costed:
     model_id: str
     columns: pl.DataFrame
     coverage: Coverage
-    ops: pl.DataFrame | None = None
+    ops: pl.DataFrame
 
 
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
@@ -237,11 +238,10 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ``(ops, coverage)``: the op table with :data:`COST_COLUMNS` filled.
     """
     pre = trace.costed
-    if (pre is not None and pre.ops is trace.ops and pre.model_id == cost_model_id()
-            and pre.columns.height == trace.ops.height):
+    if pre is not None and pre.ops is trace.ops and pre.model_id == cost_model_id():
         # one chunk, as compute_costs leaves it: float sums then add in the same order
         ops = trace.ops.with_columns(pre.columns.select(COST_COLUMNS)).rechunk()
-        return ops, Coverage.from_json(pre.coverage.to_json())
+        return ops, copy.deepcopy(pre.coverage)
     return compute_costs(trace)
 
 
