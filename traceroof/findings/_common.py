@@ -41,6 +41,27 @@ def end_expr() -> pl.Expr:
     return (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
 
 
+def name_tests(names: pl.Series, patterns: dict[str, str]) -> dict[str, pl.Series]:
+    """Per row of ``names``: whether its name contains each regex of ``patterns`` (a Boolean
+    Series per key; false for a null name).
+
+    Each regex runs once per distinct name, not once per row (host tables repeat a few hundred
+    names across millions of rows). The rows are then matched to the matching names by their
+    64-bit hash: an integer ``is_in`` per pattern instead of a string one (several times
+    cheaper). Exact: the hashes of the distinct names (a null included) are checked to differ,
+    so a row's hash is in a set of hashes only if its name is in the set of names; when two
+    distinct names share a hash, the strings are compared instead.
+    """
+    distinct = names.unique()
+    hashes = distinct.hash()
+    by_hash = hashes.n_unique() == distinct.len()
+    rows, keys = (names.hash(), hashes) if by_hash else (names, distinct)
+    return {
+        k: rows.is_in(keys.filter(distinct.str.contains(p).fill_null(False)).implode()).fill_null(False)
+        for k, p in patterns.items()
+    }
+
+
 def windows(ctx: FindingContext) -> dict[int, tuple[int, int]]:
     """Per rank: ``(first device-op start, last device-op end)`` in ns.
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import FindingContext
-from ._common import device_order
+from ._common import device_order, name_tests
 
 #: Longest host-side spacing between two consecutive launch calls on one thread for the
 #: host to count as "busy launching" (eager PyTorch spends ~5-50 µs of framework overhead per op).
@@ -74,28 +74,7 @@ LABEL = pl.Enum(["graph", "host", "launch", "none", "sync", "unknown", "wait"])
 OWNER = pl.Enum(sorted([OWNER_IDLE, OWNER_LAUNCH, OWNER_SYNC]))
 
 
-def _name_tests(names: pl.Series, patterns: dict[str, str]) -> dict[str, pl.Series]:
-    """Per row of ``names``: whether its name contains each regex of ``patterns`` (a Boolean
-    Series per key; false for a null name).
-
-    Each regex runs once per distinct name, not once per row (host tables repeat a few hundred
-    names across millions of rows). The rows are then matched to the matching names by their
-    64-bit hash: an integer ``is_in`` per pattern instead of a string one (several times
-    cheaper). Exact: the hashes of the distinct names (a null included) are checked to differ,
-    so a row's hash is in a set of hashes only if its name is in the set of names; when two
-    distinct names share a hash, the strings are compared instead.
-    """
-    distinct = names.unique()
-    hashes = distinct.hash()
-    by_hash = hashes.n_unique() == distinct.len()
-    rows, keys = (names.hash(), hashes) if by_hash else (names, distinct)
-    return {
-        k: rows.is_in(keys.filter(distinct.str.contains(p).fill_null(False)).implode()).fill_null(False)
-        for k, p in patterns.items()
-    }
-
-
-#: the name tests the timeline needs (:func:`_name_tests`)
+#: the name tests the timeline needs (:func:`~traceroof.findings._common.name_tests`)
 _NAME_TESTS = {"launch": LAUNCH_RE, "sync": SYNC_RE, "memcpy": "(?i)memcpy"}
 
 
@@ -186,7 +165,7 @@ def host_syncs(host: pl.DataFrame) -> pl.DataFrame:
     :data:`SYNC_COPY_MIN_NS`, or an event of category ``sync``.
     """
     calls = _host_calls(host)
-    tests = _name_tests(calls["name"], _NAME_TESTS)
+    tests = name_tests(calls["name"], _NAME_TESTS)
     return _syncs(calls, tests["sync"], tests["memcpy"])
 
 
@@ -389,7 +368,7 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
     ops = _device_ops(ctx)
     graphs = bool(ops["graph"].any())
     calls = _host_calls(ctx.host)
-    tests = _name_tests(calls["name"], _NAME_TESTS)
+    tests = name_tests(calls["name"], _NAME_TESTS)
     ops = _attach_launches(ops, _host_launches(calls, tests["launch"]))
     causes = [_sync_names(ops, _syncs(calls, tests["sync"], tests["memcpy"]))]
     if graphs:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import by_rank, busy_ns, fmt_ns, plain, severity, short, wall_ns
+from ._common import by_rank, busy_ns, fmt_ns, name_tests, plain, severity, short, wall_ns
 
 #: Report a group when it gives back at least this share of the rank's device busy time.
 MIN_SHARE_OF_BUSY = 0.005
@@ -43,9 +43,7 @@ def detect(ctx: FindingContext) -> list[Finding]:
     )
     # the kernel-name regex runs once per distinct name of the few rows left (a null name is
     # no tensor-core kernel)
-    names = ops["name"].unique().drop_nulls()
-    tensor_core = names.filter(names.str.contains(TENSOR_CORE_RE))
-    ops = ops.filter(~pl.col("name").is_in(tensor_core.implode()).fill_null(False))
+    ops = ops.filter(~name_tests(ops["name"], {"tc": TENSOR_CORE_RE})["tc"])
     if ops.height == 0:
         return []
     new = pl.max_horizontal(pl.col("dur_ns") * ratio, pl.col("memory_ns").fill_null(0.0))
