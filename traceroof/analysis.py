@@ -239,7 +239,7 @@ def analyze(
     kernel_ns = cov.device_ns
     coverage_d = {
         "device_time_ns": kernel_ns,
-        "by_source_ns": cov.by_source_ns,
+        "by_source_ns": dict(sorted(cov.by_source_ns.items())),
         "costed_share": cov.costed_share,
         "shapes_share": cov.share("shapes"),
         "trace_share": cov.share("trace"),
