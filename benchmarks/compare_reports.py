@@ -159,7 +159,10 @@ def extra_outputs() -> dict[str, bytes]:
 
 
 def normalize(data: bytes) -> bytes:
-    return _TMP.sub(b"<tmp>", _CREATED.sub(b'"created_at": "-"', data))
+    """Without what differs between runs and checkouts: the time, temporary folders, the
+    checkout's own path (a worktree elsewhere must compare equal)."""
+    data = _TMP.sub(b"<tmp>", _CREATED.sub(b'"created_at": "-"', data))
+    return data.replace(str(REPO).encode(), b"<repo>")
 
 
 def collect() -> dict[str, bytes]:
