@@ -1,0 +1,107 @@
+"""Steps on their own: the per-step breakdown against an independent oracle.
+
+The traces are written by ``fixtures/tracegen.py``, which records every kernel it emits
+(start, duration, stream) without importing traceroof; the oracle below recomputes each
+step's window, busy time (a union over streams) and idle time from that record by plain
+interval arithmetic. traceroof's step table must agree exactly (integer ns).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tracegen import Kernel, TraceBuilder
+
+import traceroof
+
+BF16 = ["c10::BFloat16", "c10::BFloat16"]
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of half-open [start, end) intervals, by a sort and a sweep."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _build(plan: list[list[tuple[int, int, int]]], host_gap_ns: int = 0) -> TraceBuilder:
+    """One step per entry of ``plan``; each step a list of (duration ns, stream, idle host ns
+    before the op) kernels, one framework op each."""
+    b = TraceBuilder()
+    for n, step in enumerate(plan):
+        b.begin_step(n)
+        for dur, stream, idle in step:
+            if idle:
+                b.idle_host(idle)
+            b.op("aten::mm", [[64, 128], [128, 256]], BF16, [Kernel("sm90_xmma_gemm_bf16", dur, stream=stream)])
+        if host_gap_ns:
+            b.idle_host(host_gap_ns)
+        b.end_step()
+    return b
+
+
+def _oracle(b: TraceBuilder, plan: list[list]) -> list[dict[str, int]]:
+    """Per step: window (first kernel start → last kernel end, as the device-side
+    ProfilerStep annotation tracegen writes), busy (union over streams), idle, op count."""
+    per: list[list[dict]] = []
+    # tracegen emits the kernels of step n after begin_step(n): split by emission order
+    i = 0
+    for step in plan:
+        per.append(b.kernels[i: i + len(step)])
+        i += len(step)
+    out = []
+    for ks in per:
+        s = min(k["start_ns"] for k in ks)
+        e = max(k["start_ns"] + k["dur_ns"] for k in ks)
+        busy = _union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in ks])
+        out.append({"wall_ns": e - s, "busy_ns": busy, "idle_ns": e - s - busy, "ops": len(ks)})
+    return out
+
+
+def _analyze(tmp: Path, b: TraceBuilder):
+    p = b.write(tmp / "t.json.gz")
+    return traceroof.analyze(traceroof.read_trace(p), chip="h100")
+
+
+def test_two_streams_overlap_is_counted_once(tmp_path):
+    # step 0: 10 µs on stream 7, then 4 µs on stream 8 launched right after: the second
+    # kernel starts while the first still runs (launch 3 µs + queue 1 µs after the op's
+    # host start), so busy < the sum of durations (14 µs).
+    # step 1: one 5 µs kernel after 50 µs of host idle: the window is the kernel itself.
+    plan = [[(10_000, 7, 0), (4_000, 8, 0)], [(5_000, 7, 50_000)]]
+    b = _build(plan)
+    steps = _analyze(tmp_path, b).steps.sort("step")
+    want = _oracle(b, plan)
+    got = steps.select("wall_ns", "busy_ns", "idle_ns", "ops").to_dicts()
+    assert got == want
+    assert got[0]["busy_ns"] < 14_000  # the overlap is not double-counted
+    assert got[1] == {"wall_ns": 5_000, "busy_ns": 5_000, "idle_ns": 0, "ops": 1}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(st.tuples(st.integers(1_000, 40_000), st.sampled_from([7, 8, 9]),
+                                   st.integers(0, 30_000)), min_size=1, max_size=6),
+                min_size=1, max_size=4))
+def test_busy_plus_idle_is_wall_and_matches_the_oracle(tmp_path, plan):
+    b = _build(plan)
+    report = _analyze(tmp_path, b)
+    steps = report.steps.sort("step")
+    want = _oracle(b, plan)
+    got = steps.select("wall_ns", "busy_ns", "idle_ns", "ops").to_dicts()
+    assert got == want
+    for row in steps.iter_rows(named=True):
+        assert 0 <= row["busy_ns"] <= row["wall_ns"]
+        assert row["busy_ns"] + row["idle_ns"] == row["wall_ns"]
+    # every device op is in exactly one step
+    assert report.ops["step"].null_count() == 0
+    assert sorted(report.ops.group_by("step").len().sort("step")["len"].to_list()) == sorted(len(s) for s in plan)
