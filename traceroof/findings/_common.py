@@ -68,28 +68,26 @@ def windows(ctx: FindingContext) -> dict[int, tuple[int, int]]:
     This is the window every claim of a rank lies in; claims across detectors sum to at most
     its length (BC-33), and severity is the recoverable share of it.
     """
-    key = "windows"
-    if key in ctx.cache:
-        return ctx.cache[key]
-    # the device order (when an idle detector built it) holds every op's start and end, sorted
-    # by rank: a cheaper group-by than the op table's, with the same result
-    if "device_order" in ctx.cache:
-        d, end = ctx.cache["device_order"], pl.col("end_ns")
-    else:
-        d, end = ctx.ops, end_expr()
-    w = d.group_by("rank").agg(pl.col("start_ns").min().alias("s"), end.max().alias("e"))
-    out = {int(r): (int(s), int(e)) for r, s, e in w.iter_rows()}
-    ctx.cache[key] = out
-    return out
+    shared = ctx.shared
+    if shared.windows is None:
+        # the device order (when an idle detector built it) holds every op's start and end,
+        # sorted by rank: a cheaper group-by than the op table's, with the same result
+        if shared.device_order is not None:
+            d, end = shared.device_order, pl.col("end_ns")
+        else:
+            d, end = ctx.ops, end_expr()
+        w = d.group_by("rank").agg(pl.col("start_ns").min().alias("s"), end.max().alias("e"))
+        shared.windows = {int(r): (int(s), int(e)) for r, s, e in w.iter_rows()}
+    return shared.windows
 
 
 def devices(ctx: FindingContext) -> dict[int, int]:
     """Per rank: how many devices its ops run on (a null device counts as one), computed once
     per context from the first op of each (rank, device) in :func:`device_order`."""
-    if "devices" not in ctx.cache:
+    if ctx.shared.devices is None:
         firsts = device_order(ctx).filter("new_group")
-        ctx.cache["devices"] = {int(r): int(n) for r, n in firsts.group_by("rank").len().iter_rows()}
-    return ctx.cache["devices"]
+        ctx.shared.devices = {int(r): int(n) for r, n in firsts.group_by("rank").len().iter_rows()}
+    return ctx.shared.devices
 
 
 def wall_ns(ctx: FindingContext, rank: int) -> int:
@@ -140,11 +138,15 @@ def device_order(ctx: FindingContext) -> pl.DataFrame:
     ``gap_start_ns`` (``cover_ns`` of the previous op of the rank/device; null on its first op)
     and ``gap_ns`` (idle before the op: ``start_ns − gap_start_ns`` when positive, else 0), ns.
     """
-    key = "device_order"
-    if key in ctx.cache:
-        return ctx.cache[key]
+    if ctx.shared.device_order is None:
+        ctx.shared.device_order = _device_order(ctx.ops)
+    return ctx.shared.device_order
+
+
+def _device_order(ops: pl.DataFrame) -> pl.DataFrame:
+    """:func:`device_order` of the op table ``ops``."""
     d = (
-        ctx.ops.select("rank", "device", "start_ns", end_expr())
+        ops.select("rank", "device", "start_ns", end_expr())
         .with_row_index("op_row")
         .sort("rank", "device", "start_ns", "end_ns")
     )
@@ -156,22 +158,20 @@ def device_order(ctx: FindingContext) -> pl.DataFrame:
     d = d.with_columns(group_cum_max("end_ns", pl.col("new_group"), lo, hi, groups).alias("cover_ns"))
     gap_start = pl.when(~pl.col("new_group")).then(pl.col("cover_ns").shift(1))
     gap = (pl.col("start_ns") - gap_start).clip(lower_bound=0).fill_null(0)
-    d = d.with_columns(gap_start.alias("gap_start_ns"), gap.alias("gap_ns"))
-    ctx.cache[key] = d
-    return d
+    return d.with_columns(gap_start.alias("gap_start_ns"), gap.alias("gap_ns"))
 
 
 def busy_ns(ctx: FindingContext, rank: int) -> int:
     """Device busy time of a rank: the union of its device ops' intervals (all streams, summed
     over its devices), ns."""
-    if "busy" not in ctx.cache:
+    if ctx.shared.busy is None:
         d = device_order(ctx)
         # In start order each op extends the union by ``cover_ns − max(start_ns, previous
         # cover_ns)`` (≥ 0 as durations are ≥ 0): summed, that is the union's length, exactly.
         grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
         u = d.group_by("rank").agg(grow.sum().alias("busy"))
-        ctx.cache["busy"] = {int(r): int(v) for r, v in u.iter_rows() if r is not None}
-    return ctx.cache["busy"].get(int(rank), 0)
+        ctx.shared.busy = {int(r): int(v) for r, v in u.iter_rows() if r is not None}
+    return ctx.shared.busy.get(int(rank), 0)
 
 
 def union_of(df: pl.DataFrame) -> list[Interval]:

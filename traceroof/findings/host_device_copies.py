@@ -59,17 +59,23 @@ def detect(ctx: FindingContext) -> list[Finding]:
     # the copies are a few rows of the op table: select them before splitting by rank
     mem = dict(by_rank(ctx.ops.filter(pl.col("kind") == "memcpy").with_columns(end_expr())))
     ranks = sorted(int(r) for r in ctx.ops["rank"].unique().to_list() if r is not None)
+    # what a copy cannot claim, per (rank, device): built once, for every rank holding copies
+    kernels = _kernel_unions(ctx) if mem else {}
+    # the sync-owned gaps of every rank, split once
+    sync_gaps = dict(by_rank(timeline(ctx).filter(pl.col("owner") == OWNER_SYNC))) if ranks else {}
     for rank in ranks:
         if rank in mem:
-            out.extend(_copy_findings(ctx, rank, mem[rank]))
-        f = _sync_finding(ctx, rank)
+            out.extend(_copy_findings(ctx, rank, mem[rank], kernels))
+        f = _sync_finding(ctx, rank, sync_gaps.get(rank))
         if f is not None:
             out.append(f)
     return out
 
 
-def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame) -> list[Finding]:
-    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``)."""
+def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
+                   kernels: dict[tuple[int, int], tuple[pl.Series, pl.Series]]) -> list[Finding]:
+    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``;
+    ``kernels``: :func:`_kernel_unions`)."""
     wall = wall_ns(ctx, rank)
     if mem.height == 0:
         return []
@@ -77,7 +83,6 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame) -> list[Fi
     # per device: kernels and collectives (not claimable), plus what an earlier direction claimed
     # (HtoD and DtoH copy engines can run at once: an instant is claimed once):
     # mine = copies − kernels − claimed, as disjoint sorted interval lists
-    kernels = _kernel_unions(ctx)
     claimed: dict[int, list[tuple[int, int]]] = {}
     for direction, rx in _DIRECTIONS:
         cp = mem.filter(pl.col("name").str.contains(rx))
@@ -135,18 +140,16 @@ def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], tuple[pl.Series
     """Per (rank, device) holding copies: the union of its kernels and collectives (what a
     copy cannot claim) as sorted disjoint ``(starts, ends)`` Series, ns; one pass over the
     device order for every rank."""
-    if "copy_blockers" not in ctx.cache:
-        d = device_order(ctx)
-        kind = ctx.ops["kind"]
-        if not d["op_row"].is_sorted():  # sorted: the op table is in device order already
-            kind = kind.gather(d["op_row"])
-        devs = ctx.ops.filter(pl.col("kind") == "memcpy").select("rank", "device").unique()
-        kern = d.filter((kind != "memcpy") & (kind != "memset"))
-        if devs.height < int(d["new_group"].sum()):  # some devices hold no copy: leave them out
-            kern = kern.join(devs, on=["rank", "device"], how="semi", maintain_order="left")
-        # a filter of the device order stays sorted by (rank, device, start_ns)
-        ctx.cache["copy_blockers"] = _by_device(iv.union_sorted(kern, by=["rank", "device"]))
-    return ctx.cache["copy_blockers"]
+    d = device_order(ctx)
+    kind = ctx.ops["kind"]
+    if not d["op_row"].is_sorted():  # sorted: the op table is in device order already
+        kind = kind.gather(d["op_row"])
+    devs = ctx.ops.filter(pl.col("kind") == "memcpy").select("rank", "device").unique()
+    kern = d.filter((kind != "memcpy") & (kind != "memset"))
+    if devs.height < int(d["new_group"].sum()):  # some devices hold no copy: leave them out
+        kern = kern.join(devs, on=["rank", "device"], how="semi", maintain_order="left")
+    # a filter of the device order stays sorted by (rank, device, start_ns)
+    return _by_device(iv.union_sorted(kern, by=["rank", "device"]))
 
 
 def _by_device(u: pl.DataFrame) -> dict[tuple[int, int], tuple[pl.Series, pl.Series]]:
@@ -182,11 +185,10 @@ def _blockers_near(
     return starts.gather(at).to_list(), ends.gather(at).to_list()
 
 
-def _sync_finding(ctx: FindingContext, rank: int) -> Finding | None:
+def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None) -> Finding | None:
+    """The sync-stall finding of rank ``rank`` (``g``: its sync-owned timeline rows, None:
+    none)."""
     wall = wall_ns(ctx, rank)
-    if "sync_gaps" not in ctx.cache:  # the sync-owned gaps of every rank, split once
-        ctx.cache["sync_gaps"] = dict(by_rank(timeline(ctx).filter(pl.col("owner") == OWNER_SYNC)))
-    g = ctx.cache["sync_gaps"].get(rank)
     if g is None:
         return None
     rec = float(g["gap_ns"].sum()) if g.height else 0.0
