@@ -290,8 +290,6 @@ def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
 
 def overlap_with(s: int, e: int, sorted_union: list[Interval], starts: list[int]) -> int:
     """Length of ``[s, e) ∩ sorted_union`` (``starts``: the union's start points, for bisect)."""
-    import bisect
-
     i = max(bisect.bisect_right(starts, s) - 1, 0)
     acc = 0
     while i < len(sorted_union) and sorted_union[i][0] < e:

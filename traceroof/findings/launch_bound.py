@@ -41,6 +41,12 @@ MIN_SHARE = 0.01
 INCOMPLETE_BUSY = 0.5
 #: ... for graph spans at least this long (ns).
 INCOMPLETE_MIN_SPAN_NS = 100_000
+#: The stretch rules a launch-bound finding's evidence names.
+THRESHOLDS = {
+    "stretch_min_ops": STRETCH_MIN_OPS,
+    "stretch_max_busy": STRETCH_MAX_BUSY,
+    "launch_spacing_max_ns": LAUNCH_SPACING_MAX_NS,
+}
 
 
 @register("launch_bound")
@@ -79,13 +85,7 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
     n_steps = len(steps) or 1
     launch_rows = rows.filter(pl.col("owner") == "launch_bound")
     gaps = launch_rows["gap_ns"]
-    top = (
-        with_names(ctx, rows.select("op_row"))
-        .group_by(pl.coalesce("op", "name").alias("l"))
-        .agg(pl.len())
-        .sort(["len", "l"], descending=[True, False])
-        .head(5)
-    )
+    top = _top_kernels(ctx, rows)
     busy_frac = busy / span if span else None
     title = (
         f"launch-bound: device busy {busy_frac:.0%} across {n_ops:,} short device ops"
@@ -120,11 +120,7 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
         "kernels_per_step": n_ops / n_steps,
         "top_kernels": [[short(a, 80), int(b)] for a, b in top.iter_rows()],
         "window_ns": wall,
-        "thresholds": {
-            "stretch_min_ops": STRETCH_MIN_OPS,
-            "stretch_max_busy": STRETCH_MAX_BUSY,
-            "launch_spacing_max_ns": LAUNCH_SPACING_MAX_NS,
-        },
+        "thresholds": dict(THRESHOLDS),
     }
     return Finding(
         kind="launch_bound",
@@ -141,6 +137,18 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
         ops=[short(a, 80) for a, _ in top.iter_rows()],
         occurrences=q.height,
         docs="docs/findings/launch_bound.md",
+    )
+
+
+def _top_kernels(ctx: FindingContext, rows: pl.DataFrame) -> pl.DataFrame:
+    """The 5 most frequent labels (framework op, else kernel name) of timeline ``rows``:
+    columns ``l`` and ``len``, most first (ties by label)."""
+    return (
+        with_names(ctx, rows.select("op_row"))
+        .group_by(pl.coalesce("op", "name").alias("l"))
+        .agg(pl.len())
+        .sort(["len", "l"], descending=[True, False])
+        .head(5)
     )
 
 
