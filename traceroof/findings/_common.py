@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from . import FindingContext
+from . import Finding, FindingContext
 
 #: Share of the rank's window (``wall_ns``) a finding must give back to be ``high`` / ``medium``.
 HIGH_SHARE = 0.10
@@ -192,6 +192,28 @@ def severity(recoverable_ns: float, wall: float) -> str:
     if share >= MEDIUM_SHARE:
         return "medium"
     return "low"
+
+
+def claim(kind: str, title: str, recoverable_ns: float, wall: float, explanation: str,
+          evidence: dict[str, Any], rank: int, steps: list[int] | None = None, **where: Any) -> Finding:
+    """A finding of detector ``kind`` that gives back ``recoverable_ns`` (ns) of a rank's
+    ``wall`` (ns, :func:`wall_ns`): its severity from their ratio (:func:`severity`; ``low``
+    for a finding that gives back nothing), its evidence JSON-ready (:func:`plain`), its
+    ``step`` the one step of ``steps`` (None for several or none), its doc page
+    ``docs/findings/<kind>.md``. ``where``: the other :class:`Finding` fields (``stream``,
+    ``start_ns``, ``end_ns``, ``ops``, ``occurrences``)."""
+    return Finding(
+        kind=kind,
+        title=title,
+        severity=severity(recoverable_ns, wall),
+        recoverable_ns=recoverable_ns,
+        explanation=explanation,
+        evidence=plain(evidence),
+        rank=rank,
+        step=steps[0] if steps is not None and len(steps) == 1 else None,
+        docs=f"docs/findings/{kind}.md",
+        **where,
+    )
 
 
 def fmt_ns(v: float | None) -> str:

@@ -22,12 +22,11 @@ from ..roofline import GPUS_PER_NODE
 from . import Finding, FindingContext, register
 from ._common import (
     by_rank,
+    claim,
     fmt_bytes,
     fmt_ns,
     kind_str,
     overlap_with,
-    plain,
-    severity,
     short,
     subtract,
     total,
@@ -182,19 +181,18 @@ def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Fi
 def _rest_finding(rank: int, rest: list[tuple[tuple, dict]], rest_ns: float, totals: dict) -> Finding:
     """One finding for the groups of rank ``rank`` below the report threshold or past
     :data:`MAX_FINDINGS` (``rest``: ``(key, group)`` pairs; ``rest_ns``: their exposed ns)."""
-    return Finding(
-        kind="exposed_collectives",
-        title=f"{len(rest)} more collective groups: {fmt_ns(rest_ns)} of communication exposed",
-        severity=severity(rest_ns, totals["window_ns"]),
-        recoverable_ns=float(rest_ns),
-        explanation="Smaller collective groups whose exposed time is individually below the report "
+    return claim(
+        "exposed_collectives",
+        f"{len(rest)} more collective groups: {fmt_ns(rest_ns)} of communication exposed",
+        float(rest_ns),
+        totals["window_ns"],
+        "Smaller collective groups whose exposed time is individually below the report "
         "threshold; together they are worth the same overlap work as the groups above.",
-        evidence=plain({**totals, "groups": len(rest), "exposed_ns": rest_ns,
-                        "count": int(sum(g["count"] for _, g in rest))}),
+        {**totals, "groups": len(rest), "exposed_ns": rest_ns,
+                        "count": int(sum(g["count"] for _, g in rest))},
         rank=rank,
         ops=[k[1] for k, _ in rest[:10]],
         occurrences=int(sum(g["count"] for _, g in rest)),
-        docs="docs/findings/exposed_collectives.md",
     )
 
 
@@ -262,19 +260,12 @@ def _finding(ctx: FindingContext, rank: int, key: tuple, g: dict, totals: dict) 
         "worst_step": g.get("worst_step"),
         **totals,
     }
-    return Finding(
-        kind="exposed_collectives",
-        title=title,
-        severity=severity(exposed, wall),
-        recoverable_ns=exposed,
-        explanation=expl,
-        evidence=plain(evidence),
-        rank=rank,
-        step=steps[0] if len(steps) == 1 else None,
+    return claim(
+        "exposed_collectives", title, exposed, wall, expl,
+        evidence, rank=rank, steps=steps,
         stream=next(iter(g["streams"])) if len(g["streams"]) == 1 else None,
         start_ns=g.get("worst_start_ns"),
         end_ns=g.get("worst_end_ns"),
         ops=[label],
         occurrences=n,
-        docs="docs/findings/exposed_collectives.md",
     )

@@ -26,12 +26,11 @@ from .. import intervals as iv
 from . import Finding, FindingContext, register
 from ._common import (
     by_rank,
+    claim,
     device_order,
     end_expr,
     fmt_bytes,
     fmt_ns,
-    plain,
-    severity,
     short,
     subtract,
     subtract_sorted,
@@ -115,23 +114,18 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
             + "Fix: pin host buffers (pin_memory=True) and copy with non_blocking=True on a side stream so the copy "
             "overlaps compute; keep data on the device; for DtoH, avoid .cpu()/.item() inside the step or batch them."
         )
-        out.append(Finding(
-            kind="host_device_copies",
-            title=title,
-            severity=severity(exposed, wall),
-            recoverable_ns=float(exposed),
-            explanation=expl,
-            evidence=plain({
+        out.append(claim(
+            "host_device_copies", title, float(exposed), wall, expl,
+            {
                 "what": "copies", "direction": direction, "count": cp.height, "bytes": nbytes,
                 "measured_ns": measured, "exposed_ns": exposed, "achieved_bytes_per_s": bw,
                 "pageable_count": pageable, "steps": steps, "window_ns": wall,
                 "by_op": [[short(a, 80), int(b)] for a, b in ops_by.head(5).iter_rows()],
-            }),
+            },
             rank=rank,
-            step=steps[0] if len(steps) == 1 else None,
+            steps=steps,
             ops=[short(a, 80) for a, _ in ops_by.head(5).iter_rows()],
             occurrences=cp.height,
-            docs="docs/findings/host_device_copies.md",
         ))
     return out
 
@@ -206,22 +200,17 @@ def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None) -> Fin
         "torch.cuda.synchronize() from the step (log every N steps instead), use non_blocking copies with events, "
         "and keep control flow on the device."
     )
-    return Finding(
-        kind="host_device_copies",
-        title=title,
-        severity=severity(rec, wall),
-        recoverable_ns=rec,
-        explanation=expl,
-        evidence=plain({
+    return claim(
+        "host_device_copies", title, rec, wall, expl,
+        {
             "what": "syncs", "stalls": g.height, "idle_after_sync_ns": rec,
             "by_call": dict(names), "largest_gap_ns": int(big["gap_ns"]), "steps": steps,
             "window_ns": wall,
-        }),
+        },
         rank=rank,
-        step=steps[0] if len(steps) == 1 else None,
+        steps=steps,
         start_ns=int(big["gap_start_ns"]),
         end_ns=int(big["start_ns"]),
         ops=list(names),
         occurrences=g.height,
-        docs="docs/findings/host_device_copies.md",
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import fmt_ns, plain, severity, short, total, union, wall_ns
+from ._common import claim, fmt_ns, short, total, union, wall_ns
 from ._idle import (
     LAUNCH_SPACING_MAX_NS,
     STRETCH_MAX_BUSY,
@@ -122,21 +122,13 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
         "window_ns": wall,
         "thresholds": dict(THRESHOLDS),
     }
-    return Finding(
-        kind="launch_bound",
-        title=title,
-        severity=severity(rec, wall),
-        recoverable_ns=rec,
-        explanation=expl,
-        evidence=plain(evidence),
-        rank=rank,
-        step=steps[0] if len(steps) == 1 else None,
-        stream=None,
+    return claim(
+        "launch_bound", title, rec, wall, expl,
+        evidence, rank=rank, steps=steps,
         start_ns=int(first["start_ns"]),
         end_ns=int(q["end_ns"].max()),
         ops=[short(a, 80) for a, _ in top.iter_rows()],
         occurrences=q.height,
-        docs="docs/findings/launch_bound.md",
     )
 
 
@@ -183,13 +175,9 @@ def _incomplete_capture(ctx: FindingContext, rank: int, tl: pl.DataFrame) -> Fin
         "verdict is given for them. Fix: start the profiler before capturing the graph (or re-capture under the "
         "profiler), or profile one eager step to see the kernels."
     )
-    return Finding(
-        kind="launch_bound",
-        title=title,
-        severity="low",
-        recoverable_ns=0.0,
-        explanation=expl,
-        evidence=plain({
+    return claim(
+        "launch_bound", title, 0.0, wall_ns(ctx, rank), expl,
+        {
             "incomplete_capture": True,
             "graph_launches": len(bad),
             "recorded_kernels": n_k,
@@ -198,10 +186,9 @@ def _incomplete_capture(ctx: FindingContext, rank: int, tl: pl.DataFrame) -> Fin
             "recorded_busy_fraction": busy / span,
             "correlations": [b[0] for b in bad[:20]],
             "threshold_busy_fraction": INCOMPLETE_BUSY,
-        }),
+        },
         rank=rank,
         start_ns=min(b[4] for b in bad),
         end_ns=max(b[5] for b in bad),
         occurrences=len(bad),
-        docs="docs/findings/launch_bound.md",
     )

@@ -24,7 +24,7 @@ from typing import Any
 import polars as pl
 
 from . import Finding, FindingContext, RankView, register
-from ._common import fmt_ns, plain, severity, short, wall_ns
+from ._common import claim, fmt_ns, short, wall_ns
 
 #: Compared collective instances needed before a straggler is reported.
 MIN_INSTANCES = 3
@@ -151,15 +151,9 @@ def _finding(ctx: FindingContext, sec: dict[str, Any], row: dict[str, Any], mean
             for c in top[:5]
         ],
     }
-    return Finding(
-        kind="straggler",
-        title=title,
-        severity=severity(mean_wait, wall_ns(ctx, r)),
-        recoverable_ns=float(mean_wait),
-        explanation=expl,
-        evidence=plain(evidence),
-        rank=r,
+    return claim(
+        "straggler", title, float(mean_wait), wall_ns(ctx, r), expl,
+        evidence, rank=r,
         ops=sorted({short(c.get("name"), 60) for c in top}),
         occurrences=k,
-        docs="docs/findings/straggler.md",
     )

@@ -42,7 +42,7 @@ from typing import Any
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import busy_ns, fmt_bytes, fmt_ns, plain, severity, short, wall_ns
+from ._common import busy_ns, claim, fmt_bytes, fmt_ns, short, wall_ns
 from ._unfused_chains import Part, find_chains
 
 #: Report a chain group when it gives back at least this share of the rank's device busy time ...
@@ -84,20 +84,19 @@ def detect(ctx: FindingContext) -> list[Finding]:
         rest_ns = sum(sum(g["rec"]) for _, g in rest)
         if rest and rest_ns >= threshold:
             n = sum(len(g["rec"]) for _, g in rest)
-            out.append(Finding(
-                kind="unfused_elementwise",
-                title=f"{len(rest)} more unfused chains ({n:,} runs): {fmt_ns(rest_ns)} recoverable",
-                severity=severity(rest_ns, wall),
-                recoverable_ns=float(rest_ns),
-                explanation="Smaller unfused elementwise/norm chains, each below the report threshold; the same "
+            out.append(claim(
+                "unfused_elementwise",
+                f"{len(rest)} more unfused chains ({n:,} runs): {fmt_ns(rest_ns)} recoverable",
+                float(rest_ns),
+                wall,
+                "Smaller unfused elementwise/norm chains, each below the report threshold; the same "
                 "fix (torch.compile, a fused kernel) applies.",
-                evidence=plain({"groups": len(rest), "runs": n, "recoverable_ns": rest_ns,
+                {"groups": len(rest), "runs": n, "recoverable_ns": rest_ns,
                                 "measured_ns": sum(sum(g["measured"]) for _, g in rest),
-                                "device_busy_ns": busy, "window_ns": wall}),
+                                "device_busy_ns": busy, "window_ns": wall},
                 rank=int(rank),
                 ops=[" → ".join(lbl for lbl, _ in sig) for sig, _ in rest[:5]],
                 occurrences=n,
-                docs="docs/findings/unfused_elementwise.md",
             ))
     return out
 
@@ -182,19 +181,12 @@ def _finding(ctx: FindingContext, rank: int, sig: tuple, g: dict[str, Any], part
         "device_busy_ns": busy,
         "window_ns": wall,
     }
-    return Finding(
-        kind="unfused_elementwise",
-        title=title,
-        severity=severity(rec, wall),
-        recoverable_ns=rec,
-        explanation=expl,
-        evidence=plain(evidence),
-        rank=rank,
-        step=steps[0] if len(steps) == 1 else None,
+    return claim(
+        "unfused_elementwise", title, rec, wall, expl,
+        evidence, rank=rank, steps=steps,
         stream=streams[0] if len(streams) == 1 else None,
         start_ns=int(g["start"][i0]),
         end_ns=int(g["end"][i0]),
         ops=labels,
         occurrences=n,
-        docs="docs/findings/unfused_elementwise.md",
     )
