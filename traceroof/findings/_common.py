@@ -38,6 +38,7 @@ def by_rank(df: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
 
 
 def end_expr() -> pl.Expr:
+    """``start_ns + dur_ns`` as the ``end_ns`` column (ns)."""
     return (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
 
 
@@ -224,6 +225,7 @@ def fmt_ns(v: float | None) -> str:
 
 
 def fmt_bytes(v: float | None) -> str:
+    """A byte count with a binary unit (``16 MiB``, 3 significant digits); ``? B`` when unknown."""
     if v is None:
         return "? B"
     a = abs(float(v))
@@ -234,6 +236,7 @@ def fmt_bytes(v: float | None) -> str:
 
 
 def short(name: str | None, n: int = 48) -> str:
+    """``name`` cut to at most ``n`` characters (the last one ``…`` when cut); ``""`` for None."""
     s = "" if name is None else str(name)
     return s if len(s) <= n else s[: n - 1] + "…"
 
@@ -265,6 +268,7 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
 
 
 def total(intervals: Iterable[Interval]) -> int:
+    """Summed length (ns) of disjoint ``[start, end)`` intervals."""
     return sum(b - a for a, b in intervals)
 
 
