@@ -4,6 +4,10 @@ A detector is a function ``detect(ctx: FindingContext) -> list[Finding]`` regist
 name with :func:`register`. :func:`run_detectors` runs the chosen ones and returns their
 findings sorted by recoverable time, largest first. One module per detector; each has a doc
 page under ``docs/findings/``.
+
+Detectors hand each other nothing through strings: the context's inputs are typed fields
+(the cross-rank view included), :attr:`FindingContext.chosen` names the run's detectors, and
+what several of them read is a typed field of :class:`Shared`, filled once by its owner.
 """
 
 from __future__ import annotations
