@@ -213,17 +213,33 @@ def test_parse_address():
         cap.parse_address("localhost")
 
 
-def test_library_api_is_callable_however_imported():
+def test_library_api_is_the_module_however_imported():
+    import types
+
     import traceroof
 
-    first = traceroof.capture  # the function (lazy export) or the module, by import order
+    assert isinstance(traceroof.capture, types.ModuleType)
     import traceroof.capture as module
+    from traceroof.capture import capture
 
-    assert callable(first) and callable(traceroof.capture) and callable(module)
+    assert traceroof.capture is module and module.capture is capture
     assert module.capture_xplane and module.NoServerError
     with pytest.raises(cap.NoServerError):
-        traceroof.capture(f"127.0.0.1:{_free_port()}", 0.5)
+        traceroof.capture.capture(f"127.0.0.1:{_free_port()}", 0.5)
     codes = {c.__name__: c.exit_code for c in (cap.NoServerError, cap.EmptyCaptureError,
                                                 cap.CaptureTimeoutError, cap.CaptureUnavailable)}
     assert codes == {"NoServerError": 6, "EmptyCaptureError": 7, "CaptureTimeoutError": 8,
                      "CaptureUnavailable": 9}
+
+
+@pytest.mark.parametrize("line", [
+    "import traceroof; traceroof.capture.capture_xplane; traceroof.capture.capture; traceroof.capture.NoServerError",
+    "import traceroof, types; assert isinstance(traceroof.capture, types.ModuleType)",
+    "from traceroof.capture import capture, capture_xplane; assert callable(capture) and callable(capture_xplane)",
+    "from traceroof import capture; capture.capture_xplane; capture.parse_address('localhost:9999')",
+    "import traceroof.capture as c; import traceroof; assert traceroof.capture is c",
+])
+def test_documented_lines_work_in_a_fresh_interpreter(line):
+    """The lines docs/capture.md shows, each in a new interpreter (nothing imported before)."""
+    done = subprocess.run([sys.executable, "-c", line], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

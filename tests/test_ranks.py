@@ -21,6 +21,7 @@ from conftest import real
 from tracegen import Kernel, TraceBuilder, collective_across, write_ranks
 
 import traceroof
+from traceroof import rank_clock as RC
 from traceroof import ranks as R
 from traceroof.analysis import analyze
 from traceroof.render import render
@@ -127,14 +128,14 @@ def test_injected_clock_offsets_are_recovered(straggler):
 def _inst(rows: list[tuple[int, int, int]]) -> pl.DataFrame:
     """(instance, rank, end_ns) rows → a match_collectives-shaped table."""
     return pl.DataFrame(
-        [(i, r, 0, 20, "nccl", None, e - 10, e, 0, e - 10) for i, r, e in rows], schema=R.INSTANCE_SCHEMA, orient="row"
+        [(i, r, 0, 20, "nccl", None, e - 10, e, 0, e - 10) for i, r, e in rows], schema=RC.INSTANCE_SCHEMA, orient="row"
     )
 
 
 def test_alignment_refused_with_too_few_collectives():
-    offs = R.estimate_offsets(_inst([(0, 0, 1000), (0, 1, 5000), (1, 0, 2000), (1, 1, 6000)]))
+    offs = RC.estimate_offsets(_inst([(0, 0, 1000), (0, 1, 5000), (1, 0, 2000), (1, 1, 6000)]))
     assert offs["offset_ns"].to_list() == [0, 4000]
-    d = R.decide_alignment(offs, [0, 1], "origins")
+    d = RC.decide_alignment(offs, [0, 1], "origins")
     assert d["applied"] is False and d["method"] == "origins"
     assert d["matched_collectives"] == 2 and "need ≥ 3" in d["reason"]
 
@@ -142,16 +143,16 @@ def test_alignment_refused_with_too_few_collectives():
 def test_alignment_refused_when_ends_disagree():
     # offsets 0, 100 µs, 200 µs: median 100 µs, MAD 100 µs > 20 µs
     rows = [(k, 0, k * 10**6) for k in range(3)] + [(k, 1, k * 10**6 + (k * 100_000)) for k in range(3)]
-    offs = R.estimate_offsets(_inst(rows))
+    offs = RC.estimate_offsets(_inst(rows))
     assert offs.filter(pl.col("rank") == 1)["mad_ns"][0] == 100_000
-    d = R.decide_alignment(offs, [0, 1], "origins")
+    d = RC.decide_alignment(offs, [0, 1], "origins")
     assert d["applied"] is False and "MAD" in d["reason"] and d["uncertainty_ns"] == 100_000
 
 
 def test_alignment_not_applied_when_offsets_are_within_uncertainty():
     # differences 0, +500, −500: median 0, MAD 500 → |0| ≤ 3 × 500: the clocks already agree
     rows = [(k, 0, k * 10**6) for k in range(3)] + [(k, 1, k * 10**6 + d) for k, d in enumerate((0, 500, -500))]
-    d = R.decide_alignment(R.estimate_offsets(_inst(rows)), [0, 1], "none")
+    d = RC.decide_alignment(RC.estimate_offsets(_inst(rows)), [0, 1], "none")
     assert d["applied"] is False and d["method"] == "none" and "already agree" in d["reason"]
 
 
@@ -169,13 +170,13 @@ def test_matching_skips_buckets_with_different_counts_and_subgroups():
     }).with_columns(pl.col("rank").cast(pl.Int32), pl.col("group_size").cast(pl.Int32),
                     pl.col("device").cast(pl.Int32), pl.col("abs_start_ns").alias("start_ns"))
     # step 1: rank 0 has 2 instances, rank 1 has 1 → unmatched; step 2: rank 0 ×1, rank 1 ×2 → unmatched
-    assert R.match_collectives(ops).height == 0
+    assert RC.match_collectives(ops).height == 0
     # a group of 2 within a 3-rank trace involves an unknown subset: never matched
     three = pl.concat([ops, ops.head(1).with_columns(pl.lit(2, dtype=pl.Int32).alias("rank"))])
-    assert R.match_collectives(three.filter(pl.col("step") == 2)).height == 0
+    assert RC.match_collectives(three.filter(pl.col("step") == 2)).height == 0
     # equal counts → k-th with k-th, instance ids in rank 0's start order
     ok = ops.filter(~((pl.col("rank") == 0) & (pl.col("abs_start_ns") == 10))).filter(pl.col("step") == 1)
-    m = R.match_collectives(ok)
+    m = RC.match_collectives(ok)
     assert m.select("instance", "rank", "abs_end_ns").rows() == [(0, 0, 5), (0, 1, 20)]
 
 
@@ -224,10 +225,10 @@ def test_without_alignment_the_clock_error_would_blame_rank_1(straggler):
     """Why alignment matters: on the raw origins, rank 1's +3 ms clock makes it look last."""
     rep, _, _ = straggler
     ops = rep.ops
-    org = R.origins(rep.trace["stats"], rep.trace["ranks"])
-    a, method = R.absolute(ops, org)
+    org = RC.origins(rep.trace["stats"], rep.trace["ranks"])
+    a, method = RC.absolute(ops, org)
     assert method == "origins"
-    w = R.collective_waits(R.match_collectives(a))
+    w = R.collective_waits(RC.match_collectives(a))
     assert set(w["last_rank"].unique().to_list()) == {1}
 
 
@@ -346,7 +347,7 @@ def test_real_pair_alignment_matches_plain_python(real_pair):
     assert pr[1]["offset_ns"] == round(med) and pr[1]["mad_ns"] == round(mad)
     assert pr[0]["offset_ns"] == 0 and pr[0]["origin_ns"] == o0 and pr[1]["origin_ns"] == o1
     al = rep.ranks["alignment"]
-    assert mad > R.MAX_MAD_NS  # sampled p2p kernels: the k-th instances are not one transfer
+    assert mad > RC.MAX_MAD_NS  # sampled p2p kernels: the k-th instances are not one transfer
     assert al["applied"] is False and al["clock"] == "origins" and "MAD" in al["reason"]
     # compared instances: ends within 20 µs on the hosts' clocks; wait = the start difference
     close = [(a, b) for a, b in pairs if abs(b["end"] - a["end"]) <= R.END_TOLERANCE_NS]

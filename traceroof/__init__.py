@@ -5,6 +5,10 @@ Public API (imported lazily, so ``import traceroof`` stays cheap)::
     from traceroof import read_trace, analyze, get_chip
     trace = read_trace("trace.json.gz")
     report = analyze(trace, chip="h100")
+
+Submodules that are part of the API are imported on first use too: ``traceroof.capture`` is
+the live-capture module (``traceroof.capture.capture(...)``,
+``traceroof.capture.capture_xplane(...)``), whatever was imported before.
 """
 
 from __future__ import annotations
@@ -26,16 +30,26 @@ _EXPORTS = {
     "list_chips": "traceroof.chips",
     "analyze": "traceroof.analysis",
     "Report": "traceroof.report",
-    "capture": "traceroof.capture",
     "TraceroofError": "traceroof.errors",
     "TraceFormatError": "traceroof.errors",
     "UnknownChipError": "traceroof.errors",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+#: submodules reachable as attributes of the package before anything imported them
+_SUBMODULES = ("capture",)
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES]) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    """The lazy exports: a name of ``_EXPORTS`` from its module, a submodule of
+    ``_SUBMODULES`` itself.
+
+    Raises:
+        AttributeError: any other name.
+    """
+    if name in _SUBMODULES:
+        return import_module(f"{__name__}.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'traceroof' has no attribute {name!r}")

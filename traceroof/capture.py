@@ -1,5 +1,11 @@
 """Live capture from a running ``jax.profiler`` server, then parse it into a :class:`Trace`.
 
+``traceroof.capture`` is this module (after ``import traceroof``, in any interpreter)::
+
+    import traceroof
+    trace = traceroof.capture.capture("localhost:9999", duration_s=2.0)   # -> Trace
+    path = traceroof.capture.capture_xplane("localhost:9999", 2.0, "prof/")  # -> Path
+
 The target process must have called ``jax.profiler.start_server(PORT)`` **and keep the returned
 handle alive** (``server = jax.profiler.start_server(9999)``; jax itself also keeps a module
 reference, but a handle that is stopped or collected means "no server" or an empty capture,
@@ -313,15 +319,3 @@ def capture(
         )
     return trace
 
-
-class _CallableModule(type(sys)):
-    """``traceroof.capture`` is both this module and (via ``traceroof.__getattr__``) the
-    :func:`capture` function; which one an attribute access returns depends on import order.
-    Making the module callable means ``traceroof.capture(...)`` works either way, while
-    ``traceroof.capture.capture_xplane`` / ``.NoServerError`` keep working too."""
-
-    def __call__(self, *args, **kwargs) -> Trace:
-        return capture(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -4,19 +4,65 @@ A detector is a function ``detect(ctx: FindingContext) -> list[Finding]`` regist
 name with :func:`register`. :func:`run_detectors` runs the chosen ones and returns their
 findings sorted by recoverable time, largest first. One module per detector; each has a doc
 page under ``docs/findings/``.
+
+Detectors hand each other nothing through strings: the context's inputs are typed fields
+(the cross-rank view included), :attr:`FindingContext.chosen` names the run's detectors, and
+what several of them read is a typed field of :class:`Shared`, filled once by its owner.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import InitVar, asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import polars as pl
 
 from ..chips import ChipSpec
 from ..errors import UsageError
 from ..trace import TraceMeta
+
+if TYPE_CHECKING:
+    from ..ranks import Comparison
+
+
+class RankView(NamedTuple):
+    """The cross-rank results a run's detectors read: ``comparison``
+    (:func:`traceroof.ranks.compare_collectives`) and ``section`` (the report's ``ranks``
+    section, :func:`traceroof.ranks.analyze_ranks`); both None with fewer than 2 ranks."""
+
+    comparison: Comparison | None
+    section: dict[str, Any] | None
+
+
+@dataclass
+class Shared:
+    """Results derived from a context that several detectors (or several ranks of one detector)
+    read: each is computed once, on first use, by the one function that owns it, and is None
+    until then. Owning the idle timeline in one place is what attributes every device-idle gap
+    once, to exactly one detector.
+
+    Attributes:
+        device_order: :func:`~traceroof.findings._common.device_order`.
+        windows: per rank, ``(first start, last end)`` ns (:func:`~traceroof.findings._common.windows`).
+        devices: per rank, devices its ops run on (:func:`~traceroof.findings._common.devices`).
+        busy: per rank, device busy ns (:func:`~traceroof.findings._common.busy_ns`).
+        timeline, stretches: the idle-gap attribution (:func:`~traceroof.findings._idle.timeline`).
+        rank_view: the cross-rank view (:func:`~traceroof.findings.straggler.rank_view`).
+        stragglers: the straggler ranks worth a finding (``straggler._reported``).
+        straggler_waits: the waits the straggler finding claims
+            (:func:`~traceroof.findings.straggler.claimed_waits`).
+    """
+
+    device_order: pl.DataFrame | None = None
+    windows: dict[int, tuple[int, int]] | None = None
+    devices: dict[int, int] | None = None
+    busy: dict[int, int] | None = None
+    timeline: pl.DataFrame | None = None
+    stretches: pl.DataFrame | None = None
+    rank_view: RankView | None = None
+    stragglers: list[tuple[dict[str, Any], float, int, float | None]] | None = None
+    straggler_waits: pl.DataFrame | None = None
 
 
 @dataclass
@@ -29,8 +75,14 @@ class FindingContext:
         steps: the per-step table (``traceroof.steps.STEP_SCHEMA``).
         chip: the chip the ops ran on.
         meta: trace metadata (warnings, stats).
-        cache: scratch space the detectors of one run share (so the device-idle gaps are
-            attributed once, to exactly one detector).
+        ranks: the report's ``ranks`` section (:func:`traceroof.ranks.analyze_ranks`) when the
+            caller has it already; None: computed from ``ops`` when a detector needs it.
+        rank_comparison: :func:`traceroof.ranks.compare_collectives` of ``ops`` when the caller
+            has it already; None: computed when needed.
+        chosen: the detectors of this run (set by :func:`run_detectors`; None: every detector
+            counts as running), so a detector that leaves time to another knows it runs.
+        shared: results the detectors of one run share (:class:`Shared`), filled as they are
+            first needed.
     """
 
     ops: pl.DataFrame
@@ -38,8 +90,18 @@ class FindingContext:
     steps: pl.DataFrame
     chip: ChipSpec
     meta: TraceMeta
-    #: results shared between detectors in one run (the idle-gap attribution, windows).
-    cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    ranks: dict[str, Any] | None = None
+    rank_comparison: Comparison | None = None
+    chosen: tuple[str, ...] | None = None
+    shared: Shared = field(default_factory=Shared, init=False, repr=False, compare=False)
+    # integrator: remove once analysis passes ranks= (the old ``cache={"ranks": ..., "rank_comparison": ...}``)
+    cache: InitVar[dict[str, Any] | None] = None
+
+    def __post_init__(self, cache: dict[str, Any] | None) -> None:
+        # integrator: remove once analysis passes ranks=
+        if cache:
+            self.ranks = cache.get("ranks", self.ranks)
+            self.rank_comparison = cache.get("rank_comparison", self.rank_comparison)
 
 
 @dataclass
@@ -121,7 +183,7 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[F
     out: list[Finding] = []
     if ctx.ops.height == 0:
         return out
-    ctx.cache["chosen"] = list(chosen)  # detectors that leave time to another check it runs
+    ctx.chosen = tuple(chosen)  # detectors that leave time to another check it runs
     for n in chosen:
         out.extend(DETECTORS[n](ctx))
     out = sorted(out, key=lambda f: (-(f.recoverable_ns or 0.0), f.kind, f.title))
@@ -151,4 +213,4 @@ def _cap_to_window(ctx: FindingContext, findings: list[Finding]) -> None:
         used[f.rank] = used.get(f.rank, 0.0) + f.recoverable_ns
 
 
-__all__ = ["Finding", "FindingContext", "DETECTORS", "register", "run_detectors"]
+__all__ = ["Finding", "FindingContext", "RankView", "Shared", "DETECTORS", "register", "run_detectors"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from . import FindingContext
+from . import Finding, FindingContext
 
 #: Share of the rank's window (``wall_ns``) a finding must give back to be ``high`` / ``medium``.
 HIGH_SHARE = 0.10
@@ -38,6 +38,7 @@ def by_rank(df: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
 
 
 def end_expr() -> pl.Expr:
+    """``start_ns + dur_ns`` as the ``end_ns`` column (ns)."""
     return (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
 
 
@@ -68,28 +69,26 @@ def windows(ctx: FindingContext) -> dict[int, tuple[int, int]]:
     This is the window every claim of a rank lies in; claims across detectors sum to at most
     its length (BC-33), and severity is the recoverable share of it.
     """
-    key = "windows"
-    if key in ctx.cache:
-        return ctx.cache[key]
-    # the device order (when an idle detector built it) holds every op's start and end, sorted
-    # by rank: a cheaper group-by than the op table's, with the same result
-    if "device_order" in ctx.cache:
-        d, end = ctx.cache["device_order"], pl.col("end_ns")
-    else:
-        d, end = ctx.ops, end_expr()
-    w = d.group_by("rank").agg(pl.col("start_ns").min().alias("s"), end.max().alias("e"))
-    out = {int(r): (int(s), int(e)) for r, s, e in w.iter_rows()}
-    ctx.cache[key] = out
-    return out
+    shared = ctx.shared
+    if shared.windows is None:
+        # the device order (when an idle detector built it) holds every op's start and end,
+        # sorted by rank: a cheaper group-by than the op table's, with the same result
+        if shared.device_order is not None:
+            d, end = shared.device_order, pl.col("end_ns")
+        else:
+            d, end = ctx.ops, end_expr()
+        w = d.group_by("rank").agg(pl.col("start_ns").min().alias("s"), end.max().alias("e"))
+        shared.windows = {int(r): (int(s), int(e)) for r, s, e in w.iter_rows()}
+    return shared.windows
 
 
 def devices(ctx: FindingContext) -> dict[int, int]:
     """Per rank: how many devices its ops run on (a null device counts as one), computed once
     per context from the first op of each (rank, device) in :func:`device_order`."""
-    if "devices" not in ctx.cache:
+    if ctx.shared.devices is None:
         firsts = device_order(ctx).filter("new_group")
-        ctx.cache["devices"] = {int(r): int(n) for r, n in firsts.group_by("rank").len().iter_rows()}
-    return ctx.cache["devices"]
+        ctx.shared.devices = {int(r): int(n) for r, n in firsts.group_by("rank").len().iter_rows()}
+    return ctx.shared.devices
 
 
 def wall_ns(ctx: FindingContext, rank: int) -> int:
@@ -140,11 +139,15 @@ def device_order(ctx: FindingContext) -> pl.DataFrame:
     ``gap_start_ns`` (``cover_ns`` of the previous op of the rank/device; null on its first op)
     and ``gap_ns`` (idle before the op: ``start_ns − gap_start_ns`` when positive, else 0), ns.
     """
-    key = "device_order"
-    if key in ctx.cache:
-        return ctx.cache[key]
+    if ctx.shared.device_order is None:
+        ctx.shared.device_order = _device_order(ctx.ops)
+    return ctx.shared.device_order
+
+
+def _device_order(ops: pl.DataFrame) -> pl.DataFrame:
+    """:func:`device_order` of the op table ``ops``."""
     d = (
-        ctx.ops.select("rank", "device", "start_ns", end_expr())
+        ops.select("rank", "device", "start_ns", end_expr())
         .with_row_index("op_row")
         .sort("rank", "device", "start_ns", "end_ns")
     )
@@ -156,22 +159,20 @@ def device_order(ctx: FindingContext) -> pl.DataFrame:
     d = d.with_columns(group_cum_max("end_ns", pl.col("new_group"), lo, hi, groups).alias("cover_ns"))
     gap_start = pl.when(~pl.col("new_group")).then(pl.col("cover_ns").shift(1))
     gap = (pl.col("start_ns") - gap_start).clip(lower_bound=0).fill_null(0)
-    d = d.with_columns(gap_start.alias("gap_start_ns"), gap.alias("gap_ns"))
-    ctx.cache[key] = d
-    return d
+    return d.with_columns(gap_start.alias("gap_start_ns"), gap.alias("gap_ns"))
 
 
 def busy_ns(ctx: FindingContext, rank: int) -> int:
     """Device busy time of a rank: the union of its device ops' intervals (all streams, summed
     over its devices), ns."""
-    if "busy" not in ctx.cache:
+    if ctx.shared.busy is None:
         d = device_order(ctx)
         # In start order each op extends the union by ``cover_ns − max(start_ns, previous
         # cover_ns)`` (≥ 0 as durations are ≥ 0): summed, that is the union's length, exactly.
         grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
         u = d.group_by("rank").agg(grow.sum().alias("busy"))
-        ctx.cache["busy"] = {int(r): int(v) for r, v in u.iter_rows() if r is not None}
-    return ctx.cache["busy"].get(int(rank), 0)
+        ctx.shared.busy = {int(r): int(v) for r, v in u.iter_rows() if r is not None}
+    return ctx.shared.busy.get(int(rank), 0)
 
 
 def union_of(df: pl.DataFrame) -> list[Interval]:
@@ -194,6 +195,28 @@ def severity(recoverable_ns: float, wall: float) -> str:
     return "low"
 
 
+def claim(kind: str, title: str, recoverable_ns: float, wall: float, explanation: str,
+          evidence: dict[str, Any], rank: int, steps: list[int] | None = None, **where: Any) -> Finding:
+    """A finding of detector ``kind`` that gives back ``recoverable_ns`` (ns) of a rank's
+    ``wall`` (ns, :func:`wall_ns`): its severity from their ratio (:func:`severity`; ``low``
+    for a finding that gives back nothing), its evidence JSON-ready (:func:`plain`), its
+    ``step`` the one step of ``steps`` (None for several or none), its doc page
+    ``docs/findings/<kind>.md``. ``where``: the other :class:`Finding` fields (``stream``,
+    ``start_ns``, ``end_ns``, ``ops``, ``occurrences``)."""
+    return Finding(
+        kind=kind,
+        title=title,
+        severity=severity(recoverable_ns, wall),
+        recoverable_ns=recoverable_ns,
+        explanation=explanation,
+        evidence=plain(evidence),
+        rank=rank,
+        step=steps[0] if steps is not None and len(steps) == 1 else None,
+        docs=f"docs/findings/{kind}.md",
+        **where,
+    )
+
+
 def fmt_ns(v: float | None) -> str:
     """A duration with its unit (``3.1 ms``); ``?`` when unknown."""
     from ..render.fmt import ns
@@ -202,6 +225,7 @@ def fmt_ns(v: float | None) -> str:
 
 
 def fmt_bytes(v: float | None) -> str:
+    """A byte count with a binary unit (``16 MiB``, 3 significant digits); ``? B`` when unknown."""
     if v is None:
         return "? B"
     a = abs(float(v))
@@ -212,6 +236,7 @@ def fmt_bytes(v: float | None) -> str:
 
 
 def short(name: str | None, n: int = 48) -> str:
+    """``name`` cut to at most ``n`` characters (the last one ``…`` when cut); ``""`` for None."""
     s = "" if name is None else str(name)
     return s if len(s) <= n else s[: n - 1] + "…"
 
@@ -243,6 +268,7 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
 
 
 def total(intervals: Iterable[Interval]) -> int:
+    """Summed length (ns) of disjoint ``[start, end)`` intervals."""
     return sum(b - a for a, b in intervals)
 
 
@@ -290,8 +316,6 @@ def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
 
 def overlap_with(s: int, e: int, sorted_union: list[Interval], starts: list[int]) -> int:
     """Length of ``[s, e) ∩ sorted_union`` (``starts``: the union's start points, for bisect)."""
-    import bisect
-
     i = max(bisect.bisect_right(starts, s) - 1, 0)
     acc = 0
     while i < len(sorted_union) and sorted_union[i][0] < e:

@@ -361,10 +361,16 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
     ``sync_name``, ``label`` (an Enum, see the module docstring; ``none`` when there is no
     gap), ``graph_step``, ``stretch`` (id, unique in the table), ``qualifies`` (the stretch is
     launch-bound) and ``owner`` (an Enum: the detector that claims the gap, or null). Times in
-    ns. Computed once per context, with :func:`stretches`.
+    ns. Computed once per context, with :func:`stretches` (``ctx.shared``).
     """
-    if "timeline" in ctx.cache:
-        return ctx.cache["timeline"]
+    shared = ctx.shared
+    if shared.timeline is None:
+        shared.timeline, shared.stretches = _timeline_and_stretches(ctx)
+    return shared.timeline
+
+
+def _timeline_and_stretches(ctx: FindingContext) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``(timeline, stretches)`` of a context, computed (:func:`timeline`)."""
     ops = _device_ops(ctx)
     graphs = bool(ops["graph"].any())
     calls = _host_calls(ctx.host)
@@ -387,9 +393,7 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
     st = stretches_of(ops)
     qualifies = pl.col("stretch").is_in(st.filter("qualifies")["stretch"].implode())
     ops = ops.with_columns(qualifies.alias("qualifies")).with_columns(_owner()).drop("_brk")
-    ctx.cache["timeline"] = ops
-    ctx.cache["stretches"] = st
-    return ops
+    return ops, st
 
 
 def stretches_of(ops: pl.DataFrame) -> pl.DataFrame:
@@ -446,7 +450,8 @@ def stretches_of(ops: pl.DataFrame) -> pl.DataFrame:
 def stretches(ctx: FindingContext) -> pl.DataFrame:
     """The stretch table of :func:`timeline` (computed with it)."""
     timeline(ctx)
-    return ctx.cache["stretches"]
+    assert ctx.shared.stretches is not None  # filled with the timeline
+    return ctx.shared.stretches
 
 
 def with_names(ctx: FindingContext, rows: pl.DataFrame) -> pl.DataFrame:

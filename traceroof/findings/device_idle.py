@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import by_rank, fmt_ns, plain, severity, short, wall_ns
+from ._common import by_rank, claim, fmt_ns, short, wall_ns
 from ._idle import IDLE_MIN_GAP_NS, OWNER_IDLE, timeline, with_launch_thread, with_names
 
 #: Report when the claimed idle time is at least this share of the rank's window.
@@ -134,20 +134,13 @@ def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
         "largest_gaps": described,
         "min_gap_ns": IDLE_MIN_GAP_NS,
     }
-    return Finding(
-        kind="device_idle",
-        title=title,
-        severity=severity(rec, wall),
-        recoverable_ns=rec,
-        explanation=expl,
-        evidence=plain(evidence),
-        rank=rank,
-        step=steps[0] if len(steps) == 1 else None,
+    return claim(
+        "device_idle", title, rec, wall, expl,
+        evidence, rank=rank, steps=steps,
         start_ns=big["start_ns"],
         end_ns=big["end_ns"],
         ops=[d["next_op"] for d in described],
         occurrences=g.height,
-        docs="docs/findings/device_idle.md",
     )
 
 
@@ -169,19 +162,14 @@ def _wait_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
         "record. The host was not the bottleneck here; this time is not claimed as recoverable. Check the "
         "cross-stream dependencies and whether the capture is complete."
     )
-    return Finding(
-        kind="device_idle",
-        title=title,
-        severity="low",
-        recoverable_ns=0.0,
-        explanation=expl,
-        evidence=plain({
+    return claim(
+        "device_idle", title, 0.0, wall, expl,
+        {
             "queued_wait_ns": tot, "gaps": w.height, "largest_gap_ns": int(big["gap_ns"]),
             "largest_gap_start_ns": int(big["gap_start_ns"]), "window_ns": wall,
-        }),
+        },
         rank=rank,
         start_ns=int(big["gap_start_ns"]),
         end_ns=int(big["start_ns"]),
         occurrences=w.height,
-        docs="docs/findings/device_idle.md",
     )

@@ -14,14 +14,26 @@ Recoverable = exposed time (what perfect overlap would hide). See ``docs/finding
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 
 import polars as pl
 
 from ..roofline import GPUS_PER_NODE
 from . import Finding, FindingContext, register
-from ._common import by_rank, fmt_bytes, fmt_ns, kind_str, plain, severity, short, subtract, total, union, union_of, wall_ns
+from ._common import (
+    by_rank,
+    claim,
+    fmt_bytes,
+    fmt_ns,
+    kind_str,
+    overlap_with,
+    short,
+    subtract,
+    total,
+    union,
+    union_of,
+    wall_ns,
+)
 
 #: Report a group when its exposed time is at least this share of the rank's window ...
 MIN_SHARE = 0.005
@@ -72,24 +84,13 @@ def exposed_shares(comm: list[tuple[int, int]], compute_union: list[tuple[int, i
         seg = nxt - t
         if seg <= 0:
             continue
-        covered = _overlap(t, nxt, compute_union, cstarts)
+        covered = overlap_with(t, nxt, compute_union, cstarts)
         exposed = seg - covered
         if exposed > 0:
             share = exposed / len(active)
             for i in active:
                 out[i] += share
     return out
-
-
-def _overlap(s: int, e: int, u: list[tuple[int, int]], starts: list[int]) -> int:
-    i = max(bisect.bisect_right(starts, s) - 1, 0)
-    acc = 0
-    while i < len(u) and u[i][0] < e:
-        lo, hi = max(u[i][0], s), min(u[i][1], e)
-        if hi > lo:
-            acc += hi - lo
-        i += 1
-    return acc
 
 
 @register("exposed_collectives")
@@ -173,22 +174,26 @@ def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Fi
         f.evidence["other_groups"] = len(rest)
         f.evidence["other_groups_exposed_ns"] = rest_ns
     if rest and rest_ns >= threshold:
-        f = Finding(
-            kind="exposed_collectives",
-            title=f"{len(rest)} more collective groups: {fmt_ns(rest_ns)} of communication exposed",
-            severity=severity(rest_ns, wall),
-            recoverable_ns=float(rest_ns),
-            explanation="Smaller collective groups whose exposed time is individually below the report "
-            "threshold; together they are worth the same overlap work as the groups above.",
-            evidence=plain({**totals, "groups": len(rest), "exposed_ns": rest_ns,
-                            "count": int(sum(g["count"] for _, g in rest))}),
-            rank=rank,
-            ops=[k[1] for k, _ in rest[:10]],
-            occurrences=int(sum(g["count"] for _, g in rest)),
-            docs="docs/findings/exposed_collectives.md",
-        )
-        out.append(f)
+        out.append(_rest_finding(rank, rest, rest_ns, totals))
     return out
+
+
+def _rest_finding(rank: int, rest: list[tuple[tuple, dict]], rest_ns: float, totals: dict) -> Finding:
+    """One finding for the groups of rank ``rank`` below the report threshold or past
+    :data:`MAX_FINDINGS` (``rest``: ``(key, group)`` pairs; ``rest_ns``: their exposed ns)."""
+    return claim(
+        "exposed_collectives",
+        f"{len(rest)} more collective groups: {fmt_ns(rest_ns)} of communication exposed",
+        float(rest_ns),
+        totals["window_ns"],
+        "Smaller collective groups whose exposed time is individually below the report "
+        "threshold; together they are worth the same overlap work as the groups above.",
+        {**totals, "groups": len(rest), "exposed_ns": rest_ns,
+                        "count": int(sum(g["count"] for _, g in rest))},
+        rank=rank,
+        ops=[k[1] for k, _ in rest[:10]],
+        occurrences=int(sum(g["count"] for _, g in rest)),
+    )
 
 
 def _finding(ctx: FindingContext, rank: int, key: tuple, g: dict, totals: dict) -> Finding:
@@ -255,19 +260,12 @@ def _finding(ctx: FindingContext, rank: int, key: tuple, g: dict, totals: dict) 
         "worst_step": g.get("worst_step"),
         **totals,
     }
-    return Finding(
-        kind="exposed_collectives",
-        title=title,
-        severity=severity(exposed, wall),
-        recoverable_ns=exposed,
-        explanation=expl,
-        evidence=plain(evidence),
-        rank=rank,
-        step=steps[0] if len(steps) == 1 else None,
+    return claim(
+        "exposed_collectives", title, exposed, wall, expl,
+        evidence, rank=rank, steps=steps,
         stream=next(iter(g["streams"])) if len(g["streams"]) == 1 else None,
         start_ns=g.get("worst_start_ns"),
         end_ns=g.get("worst_end_ns"),
         ops=[label],
         occurrences=n,
-        docs="docs/findings/exposed_collectives.md",
     )

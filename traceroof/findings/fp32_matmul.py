@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import by_rank, busy_ns, fmt_ns, name_tests, plain, severity, short, wall_ns
+from ._common import by_rank, busy_ns, claim, fmt_ns, name_tests, short, wall_ns
 
 #: Report a group when it gives back at least this share of the rank's device busy time.
 MIN_SHARE_OF_BUSY = 0.005
@@ -76,23 +76,18 @@ def detect(ctx: FindingContext) -> list[Finding]:
                 "torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True; JAX "
                 "jax_default_matmul_precision), or train in bf16 autocast."
             )
-            out.append(Finding(
-                kind="fp32_matmul",
-                title=title,
-                severity=severity(rec, wall),
-                recoverable_ns=rec,
-                explanation=expl,
-                evidence=plain({
+            out.append(claim(
+                "fp32_matmul", title, rec, wall, expl,
+                {
                     "op": row["label"], "count": row["n"], "measured_ns": float(row["measured"]),
                     "recoverable_ns": rec, "flops": float(row["flops"]), "achieved_flops_per_s": achieved,
                     "fp32_peak_flops_per_s": float(p32), "target_dtype": target,
                     "target_peak_flops_per_s": pt, "speedup_assumed": 1.0 / ratio, "steps": steps,
                     "example_kernel": short(row["name"], 120), "device_busy_ns": busy, "window_ns": wall,
-                }),
+                },
                 rank=int(rank),
-                step=steps[0] if len(steps) == 1 else None,
+                steps=steps,
                 ops=[row["label"]],
                 occurrences=int(row["n"]),
-                docs="docs/findings/fp32_matmul.md",
             ))
     return out

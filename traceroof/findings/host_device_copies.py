@@ -26,12 +26,11 @@ from .. import intervals as iv
 from . import Finding, FindingContext, register
 from ._common import (
     by_rank,
+    claim,
     device_order,
     end_expr,
     fmt_bytes,
     fmt_ns,
-    plain,
-    severity,
     short,
     subtract,
     subtract_sorted,
@@ -59,17 +58,23 @@ def detect(ctx: FindingContext) -> list[Finding]:
     # the copies are a few rows of the op table: select them before splitting by rank
     mem = dict(by_rank(ctx.ops.filter(pl.col("kind") == "memcpy").with_columns(end_expr())))
     ranks = sorted(int(r) for r in ctx.ops["rank"].unique().to_list() if r is not None)
+    # what a copy cannot claim, per (rank, device): built once, for every rank holding copies
+    kernels = _kernel_unions(ctx) if mem else {}
+    # the sync-owned gaps of every rank, split once
+    sync_gaps = dict(by_rank(timeline(ctx).filter(pl.col("owner") == OWNER_SYNC))) if ranks else {}
     for rank in ranks:
         if rank in mem:
-            out.extend(_copy_findings(ctx, rank, mem[rank]))
-        f = _sync_finding(ctx, rank)
+            out.extend(_copy_findings(ctx, rank, mem[rank], kernels))
+        f = _sync_finding(ctx, rank, sync_gaps.get(rank))
         if f is not None:
             out.append(f)
     return out
 
 
-def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame) -> list[Finding]:
-    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``)."""
+def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
+                   kernels: dict[tuple[int, int], tuple[pl.Series, pl.Series]]) -> list[Finding]:
+    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``;
+    ``kernels``: :func:`_kernel_unions`)."""
     wall = wall_ns(ctx, rank)
     if mem.height == 0:
         return []
@@ -77,7 +82,6 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame) -> list[Fi
     # per device: kernels and collectives (not claimable), plus what an earlier direction claimed
     # (HtoD and DtoH copy engines can run at once: an instant is claimed once):
     # mine = copies − kernels − claimed, as disjoint sorted interval lists
-    kernels = _kernel_unions(ctx)
     claimed: dict[int, list[tuple[int, int]]] = {}
     for direction, rx in _DIRECTIONS:
         cp = mem.filter(pl.col("name").str.contains(rx))
@@ -110,23 +114,18 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame) -> list[Fi
             + "Fix: pin host buffers (pin_memory=True) and copy with non_blocking=True on a side stream so the copy "
             "overlaps compute; keep data on the device; for DtoH, avoid .cpu()/.item() inside the step or batch them."
         )
-        out.append(Finding(
-            kind="host_device_copies",
-            title=title,
-            severity=severity(exposed, wall),
-            recoverable_ns=float(exposed),
-            explanation=expl,
-            evidence=plain({
+        out.append(claim(
+            "host_device_copies", title, float(exposed), wall, expl,
+            {
                 "what": "copies", "direction": direction, "count": cp.height, "bytes": nbytes,
                 "measured_ns": measured, "exposed_ns": exposed, "achieved_bytes_per_s": bw,
                 "pageable_count": pageable, "steps": steps, "window_ns": wall,
                 "by_op": [[short(a, 80), int(b)] for a, b in ops_by.head(5).iter_rows()],
-            }),
+            },
             rank=rank,
-            step=steps[0] if len(steps) == 1 else None,
+            steps=steps,
             ops=[short(a, 80) for a, _ in ops_by.head(5).iter_rows()],
             occurrences=cp.height,
-            docs="docs/findings/host_device_copies.md",
         ))
     return out
 
@@ -135,18 +134,16 @@ def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], tuple[pl.Series
     """Per (rank, device) holding copies: the union of its kernels and collectives (what a
     copy cannot claim) as sorted disjoint ``(starts, ends)`` Series, ns; one pass over the
     device order for every rank."""
-    if "copy_blockers" not in ctx.cache:
-        d = device_order(ctx)
-        kind = ctx.ops["kind"]
-        if not d["op_row"].is_sorted():  # sorted: the op table is in device order already
-            kind = kind.gather(d["op_row"])
-        devs = ctx.ops.filter(pl.col("kind") == "memcpy").select("rank", "device").unique()
-        kern = d.filter((kind != "memcpy") & (kind != "memset"))
-        if devs.height < int(d["new_group"].sum()):  # some devices hold no copy: leave them out
-            kern = kern.join(devs, on=["rank", "device"], how="semi", maintain_order="left")
-        # a filter of the device order stays sorted by (rank, device, start_ns)
-        ctx.cache["copy_blockers"] = _by_device(iv.union_sorted(kern, by=["rank", "device"]))
-    return ctx.cache["copy_blockers"]
+    d = device_order(ctx)
+    kind = ctx.ops["kind"]
+    if not d["op_row"].is_sorted():  # sorted: the op table is in device order already
+        kind = kind.gather(d["op_row"])
+    devs = ctx.ops.filter(pl.col("kind") == "memcpy").select("rank", "device").unique()
+    kern = d.filter((kind != "memcpy") & (kind != "memset"))
+    if devs.height < int(d["new_group"].sum()):  # some devices hold no copy: leave them out
+        kern = kern.join(devs, on=["rank", "device"], how="semi", maintain_order="left")
+    # a filter of the device order stays sorted by (rank, device, start_ns)
+    return _by_device(iv.union_sorted(kern, by=["rank", "device"]))
 
 
 def _by_device(u: pl.DataFrame) -> dict[tuple[int, int], tuple[pl.Series, pl.Series]]:
@@ -182,11 +179,10 @@ def _blockers_near(
     return starts.gather(at).to_list(), ends.gather(at).to_list()
 
 
-def _sync_finding(ctx: FindingContext, rank: int) -> Finding | None:
+def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None) -> Finding | None:
+    """The sync-stall finding of rank ``rank`` (``g``: its sync-owned timeline rows, None:
+    none)."""
     wall = wall_ns(ctx, rank)
-    if "sync_gaps" not in ctx.cache:  # the sync-owned gaps of every rank, split once
-        ctx.cache["sync_gaps"] = dict(by_rank(timeline(ctx).filter(pl.col("owner") == OWNER_SYNC)))
-    g = ctx.cache["sync_gaps"].get(rank)
     if g is None:
         return None
     rec = float(g["gap_ns"].sum()) if g.height else 0.0
@@ -204,22 +200,17 @@ def _sync_finding(ctx: FindingContext, rank: int) -> Finding | None:
         "torch.cuda.synchronize() from the step (log every N steps instead), use non_blocking copies with events, "
         "and keep control flow on the device."
     )
-    return Finding(
-        kind="host_device_copies",
-        title=title,
-        severity=severity(rec, wall),
-        recoverable_ns=rec,
-        explanation=expl,
-        evidence=plain({
+    return claim(
+        "host_device_copies", title, rec, wall, expl,
+        {
             "what": "syncs", "stalls": g.height, "idle_after_sync_ns": rec,
             "by_call": dict(names), "largest_gap_ns": int(big["gap_ns"]), "steps": steps,
             "window_ns": wall,
-        }),
+        },
         rank=rank,
-        step=steps[0] if len(steps) == 1 else None,
+        steps=steps,
         start_ns=int(big["gap_start_ns"]),
         end_ns=int(big["start_ns"]),
         ops=list(names),
         occurrences=g.height,
-        docs="docs/findings/host_device_copies.md",
     )

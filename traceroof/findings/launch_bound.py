@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import fmt_ns, plain, severity, short, total, union, wall_ns
+from ._common import claim, fmt_ns, short, total, union, wall_ns
 from ._idle import (
     LAUNCH_SPACING_MAX_NS,
     STRETCH_MAX_BUSY,
@@ -41,6 +41,12 @@ MIN_SHARE = 0.01
 INCOMPLETE_BUSY = 0.5
 #: ... for graph spans at least this long (ns).
 INCOMPLETE_MIN_SPAN_NS = 100_000
+#: The stretch rules a launch-bound finding's evidence names.
+THRESHOLDS = {
+    "stretch_min_ops": STRETCH_MIN_OPS,
+    "stretch_max_busy": STRETCH_MAX_BUSY,
+    "launch_spacing_max_ns": LAUNCH_SPACING_MAX_NS,
+}
 
 
 @register("launch_bound")
@@ -79,13 +85,7 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
     n_steps = len(steps) or 1
     launch_rows = rows.filter(pl.col("owner") == "launch_bound")
     gaps = launch_rows["gap_ns"]
-    top = (
-        with_names(ctx, rows.select("op_row"))
-        .group_by(pl.coalesce("op", "name").alias("l"))
-        .agg(pl.len())
-        .sort(["len", "l"], descending=[True, False])
-        .head(5)
-    )
+    top = _top_kernels(ctx, rows)
     busy_frac = busy / span if span else None
     title = (
         f"launch-bound: device busy {busy_frac:.0%} across {n_ops:,} short device ops"
@@ -120,27 +120,27 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
         "kernels_per_step": n_ops / n_steps,
         "top_kernels": [[short(a, 80), int(b)] for a, b in top.iter_rows()],
         "window_ns": wall,
-        "thresholds": {
-            "stretch_min_ops": STRETCH_MIN_OPS,
-            "stretch_max_busy": STRETCH_MAX_BUSY,
-            "launch_spacing_max_ns": LAUNCH_SPACING_MAX_NS,
-        },
+        "thresholds": dict(THRESHOLDS),
     }
-    return Finding(
-        kind="launch_bound",
-        title=title,
-        severity=severity(rec, wall),
-        recoverable_ns=rec,
-        explanation=expl,
-        evidence=plain(evidence),
-        rank=rank,
-        step=steps[0] if len(steps) == 1 else None,
-        stream=None,
+    return claim(
+        "launch_bound", title, rec, wall, expl,
+        evidence, rank=rank, steps=steps,
         start_ns=int(first["start_ns"]),
         end_ns=int(q["end_ns"].max()),
         ops=[short(a, 80) for a, _ in top.iter_rows()],
         occurrences=q.height,
-        docs="docs/findings/launch_bound.md",
+    )
+
+
+def _top_kernels(ctx: FindingContext, rows: pl.DataFrame) -> pl.DataFrame:
+    """The 5 most frequent labels (framework op, else kernel name) of timeline ``rows``:
+    columns ``l`` and ``len``, most first (ties by label)."""
+    return (
+        with_names(ctx, rows.select("op_row"))
+        .group_by(pl.coalesce("op", "name").alias("l"))
+        .agg(pl.len())
+        .sort(["len", "l"], descending=[True, False])
+        .head(5)
     )
 
 
@@ -175,13 +175,9 @@ def _incomplete_capture(ctx: FindingContext, rank: int, tl: pl.DataFrame) -> Fin
         "verdict is given for them. Fix: start the profiler before capturing the graph (or re-capture under the "
         "profiler), or profile one eager step to see the kernels."
     )
-    return Finding(
-        kind="launch_bound",
-        title=title,
-        severity="low",
-        recoverable_ns=0.0,
-        explanation=expl,
-        evidence=plain({
+    return claim(
+        "launch_bound", title, 0.0, wall_ns(ctx, rank), expl,
+        {
             "incomplete_capture": True,
             "graph_launches": len(bad),
             "recorded_kernels": n_k,
@@ -190,10 +186,9 @@ def _incomplete_capture(ctx: FindingContext, rank: int, tl: pl.DataFrame) -> Fin
             "recorded_busy_fraction": busy / span,
             "correlations": [b[0] for b in bad[:20]],
             "threshold_busy_fraction": INCOMPLETE_BUSY,
-        }),
+        },
         rank=rank,
         start_ns=min(b[4] for b in bad),
         end_ns=max(b[5] for b in bad),
         occurrences=len(bad),
-        docs="docs/findings/launch_bound.md",
     )

@@ -23,8 +23,8 @@ from typing import Any
 
 import polars as pl
 
-from . import Finding, FindingContext, register
-from ._common import fmt_ns, plain, severity, short, wall_ns
+from . import Finding, FindingContext, RankView, register
+from ._common import claim, fmt_ns, short, wall_ns
 
 #: Compared collective instances needed before a straggler is reported.
 MIN_INSTANCES = 3
@@ -35,30 +35,29 @@ MIN_SHARE = 0.01
 MIN_NS = 10_000
 
 
-def _ranks_section(ctx: FindingContext) -> dict[str, Any] | None:
-    if "ranks" in ctx.cache:
-        return ctx.cache["ranks"]
-    from ..ranks import analyze_ranks
+def rank_view(ctx: FindingContext) -> RankView:
+    """The ranks' collectives compared and the report's ``ranks`` section, once per run: what
+    the caller passed (``ctx.rank_comparison``, ``ctx.ranks``: ``analyze`` has both), else
+    computed from the op table (:func:`traceroof.ranks.compare_collectives`,
+    :func:`traceroof.ranks.analyze_ranks`; both None with fewer than 2 ranks)."""
+    shared = ctx.shared
+    if shared.rank_view is None:
+        from ..ranks import analyze_ranks, compare_collectives
 
-    cmp = _comparison(ctx)
-    ctx.cache["ranks"] = None if cmp is None else analyze_ranks(ctx.ops, ctx.steps, ctx.meta.stats, cmp)
-    return ctx.cache["ranks"]
-
-
-def _comparison(ctx: FindingContext) -> Any:
-    """The ranks' collectives compared (:func:`traceroof.ranks.compare_collectives`), once per
-    analysis: ``analyze`` puts it in the cache; a detector run on its own computes it."""
-    if "rank_comparison" not in ctx.cache:
-        from ..ranks import compare_collectives
-
-        ctx.cache["rank_comparison"] = compare_collectives(ctx.ops, ctx.meta.stats)
-    return ctx.cache["rank_comparison"]
+        cmp = ctx.rank_comparison
+        if cmp is None:
+            cmp = compare_collectives(ctx.ops, ctx.meta.stats)
+        sec = ctx.ranks
+        if sec is None and cmp is not None:
+            sec = analyze_ranks(ctx.ops, ctx.steps, ctx.meta.stats, cmp)
+        shared.rank_view = RankView(cmp, sec)
+    return shared.rank_view
 
 
 @register("straggler")
 def detect(ctx: FindingContext) -> list[Finding]:
     """One finding per straggler rank whose waits pass the thresholds (usually at most one)."""
-    sec = _ranks_section(ctx)
+    sec = rank_view(ctx).section
     return [_finding(ctx, sec, row, mean_wait, n_steps, median_step)
             for row, mean_wait, n_steps, median_step in _reported(ctx)]
 
@@ -66,9 +65,9 @@ def detect(ctx: FindingContext) -> list[Finding]:
 def _reported(ctx: FindingContext) -> list[tuple[dict[str, Any], float, int, float | None]]:
     """The straggler ranks worth a finding: ``(per_rank row, mean wait per other rank (ns),
     steps, median step time (ns))`` each."""
-    if "straggler_reported" in ctx.cache:
-        return ctx.cache["straggler_reported"]
-    sec = _ranks_section(ctx)
+    if ctx.shared.stragglers is not None:
+        return ctx.shared.stragglers
+    sec = rank_view(ctx).section
     out: list[tuple[dict[str, Any], float, int, float | None]] = []
     if sec and (sec["collectives"].get("compared") or 0) >= MIN_INSTANCES:
         n_ranks = len(sec["ranks"])
@@ -84,7 +83,7 @@ def _reported(ctx: FindingContext) -> list[tuple[dict[str, Any], float, int, flo
             if per_step < MIN_NS or (median_step and per_step < MIN_SHARE * median_step):
                 continue
             out.append((row, mean_wait, n_steps, median_step))
-    ctx.cache["straggler_reported"] = out
+    ctx.shared.stragglers = out
     return out
 
 
@@ -95,12 +94,12 @@ def claimed_waits(ctx: FindingContext) -> pl.DataFrame:
     these to the straggler finding, so no nanosecond is claimed twice (BC-33)."""
     from ..ranks import wait_intervals
 
-    if "straggler_waits" not in ctx.cache:
-        runs = "straggler" in ctx.cache.get("chosen", ["straggler"])
+    if ctx.shared.straggler_waits is None:
+        runs = ctx.chosen is None or "straggler" in ctx.chosen
         reported = [int(row["rank"]) for row, *_ in _reported(ctx)] if runs else []
-        w = wait_intervals(_comparison(ctx) if reported else None)
-        ctx.cache["straggler_waits"] = w.filter(pl.col("last_rank").is_in(reported))
-    return ctx.cache["straggler_waits"]
+        w = wait_intervals(rank_view(ctx).comparison if reported else None)
+        ctx.shared.straggler_waits = w.filter(pl.col("last_rank").is_in(reported))
+    return ctx.shared.straggler_waits
 
 
 def _finding(ctx: FindingContext, sec: dict[str, Any], row: dict[str, Any], mean_wait: float, n_steps: int,
@@ -152,15 +151,9 @@ def _finding(ctx: FindingContext, sec: dict[str, Any], row: dict[str, Any], mean
             for c in top[:5]
         ],
     }
-    return Finding(
-        kind="straggler",
-        title=title,
-        severity=severity(mean_wait, wall_ns(ctx, r)),
-        recoverable_ns=float(mean_wait),
-        explanation=expl,
-        evidence=plain(evidence),
-        rank=r,
+    return claim(
+        "straggler", title, float(mean_wait), wall_ns(ctx, r), expl,
+        evidence, rank=r,
         ops=sorted({short(c.get("name"), 60) for c in top}),
         occurrences=k,
-        docs="docs/findings/straggler.md",
     )
