@@ -77,6 +77,13 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        """Inverse of :meth:`to_dict` (a saved report's finding); unknown keys are ignored."""
+        from dataclasses import fields
+
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
 
 Detector = Callable[[FindingContext], list[Finding]]
 
