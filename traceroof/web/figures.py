@@ -268,11 +268,19 @@ def timeline_figure(
     t1 = int((ops["start_ns"] + ops["dur_ns"]).max())
     ranks = sorted(ops["rank"].unique().to_list())
     _add_findings(fig, views.findings_in_view(list(findings), ranks, *(win or (t0, t1)))[:60], order, multi, focus)
-    height = max(420, 205 + 46 * len(order))
     sub_txt = f"{vis.height:,} ops in view"
     if aggregated:
         sub_txt += f", merged into {n_bars:,} bars (zoom in to see single ops)"
     sub_txt += " · shaded: findings" if findings else ""
+    _timeline_layout(fig, sub_txt, win, order, uirevision,
+                     {"ops_in_view": vis.height, "bars": n_bars, "aggregated": aggregated, "rows": rows})
+    return fig
+
+
+def _timeline_layout(fig: go.Figure, sub_txt: str, win: tuple[float, ...] | None, order: list[str],
+                     uirevision: str, meta: dict[str, Any]) -> None:
+    """Title, axes (x in ms, the window ``win`` in ns if given; y the rows ``order``), legend."""
+    height = max(420, 205 + 46 * len(order))
     fig.update_layout(
         title={"text": "Timeline", "subtitle": {"text": sub_txt}},
         barmode="overlay",
@@ -287,9 +295,8 @@ def timeline_figure(
         uirevision=uirevision,
         margin={"l": 70, "r": 30, "t": 95, "b": 110},
         legend={"orientation": "h", "x": 0, "y": -62 / (height - 205), "yanchor": "top"},  # below the axis title
-        meta={"ops_in_view": vis.height, "bars": n_bars, "aggregated": aggregated, "rows": rows},
+        meta=meta,
     )
-    return fig
 
 
 def _add_bars(fig: go.Figure, bars: pl.DataFrame, aggregated: bool) -> int:
