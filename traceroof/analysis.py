@@ -153,16 +153,16 @@ def summarize(ops: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec, reason: st
     stats = steps_mod.summarize(steps)
     step = StepStats.from_dict(stats) if len(stats) > 1 else None
     dom, peak = _hfu_peak(ops, spec)
-    found: list[InconsistencyInfo] = []
-    hfu_info = _hfu(step, dom, peak, spec, reason, found)
+    hfu_info, hfu_bad = _hfu(step, dom, peak, spec, reason)
     nd = n_devices or meta.world_size or max(len(meta.ranks), 1)
-    mfu_info = None
+    mfu_info = mfu_bad = None
     if model_flops_per_step is not None and step and step.step_time_ns:
-        mfu_info = _mfu(model_flops_per_step, model_flops_formula, step.step_time_ns, nd,
-                        Peak(peak, dom, f"{spec.name}: {reason}", spec.name) if peak else None, found)
+        mfu_info, mfu_bad = _mfu(model_flops_per_step, model_flops_formula, step.step_time_ns, nd,
+                                 Peak(peak, dom, f"{spec.name}: {reason}", spec.name) if peak else None)
     summary = Summary(steps=int(stats["steps"]), step=step, hfu=hfu_info,
                       roofline=_roofline_efficiency(ops, coverage), mfu=mfu_info)
-    return Utilization(summary, _per_step_utilization(steps, peak, model_flops_per_step, nd), found)
+    return Utilization(summary, _per_step_utilization(steps, peak, model_flops_per_step, nd),
+                       [i for i in (hfu_bad, mfu_bad) if i is not None])
 
 
 def check_roofs(ops: pl.DataFrame, spec: ChipSpec) -> list[InconsistencyInfo]:
@@ -401,41 +401,42 @@ def _hfu_peak(ops: pl.DataFrame, spec: ChipSpec) -> tuple[str, float | None]:
     return dom, spec.peak(dom) or spec.peak("bf16") or spec.peak("fp16") or spec.peak("fp32")
 
 
-def _hfu(step: StepStats | None, dom: str, peak: float | None, spec: ChipSpec, reason: str,
-         found: list[InconsistencyInfo]) -> HfuInfo:
-    """HFU per device from the op table's FLOPs per step; above 100 % it is appended to
-    ``found`` and left unknown."""
+def _hfu(step: StepStats | None, dom: str, peak: float | None, spec: ChipSpec,
+         reason: str) -> tuple[HfuInfo, InconsistencyInfo | None]:
+    """HFU per device from the op table's FLOPs per step; above 100 % it is left unknown and
+    comes back as an inconsistency."""
     st = step.step_time_ns if step else None
     fl = step.flops_per_step if step else None
     if not (st and fl and peak):
-        return HfuInfo(peak_dtype=dom, peak_flops_per_s=peak)
+        return HfuInfo(peak_dtype=dom, peak_flops_per_s=peak), None
     # per device: a rank with several devices (XPlane host) shares its FLOPs among them
     ndev = (step.devices_per_rank if step else None) or 1
     u = hfu(fl, st, peak, ndev)
-    value = u.value
+    bad = None
     if isinstance(u, Inconsistency):
-        found.append(InconsistencyInfo(
+        bad = InconsistencyInfo(
             what="HFU above 100 %", value=u.value,
             suspects=[
                 f"peak taken: {peak:.4g} FLOP/s {dom} dense for {spec.name} ({reason})",
                 "a FLOP formula that over-counts (causal attention not halved?)",
                 "a chip whose clocks/peaks differ from the datasheet",
             ],
-        ))
-        value = None
-    return HfuInfo(peak_dtype=dom, peak_flops_per_s=peak,
-                   achieved_flops_per_s=achieved_flops_per_s(fl, st, ndev), value=value)
+        )
+    info = HfuInfo(peak_dtype=dom, peak_flops_per_s=peak, achieved_flops_per_s=achieved_flops_per_s(fl, st, ndev),
+                   value=None if bad else u.value)
+    return info, bad
 
 
-def _mfu(model_flops: float, formula: str | None, step_time_ns: float, nd: int, peak: Peak | None,
-         found: list[InconsistencyInfo]) -> MfuInfo:
-    """MFU of ``model_flops`` per step over ``nd`` devices; above 100 % appended to ``found``."""
+def _mfu(model_flops: float, formula: str | None, step_time_ns: float, nd: int,
+         peak: Peak | None) -> tuple[MfuInfo, InconsistencyInfo | None]:
+    """MFU of ``model_flops`` per step over ``nd`` devices; above 100 % it is left unknown and
+    comes back as an inconsistency."""
     u = mfu(model_flops, step_time_ns, peak, nd, flops_formula=formula)
     if isinstance(u, Inconsistency):
-        found.append(InconsistencyInfo(what=u.what, value=u.value, suspects=list(u.suspects)))
-        return MfuInfo(value=None, model_flops_per_step=model_flops, devices=nd)
+        bad = InconsistencyInfo(what=u.what, value=u.value, suspects=list(u.suspects))
+        return MfuInfo(value=None, model_flops_per_step=model_flops, devices=nd), bad
     return MfuInfo(value=u.value, note=f"{formula or 'model FLOPs given'}; {nd} device(s)",
-                   model_flops_per_step=model_flops, devices=nd)
+                   model_flops_per_step=model_flops, devices=nd), None
 
 
 def _roofline_efficiency(ops: pl.DataFrame, cov: Coverage) -> RooflineInfo:
