@@ -201,3 +201,30 @@ def test_report_core_on_every_fixture(path: Path, tmp_path: Path):
         assert next(csv.DictReader(io.StringIO(outs["csv"])))["label"] == label
         assert rfmt.short(label, 60).replace("|", "\\|") in outs["markdown"]
         assert rfmt.short(label, 60)[:12] in outs["table"]
+
+
+# ----------------------------------------------------------------------------- sometimes-present keys
+
+def test_keys_present_only_sometimes_stay_absent_and_hfu_above_100_is_an_inconsistency():
+    import dataclasses
+
+    from traceroof.chips import get_chip
+
+    trace = read_trace(EXAMPLE)
+    plain = analysis.analyze(trace, "h100").to_dict()["summary"]
+    assert "mfu" not in plain and "mfu_note" not in plain and "achieved_flops_per_s" in plain
+    h = get_chip("h100")
+    tiny = dataclasses.replace(h, peak_flops_per_s={k: v / 1000 if v else v for k, v in h.peak_flops_per_s.items()})
+    r = analysis.analyze(trace, tiny, model_flops_per_step=1e15)
+    d = r.to_dict()
+    assert d["summary"]["hfu"] is None and "achieved_flops_per_s" in d["summary"]
+    assert d["summary"]["mfu"] is None and "mfu_note" not in d["summary"] and d["summary"]["mfu_devices"] == 1
+    hfu_inc, mfu_inc = d["inconsistencies"][:2]
+    assert list(hfu_inc) == ["what", "value", "suspects"] and hfu_inc["what"] == "HFU above 100 %"
+    assert list(mfu_inc) == ["what", "value", "suspects"] and mfu_inc["what"] == "MFU" and mfu_inc["value"] > 1
+    validate_report(json.loads(r.to_json()))
+    assert "not shown: above 100 %" in render(r, "markdown")
+    empty = analysis.analyze(read_trace(real("HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))).to_dict()
+    assert empty["summary"] == {"steps": 0} and empty["chip"] == {} and empty["filters"] == {}
+    assert list(empty["coverage"]) == ["device_time_ns", "costed_share", "shapes_share", "trace_share"]
+    validate_report(empty)
