@@ -228,3 +228,13 @@ def test_keys_present_only_sometimes_stay_absent_and_hfu_above_100_is_an_inconsi
     assert empty["summary"] == {"steps": 0} and empty["chip"] == {} and empty["filters"] == {}
     assert list(empty["coverage"]) == ["device_time_ns", "costed_share", "shapes_share", "trace_share"]
     validate_report(empty)
+
+
+def test_a_key_without_a_field_is_refused_where_it_would_be_dropped():
+    from traceroof.sections import RanksInfo, Summary, section_from_dict
+
+    with pytest.raises(ValueError, match="new_key"):
+        section_from_dict(RanksInfo, {"ranks": [0, 1], "new_key": 1}, strict=True)
+    # a summary's flattened groups are known keys
+    d = _example_dict()["summary"]
+    assert section_from_dict(Summary, d, strict=True).to_dict() == d

@@ -29,7 +29,7 @@ from .report import Report
 from .roofline import ABOVE_ROOF_TOLERANCE, MATRIX_KINDS, above_roof, add_roofline, rank_ops
 from .sections import (
     ChipInfo, CoverageInfo, Filters, HfuInfo, InconsistencyInfo, MfuInfo, RanksInfo, RooflineInfo,
-    StepStats, Summary, TraceInfo, TraceSays,
+    StepStats, Summary, TraceInfo, TraceSays, section_from_dict,
 )
 from .trace import Trace, TraceMeta
 
@@ -330,7 +330,7 @@ def analyze(
         ranking=ranking, ops=ops, warnings=collect_warnings(meta, ops, costed.coverage),
         inconsistencies=util.inconsistencies + above, findings=found,
         filters=Filters(rank=rank, step=step, group_by=group_by),
-        ranks=RanksInfo.from_dict(ranks) if ranks is not None else None,
+        ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,
     )
 
 

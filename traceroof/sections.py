@@ -56,10 +56,17 @@ def _flat_keys(cls: type) -> set[str]:
     return keys
 
 
-def section_from_dict(cls: type[S], d: dict[str, Any]) -> S:
+def section_from_dict(cls: type[S], d: dict[str, Any], *, strict: bool = False) -> S:
     """Rebuild section ``cls`` from :func:`section_to_dict` output. A key missing from ``d``
     (a report saved by an older traceroof) takes the field's default; a flattened group
-    none of whose keys is present is None."""
+    none of whose keys is present is None.
+
+    Raises:
+        ValueError: ``strict`` and ``d`` has a key the section has no field for (it would be
+            dropped from the JSON: a producer added a key without adding the field).
+    """
+    if strict and d.keys() - _flat_keys(cls):
+        raise ValueError(f"{cls.__name__}: no field for key(s) {sorted(d.keys() - _flat_keys(cls))}")
     kw: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         sub = f.metadata.get("section")
