@@ -68,26 +68,26 @@ def test_mfu_equals_hand_value(example_trace):
     walls = _hand_step_times_ns()
     hand = model_flops / (sum(walls) / len(walls) * 1e-9) / H100_BF16
     r = analyze(read_trace(example_trace), "h100", model_flops_per_step=model_flops, model_flops_formula="hand")
-    assert r.summary["step_time_ns"] == pytest.approx(sum(walls) / len(walls), abs=0.5)
-    assert r.summary["mfu"] == pytest.approx(hand, rel=1e-9)
-    assert 0.3 < r.summary["mfu"] < 0.7  # the generator ran GEMMs at 70 % and attention at 40-50 %
+    assert r.summary.step_time_ns == pytest.approx(sum(walls) / len(walls), abs=0.5)
+    assert r.summary.mfu.value == pytest.approx(hand, rel=1e-9)
+    assert 0.3 < r.summary.mfu.value < 0.7  # the generator ran GEMMs at 70 % and attention at 40-50 %
     # MFU per step, too
     assert r.steps["mfu"].to_list() == pytest.approx([model_flops / (w * 1e-9) / H100_BF16 for w in walls], rel=1e-9)
 
 
 def test_mfu_above_100_percent_is_an_inconsistency_not_a_result(example_trace):
     r = analyze(read_trace(example_trace), "h100", model_flops_per_step=_hand_model_flops() * 3)
-    assert r.summary["mfu"] is None
-    inc = [i for i in r.inconsistencies if "MFU" in i["what"]]
-    assert inc and inc[0]["value"] > 1.0 and any("peak" in s for s in inc[0]["suspects"])
+    assert r.summary.mfu.value is None
+    inc = [i for i in r.inconsistencies if "MFU" in i.what]
+    assert inc and inc[0].value > 1.0 and any("peak" in s for s in inc[0].suspects)
     out = CliRunner().invoke(cli, ["analyze", str(example_trace), "-q", "--model-flops-per-step", str(_hand_model_flops() * 3)]).output
     assert "Inconsistencies" in out and "MFU" in out
 
 
 def test_sparse_peak_is_never_used_bc29(report):
     # BC-29: dense 989 TFLOP/s, not the 1,979 "with sparsity" headline
-    assert report.summary["hfu_peak_flops_per_s"] == H100_BF16
-    assert report.summary["hfu_peak_dtype"] == "bf16"
+    assert report.summary.hfu.peak_flops_per_s == H100_BF16
+    assert report.summary.hfu.peak_dtype == "bf16"
 
 
 # ----------------------------------------------------------------------------- gate
@@ -116,7 +116,7 @@ def test_gate_pass_and_fail_on_a_baseline_and_a_slower_candidate(pair):
     assert not st.passed and st.value > st.limit
     hfu = [c for c in res.checks if c.metric == "HFU vs baseline"][0]
     # kernels 20 % longer → HFU about 1/1.2 of the baseline's
-    assert hfu.value == pytest.approx(b.summary["hfu"] / 1.2, rel=0.02)
+    assert hfu.value == pytest.approx(b.summary.hfu.value / 1.2, rel=0.02)
 
 
 def test_gate_writes_github_step_summary(pair, tmp_path, monkeypatch):

@@ -39,7 +39,7 @@ def report(name: str, chip: str = "h100", folder: Path = FAULTS, **kw):
 
 
 def of(rep, kind: str) -> list[dict]:
-    return [f for f in rep.findings if f["kind"] == kind]
+    return [f for f in rep.findings if f.kind == kind]
 
 
 def close(got: float, want: float, rel: float = 0.10) -> bool:
@@ -52,7 +52,7 @@ def window_ok(rep) -> None:
     for r in set(ops["rank"].to_list()):
         o = ops.filter(ops["rank"] == r)
         win = int((o["start_ns"] + o["dur_ns"]).max() - o["start_ns"].min())
-        claimed = sum(f["recoverable_ns"] for f in rep.findings if f["rank"] == r)
+        claimed = sum(f.recoverable_ns for f in rep.findings if f.rank == r)
         assert claimed <= win + 1e-6, (r, claimed, win)
 
 
@@ -77,14 +77,14 @@ def test_unfused_rmsnorm_chains_found_with_their_recoverable_time():
     found = of(rep, "unfused_elementwise")
     assert len(found) == 1
     f = found[0]
-    assert f["evidence"]["chain"] == inj["chain"]
-    assert f["occurrences"] == inj["chains"] == 27
-    assert f["evidence"]["per_step"] == inj["chains_per_step"] == 9
-    assert close(f["recoverable_ns"], inj["recoverable_ns"])
-    assert close(f["evidence"]["fused_bytes_per_chain"], inj["fused_bytes_per_chain"])
-    assert f["evidence"]["measured_ns"] == inj["measured_ns"]
+    assert f.evidence["chain"] == inj["chain"]
+    assert f.occurrences == inj["chains"] == 27
+    assert f.evidence["per_step"] == inj["chains_per_step"] == 9
+    assert close(f.recoverable_ns, inj["recoverable_ns"])
+    assert close(f.evidence["fused_bytes_per_chain"], inj["fused_bytes_per_chain"])
+    assert f.evidence["measured_ns"] == inj["measured_ns"]
     # the arithmetic on the page: measured − fused roofline
-    assert f["recoverable_ns"] == pytest.approx(f["evidence"]["measured_ns"] - f["evidence"]["fused_roofline_ns"])
+    assert f.recoverable_ns == pytest.approx(f.evidence["measured_ns"] - f.evidence["fused_roofline_ns"])
 
 
 def test_launch_bound_decode_found_with_the_idle_gaps():
@@ -93,8 +93,8 @@ def test_launch_bound_decode_found_with_the_idle_gaps():
     found = of(rep, "launch_bound")
     assert len(found) == 1
     f = found[0]
-    assert close(f["recoverable_ns"], inj["launch_bound"]["recoverable_ns"])
-    ev = f["evidence"]
+    assert close(f.recoverable_ns, inj["launch_bound"]["recoverable_ns"])
+    ev = f.evidence
     assert ev["median_launch_spacing_ns"] == inj["launch_bound"]["host_launch_interval_ns"]
     assert ev["median_launch_call_ns"] == inj["launch_bound"]["launch_call_ns"]
     assert ev["median_kernel_ns"] < ev["median_launch_spacing_ns"]
@@ -110,8 +110,8 @@ def test_exposed_allreduce_found_with_its_roofline():
     found = of(rep, "exposed_collectives")
     assert len(found) == 1
     f = found[0]
-    ev = f["evidence"]
-    assert close(f["recoverable_ns"], o["exposed_collectives"]["recoverable_ns"])
+    ev = f.evidence
+    assert close(f.recoverable_ns, o["exposed_collectives"]["recoverable_ns"])
     assert ev["message_bytes"] == ar["message_bytes"] and ev["group_size"] == ar["group_size"] == 8
     assert ev["count"] == ar["count"]
     assert ev["roofline_per_op_ns"] == pytest.approx(ar["roofline_ns"], rel=1e-6)
@@ -124,7 +124,7 @@ def test_exposed_allreduce_found_with_its_roofline():
 @pytest.mark.parametrize("twin", ["train_clean", "decode_graph", "train_allreduce_overlapped"])
 def test_clean_twins_produce_none_of_the_three(twin):
     rep = report(twin)
-    assert [f["title"] for f in rep.findings if f["kind"] in THREE] == []
+    assert [f.title for f in rep.findings if f.kind in THREE] == []
 
 
 def test_faults_found_on_another_chip(tmp_path):
@@ -132,11 +132,11 @@ def test_faults_found_on_another_chip(tmp_path):
     for name, kind in (("train_unfused", "unfused_elementwise"), ("decode_launch", "launch_bound"),
                        ("train_allreduce", "exposed_collectives")):
         rep = report(name, "a100", tmp_path)
-        assert rep.chip["key"] == "a100_sxm_80gb"
-        got = sum(f["recoverable_ns"] for f in of(rep, kind))
+        assert rep.chip.key == "a100_sxm_80gb"
+        got = sum(f.recoverable_ns for f in of(rep, kind))
         assert close(got, o[name][kind]["recoverable_ns"]), (name, got)
     for twin in ("train_clean", "decode_graph", "train_allreduce_overlapped"):
-        assert not [f for f in report(twin, "a100", tmp_path).findings if f["kind"] in THREE]
+        assert not [f for f in report(twin, "a100", tmp_path).findings if f.kind in THREE]
 
 
 @pytest.mark.parametrize("name", sorted(make_faults.TRACES))
@@ -146,7 +146,7 @@ def test_generated_claims_fit_the_window(name):
 
 def test_only_the_selected_detectors_run():
     rep = report("decode_launch", findings=["launch_bound"])
-    assert {f["kind"] for f in rep.findings} == {"launch_bound"}
+    assert {f.kind for f in rep.findings} == {"launch_bound"}
     from traceroof.errors import UsageError
 
     with pytest.raises(UsageError, match="unknown"):
@@ -182,10 +182,10 @@ def test_bc12_nccl_dev_kernel_exposed_5us(tmp_path, name):
     found = of(rep, "exposed_collectives")
     assert len(found) == 1
     f = found[0]
-    assert f["recoverable_ns"] == 5_000
-    assert f["evidence"]["rank_comm_union_ns"] == 10_000
-    assert f["evidence"]["rank_comm_exposed_ns"] == 5_000
-    assert f["evidence"]["measured_ns"] == 10_000 and f["evidence"]["hidden_ns"] == 5_000
+    assert f.recoverable_ns == 5_000
+    assert f.evidence["rank_comm_union_ns"] == 10_000
+    assert f.evidence["rank_comm_exposed_ns"] == 5_000
+    assert f.evidence["measured_ns"] == 10_000 and f.evidence["hidden_ns"] == 5_000
 
 
 def test_bc12_no_collectives_no_finding_no_nan(tmp_path):
@@ -218,10 +218,10 @@ def test_bc13_incomplete_capture_instead_of_idle(tmp_path):
     lb = of(rep, "launch_bound")
     assert len(lb) == 1
     f = lb[0]
-    assert f["evidence"]["incomplete_capture"] is True
-    assert f["evidence"]["recorded_kernels"] == 5
-    assert f["evidence"]["recorded_busy_fraction"] < 0.02
-    assert f["recoverable_ns"] == 0 and "incomplete device capture" in f["title"]
+    assert f.evidence["incomplete_capture"] is True
+    assert f.evidence["recorded_kernels"] == 5
+    assert f.evidence["recorded_busy_fraction"] < 0.02
+    assert f.recoverable_ns == 0 and "incomplete device capture" in f.title
     assert of(rep, "device_idle") == []  # the 99 % "idle" is not claimed
 
 
@@ -233,8 +233,8 @@ def test_bc13_control_the_same_kernels_launched_one_by_one_are_launch_bound(tmp_
     rep = run(tmp_path, ev)
     lb = of(rep, "launch_bound")
     assert len(lb) == 1
-    assert lb[0]["recoverable_ns"] == 499 * 20_000
-    assert lb[0]["evidence"]["median_launch_spacing_ns"] == 30_000
+    assert lb[0].recoverable_ns == 499 * 20_000
+    assert lb[0].evidence["median_launch_spacing_ns"] == 30_000
 
 
 # --------------------------------------------------------------------------- BC-33
@@ -250,15 +250,15 @@ def test_bc33_concurrent_collectives_counted_once_and_claims_fit(tmp_path):
     ]
     rep = run(tmp_path, ev)
     ex = of(rep, "exposed_collectives")
-    assert {f["evidence"]["collective"] for f in ex} == {"all_reduce", "all_gather"}
-    assert sum(f["recoverable_ns"] for f in ex) == 5_000_000  # exposed once, shared by the two
+    assert {f.evidence["collective"] for f in ex} == {"all_reduce", "all_gather"}
+    assert sum(f.recoverable_ns for f in ex) == 5_000_000  # exposed once, shared by the two
     for f in ex:
-        assert f["evidence"]["rank_comm_union_ns"] == 10_000_000  # not 20 ms
-        assert f["evidence"]["rank_comm_exposed_ns"] == 5_000_000
-        assert f["evidence"]["rank_compute_union_ns"] == 5_000_000  # the sync is not compute
+        assert f.evidence["rank_comm_union_ns"] == 10_000_000  # not 20 ms
+        assert f.evidence["rank_comm_exposed_ns"] == 5_000_000
+        assert f.evidence["rank_compute_union_ns"] == 5_000_000  # the sync is not compute
     st = rep.steps.row(0, named=True)
     assert st["comm_ns"] == 10_000_000 and st["comm_exposed_ns"] == 5_000_000
-    assert sum(f["recoverable_ns"] for f in rep.findings) <= 12_000_000
+    assert sum(f.recoverable_ns for f in rep.findings) <= 12_000_000
 
 
 def test_exposed_shares_sum_to_the_exposed_union():
@@ -317,9 +317,9 @@ def test_bc26_triton_kernels_are_not_unfused(tmp_path):
                        ("aten::mul", "void at::native::vectorized_elementwise_kernel<4, mul>"),
                        ("aten::add", "void at::native::vectorized_elementwise_kernel<4, add>")])
     found = of(run(tmp_path, eager, name="eager.json"), "unfused_elementwise")
-    assert len(found) == 1 and found[0]["evidence"]["kernels_per_chain"] == 3
+    assert len(found) == 1 and found[0].evidence["kernels_per_chain"] == 3
     # fused kernel: reads a, b (first op) once, every later input is an intermediate or seen; writes once
-    assert found[0]["evidence"]["fused_bytes_per_chain"] == 3 * 4096 * 4096 * 2
+    assert found[0].evidence["fused_bytes_per_chain"] == 3 * 4096 * 4096 * 2
     trit = _ew_trace([(f"triton_poi_fused_add_mul_{i}", f"triton_poi_fused_add_mul_{i}") for i in range(3)])
     assert of(run(tmp_path, trit, name="triton.json"), "unfused_elementwise") == []
 
@@ -337,11 +337,11 @@ def test_sync_stall_and_exposed_copy_are_claimed_once(tmp_path):
          "ts": 200, "dur": 100, "args": {"device": 0, "stream": 7, "correlation": 4, "bytes": 1 << 24}},
     ]
     rep = run(tmp_path, ev)
-    hd = {f["evidence"]["what"]: f for f in of(rep, "host_device_copies")}
-    assert hd["syncs"]["recoverable_ns"] == 50_000
-    assert hd["syncs"]["evidence"]["by_call"] == {"cudaDeviceSynchronize": 1}
-    assert hd["copies"]["recoverable_ns"] == 100_000
-    assert hd["copies"]["evidence"]["pageable_count"] == 1 and hd["copies"]["evidence"]["direction"] == "HtoD"
+    hd = {f.evidence["what"]: f for f in of(rep, "host_device_copies")}
+    assert hd["syncs"].recoverable_ns == 50_000
+    assert hd["syncs"].evidence["by_call"] == {"cudaDeviceSynchronize": 1}
+    assert hd["copies"].recoverable_ns == 100_000
+    assert hd["copies"].evidence["pageable_count"] == 1 and hd["copies"].evidence["direction"] == "HtoD"
     assert of(rep, "device_idle") == []  # the stall is not claimed twice
     window_ok(rep)
 
@@ -361,9 +361,9 @@ def test_device_idle_names_what_the_host_was_doing(tmp_path):
     idle = of(rep, "device_idle")
     assert len(idle) == 1
     f = idle[0]
-    assert f["recoverable_ns"] == 2 * (5_200 - 200) * 1_000  # two gaps of 5 ms between the bursts
-    assert f["evidence"]["by_cause_ns"] == {"host": f["recoverable_ns"]}
-    assert f["evidence"]["largest_gaps"][0]["host"][0][0] == "DataLoader.__next__"
+    assert f.recoverable_ns == 2 * (5_200 - 200) * 1_000  # two gaps of 5 ms between the bursts
+    assert f.evidence["by_cause_ns"] == {"host": f.recoverable_ns}
+    assert f.evidence["largest_gaps"][0]["host"][0][0] == "DataLoader.__next__"
     assert of(rep, "launch_bound") == []
 
 
@@ -372,9 +372,9 @@ def test_queued_work_waiting_is_not_host_bound(tmp_path):
           rt("cudaStreamWaitEvent", 6, 2, 2),
           rt("cudaLaunchKernel", 12, 5, 3), kernel(GEMM, 5_000, 10, corr=3)]  # launched at 17 µs, ran at 5 ms
     rep = run(tmp_path, ev)
-    assert sum(f["recoverable_ns"] for f in of(rep, "device_idle")) == 0
+    assert sum(f.recoverable_ns for f in of(rep, "device_idle")) == 0
     wait = of(rep, "device_idle")
-    assert len(wait) == 1 and wait[0]["evidence"]["queued_wait_ns"] == 4_980_000
+    assert len(wait) == 1 and wait[0].evidence["queued_wait_ns"] == 4_980_000
 
 
 def test_fp32_matmul_on_cuda_cores(tmp_path):
@@ -392,9 +392,9 @@ def test_fp32_matmul_on_cuda_cores(tmp_path):
     found = of(rep, "fp32_matmul")
     assert len(found) == 1
     f = found[0]
-    assert f["evidence"]["flops"] == flops and f["evidence"]["target_dtype"] == "tf32"
+    assert f.evidence["flops"] == flops and f.evidence["target_dtype"] == "tf32"
     want = dur_us * 1_000 * (1 - 66.9e12 / 494.7e12)
-    assert f["recoverable_ns"] == pytest.approx(want, rel=1e-6)
+    assert f.recoverable_ns == pytest.approx(want, rel=1e-6)
     # the same kernel named as a TF32 tensor-core kernel is not flagged
     ev[2] = kernel("sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x32", 10, dur_us, corr=1)
     assert of(run(tmp_path, ev, name="tf32.json"), "fp32_matmul") == []

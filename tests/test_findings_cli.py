@@ -20,7 +20,7 @@ def run(*args: str):
 
 
 def _api(path: str) -> list[dict]:
-    return analyze(read_trace(path)).findings
+    return [f.to_dict() for f in analyze(read_trace(path)).findings]
 
 
 def test_json_findings_sorted_and_carry_every_evidence_number():

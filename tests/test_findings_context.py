@@ -55,7 +55,7 @@ def test_constructor_takes_typed_inputs_only():
 
 def test_analyze_hands_over_the_cross_rank_view(caught):
     rep, ctx = caught
-    assert ctx.ranks is not None and ctx.ranks == rep.ranks
+    assert ctx.ranks is not None and ctx.ranks == rep.ranks.to_dict()
     assert ctx.rank_comparison is not None
     assert ctx.chosen == tuple(F.DETECTORS)
     # the straggler used what analyze handed over, not a second computation
@@ -68,8 +68,8 @@ def test_without_the_hand_over_the_detectors_compute_the_same(caught):
     rep, ctx = caught
     alone = _fresh(ctx)
     found = [f.to_dict() for f in run_detectors(alone)]
-    assert found == rep.findings
-    assert alone.shared.rank_view is not None and alone.shared.rank_view.section == rep.ranks
+    assert found == [f.to_dict() for f in rep.findings]
+    assert alone.shared.rank_view is not None and alone.shared.rank_view.section == rep.ranks.to_dict()
 
 
 def test_shared_results_are_computed_once(caught):
@@ -100,10 +100,3 @@ def test_chosen_tells_exposed_collectives_whether_the_straggler_runs(caught):
     n_alone, ns_alone = waiting(["exposed_collectives"])
     assert n_with > 0 and ns_with > 0
     assert n_alone == 0 and ns_alone == 0
-
-
-def test_deprecated_cache_keyword_maps_onto_the_typed_fields(caught):
-    # integrator: remove with the cache= keyword once analysis passes ranks=
-    _, ctx = caught
-    old = _fresh(ctx, cache={"ranks": ctx.ranks, "rank_comparison": ctx.rank_comparison})
-    assert old.ranks is ctx.ranks and old.rank_comparison is ctx.rank_comparison

@@ -70,7 +70,7 @@ def independent_exposed(path) -> tuple[int, int]:
 
 
 def exposed_findings(rep):
-    return [f for f in rep.findings if f["kind"] == "exposed_collectives"]
+    return [f for f in rep.findings if f.kind == "exposed_collectives"]
 
 
 @pytest.mark.parametrize("rel", [NCCL_DATA, B200])
@@ -82,11 +82,11 @@ def test_exposed_communication_matches_an_independent_interval_computation(rel):
     found = exposed_findings(rep)
     assert found, "no exposed-collective finding"
     for f in found:
-        assert f["evidence"]["rank_comm_union_ns"] == union
-        assert f["evidence"]["rank_comm_exposed_ns"] == exposed
+        assert f.evidence["rank_comm_union_ns"] == union
+        assert f.evidence["rank_comm_exposed_ns"] == exposed
     # the groups (reported + the rest) share out exactly the exposed total
-    reported = sum(f["recoverable_ns"] for f in found if "other_groups" in f["evidence"])
-    assert reported + found[0]["evidence"]["other_groups_exposed_ns"] == pytest.approx(exposed, abs=1e-3)
+    reported = sum(f.recoverable_ns for f in found if "other_groups" in f.evidence)
+    assert reported + found[0].evidence["other_groups_exposed_ns"] == pytest.approx(exposed, abs=1e-3)
 
 
 def test_nccl_data_numbers():
@@ -94,14 +94,14 @@ def test_nccl_data_numbers():
     roofline, mostly exposed; 3 steps of 5 all-reduces + 2 broadcasts."""
     rep = analyze(read_trace(real(*NCCL_DATA.split("/"))))
     found = exposed_findings(rep)
-    ar = [f for f in found if f["evidence"]["collective"] == "all_reduce"]
+    ar = [f for f in found if f.evidence["collective"] == "all_reduce"]
     assert len(ar) == 5
-    assert {f["evidence"]["count"] for f in ar} == {3}
-    assert {f["evidence"]["group_size"] for f in ar} == {2}
-    big = max(ar, key=lambda f: f["evidence"]["message_bytes"])
-    assert big["evidence"]["message_bytes"] == 31_502_336  # 7,875,584 fp32 elements
+    assert {f.evidence["count"] for f in ar} == {3}
+    assert {f.evidence["group_size"] for f in ar} == {2}
+    big = max(ar, key=lambda f: f.evidence["message_bytes"])
+    assert big.evidence["message_bytes"] == 31_502_336  # 7,875,584 fp32 elements
     for f in ar:
-        ev = f["evidence"]
+        ev = f.evidence
         assert ev["slowdown_vs_roofline"] > 20 and ev["verdict"] == "slow and exposed"
         assert 0 < ev["exposed_ns"] <= ev["measured_ns"]
 
@@ -110,34 +110,34 @@ def test_nccl_data_numbers():
 def test_graph_replay_is_not_launch_bound(rel, chip):
     rep = analyze(read_trace(real(*rel.split("/"))), chip)
     assert int(rep.ops["graph"].sum()) > 400
-    assert [f for f in rep.findings if f["kind"] == "launch_bound" and f["recoverable_ns"] > 0] == []
-    assert [f for f in rep.findings if f["evidence"].get("incomplete_capture")] == []  # the graphs are dense
+    assert [f for f in rep.findings if f.kind == "launch_bound" and f.recoverable_ns > 0] == []
+    assert [f for f in rep.findings if f.evidence.get("incomplete_capture")] == []  # the graphs are dense
 
 
 def test_sglang_queued_wait_is_not_claimed_as_idle():
     """sglang: a kernel launched at 0.12 ms starts at 463 ms (hipStreamWaitEvent on work the
     window did not record); that is not host-bound idle time."""
     rep = analyze(read_trace(real(*SGLANG.split("/"))))
-    idle = [f for f in rep.findings if f["kind"] == "device_idle"]
-    assert sum(f["recoverable_ns"] for f in idle) < 0.01 * 473_749_943
-    wait = [f for f in idle if "queued_wait_ns" in f["evidence"]]
-    assert len(wait) == 1 and wait[0]["evidence"]["largest_gap_ns"] > 460_000_000
+    idle = [f for f in rep.findings if f.kind == "device_idle"]
+    assert sum(f.recoverable_ns for f in idle) < 0.01 * 473_749_943
+    wait = [f for f in idle if "queued_wait_ns" in f.evidence]
+    assert len(wait) == 1 and wait[0].evidence["largest_gap_ns"] > 460_000_000
 
 
 def test_normalization_layers_report_unfused_norm_chains():
     rep = analyze(read_trace(real(*NORM.split("/"))))
-    uf = [f for f in rep.findings if f["kind"] == "unfused_elementwise"]
-    assert uf and all(f["recoverable_ns"] > 0 for f in uf)
-    by_chain = {(tuple(f["evidence"]["chain"]), f["evidence"]["kernels_per_chain"]): f
-                for f in uf if "chain" in f["evidence"]}
+    uf = [f for f in rep.findings if f.kind == "unfused_elementwise"]
+    assert uf and all(f.recoverable_ns > 0 for f in uf)
+    by_chain = {(tuple(f.evidence["chain"]), f.evidence["kernels_per_chain"]): f
+                for f in uf if "chain" in f.evidence}
     # multi-kernel norm ops: their kernels pass the activations through HBM several times
     for op in ("aten::miopen_batch_norm", "aten::native_batch_norm", "aten::native_group_norm"):
         f = by_chain[((op,), 3)]
-        ev = f["evidence"]
+        ev = f.evidence
         assert ev["fused_bytes_method"] == "shapes"
-        assert f["recoverable_ns"] == pytest.approx(ev["measured_ns"] - ev["fused_roofline_ns"])
+        assert f.recoverable_ns == pytest.approx(ev["measured_ns"] - ev["fused_roofline_ns"])
         assert ev["fused_roofline_per_chain_ns"] >= 2_000  # one fused kernel still costs a kernel
-    total = sum(f["recoverable_ns"] for f in uf)
+    total = sum(f.recoverable_ns for f in uf)
     busy = rep.steps["busy_ns"].sum()
     assert 0.1 * busy < total < busy
 
@@ -159,6 +159,6 @@ def test_claims_of_a_rank_fit_its_window(rel, chip):
     for r in set(ops["rank"].to_list()):
         o = ops.filter(ops["rank"] == r)
         win = int((o["start_ns"] + o["dur_ns"]).max() - o["start_ns"].min())
-        claimed = sum(f["recoverable_ns"] for f in rep.findings if f["rank"] == r)
+        claimed = sum(f.recoverable_ns for f in rep.findings if f.rank == r)
         assert claimed <= win, (r, claimed, win)
     json.dumps(rep.to_dict(), allow_nan=False)

@@ -222,7 +222,7 @@ def test_bc14_cut_last_step_is_partial_and_excluded():
     r = analyze(t, get_chip("h100"))
     partial = r.steps.filter("partial")["step"].to_list()
     assert partial == [6]
-    assert r.summary["complete_steps"] == 3
+    assert r.summary.step.complete_steps == 3
     assert any("step 6 is partial" in w for w in r.warnings)
 
 

@@ -103,7 +103,7 @@ def balanced(tmp_path_factory):
 
 
 def _per_rank(rep: Report) -> dict[int, dict]:
-    return {p["rank"]: p for p in rep.ranks["per_rank"]}
+    return {p["rank"]: p for p in rep.ranks.per_rank}
 
 
 # --------------------------------------------------------------------------- alignment
@@ -111,7 +111,7 @@ def _per_rank(rep: Report) -> dict[int, dict]:
 
 def test_injected_clock_offsets_are_recovered(straggler):
     rep, _, _ = straggler
-    al = rep.ranks["alignment"]
+    al = rep.ranks.alignment
     assert al["applied"] is True and al["method"] == "collectives" and al["clock"] == "collectives"
     assert al["reference_rank"] == 0
     assert al["matched_collectives"] == STEPS
@@ -189,7 +189,7 @@ def test_straggler_rank_and_wait_total_equal_the_injected(straggler):
     assert [o["last_rank"] for o in oracle] == [3] * STEPS
     truth = sum(sum(o["wait_ns"]) for o in oracle)
     assert truth == 36_000_000
-    st = rep.ranks["straggler"]
+    st = rep.ranks.straggler
     assert st["rank"] == 3 and st["last_arrivals"] == STEPS and st["instances"] == STEPS and st["sufficient"] is True
     assert st["wait_caused_ns"] == EXPECTED_WAIT_TOTAL
     assert st["mean_wait_per_rank_ns"] == EXPECTED_WAIT_TOTAL / 3
@@ -200,32 +200,32 @@ def test_straggler_rank_and_wait_total_equal_the_injected(straggler):
         assert pr[r]["wait_ns"] == sum(o["wait_ns"][r] for o in oracle) + bias
         assert pr[r]["wait_caused_ns"] == 0 and pr[r]["last_arrivals"] == 0
     assert pr[3]["wait_ns"] == 0 and pr[3]["wait_caused_ns"] == EXPECTED_WAIT_TOTAL
-    assert rep.ranks["collectives"]["compared"] == STEPS
-    assert rep.ranks["collectives"]["total_wait_ns"] == EXPECTED_WAIT_TOTAL
-    assert [s["last_rank"] for s in rep.ranks["per_step"]] == [3] * STEPS
+    assert rep.ranks.collectives["compared"] == STEPS
+    assert rep.ranks.collectives["total_wait_ns"] == EXPECTED_WAIT_TOTAL
+    assert [s["last_rank"] for s in rep.ranks.per_step] == [3] * STEPS
     # the device-side step of the straggler is 2 ms *shorter*: the others absorb its lateness
     assert pr[3]["step_time_ns"] == pytest.approx(pr[0]["step_time_ns"] - LATE_NS, abs=1_000)
-    assert rep.ranks["slowest_rank"]["rank"] != 3
+    assert rep.ranks.slowest_rank["rank"] != 3
 
 
 def test_straggler_finding(straggler):
     rep, _, _ = straggler
-    f = [x for x in rep.findings if x["kind"] == "straggler"]
+    f = [x for x in rep.findings if x.kind == "straggler"]
     assert len(f) == 1
     f = f[0]
-    assert f["rank"] == 3
-    assert f["recoverable_ns"] == pytest.approx(EXPECTED_WAIT_TOTAL / 3)
-    assert f["title"].startswith("rank 3 arrives last at 6 of 6 collectives; other ranks wait 36 ms in total (6 ms per step)")
-    assert f["evidence"]["alignment_applied"] is True
-    assert f["evidence"]["critical_path_ns"] == pytest.approx(12_000_000, abs=2_000)
-    assert f["docs"] == "docs/findings/straggler.md"
+    assert f.rank == 3
+    assert f.recoverable_ns == pytest.approx(EXPECTED_WAIT_TOTAL / 3)
+    assert f.title.startswith("rank 3 arrives last at 6 of 6 collectives; other ranks wait 36 ms in total (6 ms per step)")
+    assert f.evidence["alignment_applied"] is True
+    assert f.evidence["critical_path_ns"] == pytest.approx(12_000_000, abs=2_000)
+    assert f.docs == "docs/findings/straggler.md"
 
 
 def test_without_alignment_the_clock_error_would_blame_rank_1(straggler):
     """Why alignment matters: on the raw origins, rank 1's +3 ms clock makes it look last."""
     rep, _, _ = straggler
     ops = rep.ops
-    org = RC.origins(rep.trace["stats"], rep.trace["ranks"])
+    org = RC.origins(rep.trace.stats, rep.trace.ranks)
     a, method = RC.absolute(ops, org)
     assert method == "origins"
     w = R.collective_waits(RC.match_collectives(a))
@@ -234,10 +234,10 @@ def test_without_alignment_the_clock_error_would_blame_rank_1(straggler):
 
 def test_balanced_ranks_give_no_straggler_finding(balanced):
     rep, oracle = balanced
-    assert rep.ranks is not None and rep.ranks["alignment"]["applied"] is True
-    assert not [x for x in rep.findings if x["kind"] == "straggler"]
+    assert rep.ranks is not None and rep.ranks.alignment["applied"] is True
+    assert not [x for x in rep.findings if x.kind == "straggler"]
     # the only waits left are the generated completion jitter (≤ 700 ns per rank and instance)
-    for p in rep.ranks["per_rank"]:
+    for p in rep.ranks.per_rank:
         assert p["wait_ns"] <= 700 * STEPS
     assert max(max(o["wait_ns"]) for o in oracle) <= 700
 
@@ -247,12 +247,12 @@ def test_single_rank_has_no_ranks_section(tmp_path, straggler):
     write_ranks(bs, tmp_path)
     rep = analyze(_read(tmp_path), "h100")
     assert rep.ranks is None and "ranks" not in rep.to_dict()
-    assert not [x for x in rep.findings if x["kind"] == "straggler"]
+    assert not [x for x in rep.findings if x.kind == "straggler"]
     # --rank keeps it off on a multi-rank trace
     _, _, d = straggler
     one = analyze(_read(d), "h100", rank=1)
     assert one.ranks is None and "ranks" not in one.to_dict()
-    assert not [x for x in one.findings if x["kind"] == "straggler"]
+    assert not [x for x in one.findings if x.kind == "straggler"]
 
 
 # --------------------------------------------------------------------------- report
@@ -278,8 +278,8 @@ def test_json_round_trip_and_older_reports(straggler, tmp_path):
     p = tmp_path / "report.json"
     rep.save(p)
     back = Report.load(p)
-    assert back.ranks == json.loads(json.dumps(rep.to_dict()["ranks"]))
-    assert back.ranks["straggler"]["wait_caused_ns"] == EXPECTED_WAIT_TOTAL
+    assert back.ranks.to_dict() == json.loads(json.dumps(rep.to_dict()["ranks"]))
+    assert back.ranks.straggler["wait_caused_ns"] == EXPECTED_WAIT_TOTAL
     assert json.loads(render(back, "json"))["ranks"]["alignment"]["applied"] is True
     assert "Ranks (docs/ranks.md)" in render(back, "table")
     old = rep.to_dict()
@@ -346,20 +346,20 @@ def test_real_pair_alignment_matches_plain_python(real_pair):
     assert pr[1]["matched"] == 10
     assert pr[1]["offset_ns"] == round(med) and pr[1]["mad_ns"] == round(mad)
     assert pr[0]["offset_ns"] == 0 and pr[0]["origin_ns"] == o0 and pr[1]["origin_ns"] == o1
-    al = rep.ranks["alignment"]
+    al = rep.ranks.alignment
     assert mad > RC.MAX_MAD_NS  # sampled p2p kernels: the k-th instances are not one transfer
     assert al["applied"] is False and al["clock"] == "origins" and "MAD" in al["reason"]
     # compared instances: ends within 20 µs on the hosts' clocks; wait = the start difference
     close = [(a, b) for a, b in pairs if abs(b["end"] - a["end"]) <= R.END_TOLERANCE_NS]
-    coll = rep.ranks["collectives"]
+    coll = rep.ranks.collectives
     assert coll["matched"] == 10 and coll["compared"] == len(close) >= 1
     assert coll["total_wait_ns"] == sum(abs(b["start"] - a["start"]) for a, b in close)
     late1 = sum(b["start"] - a["start"] for a, b in close if b["start"] > a["start"])
     late0 = sum(a["start"] - b["start"] for a, b in close if a["start"] > b["start"])
     assert pr[1]["wait_caused_ns"] == late1 and pr[0]["wait_caused_ns"] == late0
     # one compared instance is too little evidence for a straggler finding
-    assert rep.ranks["straggler"]["sufficient"] is False
-    assert not [x for x in rep.findings if x["kind"] == "straggler"]
+    assert rep.ranks.straggler["sufficient"] is False
+    assert not [x for x in rep.findings if x.kind == "straggler"]
     assert "too few to call it a straggler" in " ".join(render(rep, "markdown").split())
 
 
@@ -384,7 +384,7 @@ def test_real_pair_per_rank_summary_matches_plain_python(real_pair):
         steps = rep.steps.filter(pl.col("rank") == r)
         assert pr[r]["step_time_ns"] == pytest.approx(float(steps["wall_ns"].mean()))
         assert pr[r]["comm_exposed_ns"] <= pr[r]["comm_ns"] <= pr[r]["busy_ns"] <= pr[r]["step_time_ns"]
-    spread = rep.ranks["per_step"]
+    spread = rep.ranks.per_step
     assert [s["step"] for s in spread] == [551, 552]
     for s in spread:
         walls = rep.steps.filter(pl.col("step") == s["step"])["wall_ns"].to_list()
@@ -399,14 +399,14 @@ def test_waits_on_the_straggler_are_claimed_once(straggler):
     rep, _, d = straggler
     alone = analyze(_read(d), "h100", findings=["exposed_collectives"])
     for rank in (0, 1, 2):
-        both = [f for f in rep.findings if f["kind"] == "exposed_collectives" and f["rank"] == rank]
-        solo = [f for f in alone.findings if f["kind"] == "exposed_collectives" and f["rank"] == rank]
+        both = [f for f in rep.findings if f.kind == "exposed_collectives" and f.rank == rank]
+        solo = [f for f in alone.findings if f.kind == "exposed_collectives" and f.rank == rank]
         assert both and solo
-        ev, ev_solo = both[0]["evidence"], solo[0]["evidence"]
+        ev, ev_solo = both[0].evidence, solo[0].evidence
         # alone, no wait is set aside; with the straggler detector, 6 waits of ~2 ms are
         waiting = ev["rank_comm_waiting_on_straggler_ns"]
         assert ev_solo["rank_comm_waiting_on_straggler_ns"] == 0
         assert waiting == pytest.approx(6 * LATE_NS, rel=0.01)
         assert ev["rank_comm_exposed_ns"] + waiting == ev_solo["rank_comm_exposed_ns"]
-        assert sum(f["recoverable_ns"] for f in both) == pytest.approx(
-            sum(f["recoverable_ns"] for f in solo) - waiting, abs=1.0)
+        assert sum(f.recoverable_ns for f in both) == pytest.approx(
+            sum(f.recoverable_ns for f in solo) - waiting, abs=1.0)

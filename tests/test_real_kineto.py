@@ -156,7 +156,7 @@ def test_cost_coverage_from_shapes_at_least_90_percent(rel):
 
     r = analyze(read_trace(real(rel)))
     # share of all device time whose FLOPs and bytes come from the op's recorded shapes
-    assert r.coverage["shapes_share"] >= 0.90, r.coverage
+    assert r.coverage.shapes_share >= 0.90, r.coverage
 
 
 def test_qwen_linked_kernels_costed_and_unlinked_share_reported():
@@ -164,7 +164,7 @@ def test_qwen_linked_kernels_costed_and_unlinked_share_reported():
 
     t = read_trace(real("TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"))
     r = analyze(t)
-    assert r.coverage["linked_costed_share"] >= 0.95
+    assert r.coverage.linked_costed_share >= 0.95
     # the rest of its kernels have no launch in the window: 509 device ops, reported
     assert t.meta.stats["unlinked_device_ops"] == 509
     assert any("509 device ops" in w and "no host launch" in w for w in r.warnings)

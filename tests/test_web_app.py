@@ -20,7 +20,8 @@ pytest.importorskip("dash", reason="the web extra (dash, plotly) is not installe
 pytestmark = pytest.mark.filterwarnings("ignore:\\s*The dash_table.DataTable will be removed:DeprecationWarning")
 
 from traceroof import analyze, read_trace  # noqa: E402
-from traceroof.cli import cli, load_trace_or_report  # noqa: E402
+from traceroof.analysis import load_report  # noqa: E402
+from traceroof.cli import cli  # noqa: E402
 from traceroof.report import Report  # noqa: E402
 from traceroof.web.app import create_app, load_app  # noqa: E402
 
@@ -110,7 +111,7 @@ def test_roofline_callback_returns_the_figure(client):
 def test_a_saved_report_serves_the_same_dashboard(qwen, tmp_path):
     p = tmp_path / "report.json"
     qwen.save(p)
-    app, err = load_app(str(p), None, load_trace_or_report)
+    app, err = load_app(str(p), None, load_report)
     assert err is None
     layout = app.server.test_client().get("/_dash-layout").get_data(as_text=True)
     assert "roofline-graph" in layout and "report.json" in page_text(app.server.test_client())
@@ -124,7 +125,7 @@ def test_a_saved_report_serves_the_same_dashboard(qwen, tmp_path):
 
 def test_a_cpu_only_trace_opens_with_notes_instead_of_charts():
     r = analyze(read_trace(real("HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")))
-    assert r.chip == {} and r.ops.height == 0
+    assert r.chip is None and r.ops.height == 0
     c = create_app(r, "cpu.json").server.test_client()
     assert c.get("/").status_code == 200
     assert "nothing to put against a roofline" in page_text(c)
@@ -137,13 +138,13 @@ def test_bad_trace_shows_the_cli_error_line_in_the_page(tmp_path):
     assert res.exit_code == 4
     line = res.stderr.strip()
     assert line.startswith("traceroof: error: ") and "broken.json" in line
-    app, err = load_app(str(bad), None, load_trace_or_report)
+    app, err = load_app(str(bad), None, load_report)
     assert err == line
     assert line in page_text(app.server.test_client()).splitlines()
 
 
 def test_unknown_chip_is_shown_in_the_page_too(tmp_path):
-    app, err = load_app(str(real(QWEN)), "no-such-chip", load_trace_or_report)
+    app, err = load_app(str(real(QWEN)), "no-such-chip", load_report)
     assert err is not None and err.startswith("traceroof: error: ") and "no-such-chip" in err
 
 

@@ -252,8 +252,8 @@ def test_a_finding_links_to_its_place_on_the_timeline(page, qwen_server, qwen):
     tl = page.evaluate(GRAPH_JS, "timeline-graph")
     assert tl["layout"]["xrange"][1] == pytest.approx(target["window"][1] / 1e6)
     focus = [s for s in tl["layout"]["shapes"] if "0.28" in (s["fill"] or "")]
-    assert [(round(s["x0"] * 1e6), round(s["x1"] * 1e6)) for s in focus] == [(f["start_ns"], f["end_ns"])]
-    step = f.get("step")
+    assert [(round(s["x0"] * 1e6), round(s["x1"] * 1e6)) for s in focus] == [(f.start_ns, f.end_ns)]
+    step = f.step
     if step is not None:
         assert page.locator("#step-select").inner_text().strip() == f"step {step}"
     shot(page, "timeline-finding")

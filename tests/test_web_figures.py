@@ -6,6 +6,7 @@ table), and the chip numbers are the datasheet values of docs/chips.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 
@@ -16,6 +17,7 @@ from conftest import real
 pytest.importorskip("dash", reason="the web extra (dash, plotly) is not installed")
 
 from traceroof import analyze, read_trace  # noqa: E402
+from traceroof.findings import Finding  # noqa: E402
 from traceroof.web import figures, views  # noqa: E402
 
 QWEN = "TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -100,7 +102,7 @@ def test_roofline_has_one_point_per_placeable_op_group(qwen):
 
 
 def test_roofs_sit_at_the_chips_peaks_and_the_ridge_at_peak_over_bandwidth(qwen):
-    assert qwen.chip["peak_flops_per_s"] == H100_PEAKS and qwen.chip["hbm_bytes_per_s"] == H100_HBM
+    assert qwen.chip.peak_flops_per_s == H100_PEAKS and qwen.chip.hbm_bytes_per_s == H100_HBM
     fig = figures.roofline_figure(qwen.ops, qwen.chip)
     roofs = traces(fig, "roof")
     # one roof per distinct dense peak; dtypes sharing a peak share a roof
@@ -124,8 +126,8 @@ def test_roofs_sit_at_the_chips_peaks_and_the_ridge_at_peak_over_bandwidth(qwen)
 
 def test_no_point_sits_above_its_roof(resnet):
     fig = figures.roofline_figure(resnet.ops, resnet.chip)
-    W = resnet.chip["hbm_bytes_per_s"]
-    top = max(resnet.chip["peak_flops_per_s"].values())
+    W = resnet.chip.hbm_bytes_per_s
+    top = max(resnet.chip.peak_flops_per_s.values())
     n = 0
     for t in traces(fig, "ops"):
         for x, y in zip(t.x, t.y):
@@ -155,7 +157,7 @@ def test_roofline_without_costs_or_chip_is_explained_not_an_error(control):
     fig = figures.roofline_figure(control.ops, control.chip)  # no record_shapes: no op has bytes
     assert fig.layout.meta["points"] == 0 and traces(fig, "roof")
     assert "No op has both FLOPs and bytes" in fig.layout.annotations[-1].text
-    empty = figures.roofline_figure(control.ops, {})
+    empty = figures.roofline_figure(control.ops, None)
     assert "No chip peaks" in empty.layout.annotations[0].text
 
 
@@ -175,7 +177,7 @@ def test_timeline_draws_one_bar_per_op_of_the_step(qwen):
     assert la.meta["launches"] == step["launch_start_ns"].drop_nulls().len() == 1198
     # every finding of step 6 is shaded
     shaded = {(round(s.x0 * 1e6), round(s.x1 * 1e6)) for s in fig.layout.shapes}
-    assert {(f["start_ns"], f["end_ns"]) for f in qwen.findings if f["step"] == 6} <= shaded
+    assert {(f.start_ns, f.end_ns) for f in qwen.findings if f.step == 6} <= shaded
 
 
 def test_timeline_highlights_the_selected_op_group(qwen):
@@ -210,9 +212,9 @@ def test_multi_rank_timeline_has_rows_per_rank_and_findings_on_their_rank(dlrm):
     assert "rank 3 · stream 84" in rows and "rank 3 · host launches" in rows
     order = list(fig.layout.yaxis.categoryarray)
     f = dlrm.findings[0]
-    shape = next(s for s in fig.layout.shapes if round(s.x0 * 1e6) == f["start_ns"] and round(s.x1 * 1e6) == f["end_ns"])
+    shape = next(s for s in fig.layout.shapes if round(s.x0 * 1e6) == f.start_ns and round(s.x1 * 1e6) == f.end_ns)
     covered = [r for i, r in enumerate(order) if shape.y0 < i < shape.y1]
-    assert covered and all(r.startswith(f"rank {f['rank']} ·") for r in covered)
+    assert covered and all(r.startswith(f"rank {f.rank} ·") for r in covered)
 
 
 def test_empty_selection_gives_an_empty_figure_not_an_error(qwen):
@@ -239,7 +241,7 @@ def test_steps_per_rank(dlrm, qwen):
     assert list(traces(figures.steps_figure(dlrm.steps), "breakdown")[0].x) == [f"rank {r} · step 10" for r in range(8)]
     assert list(traces(figures.steps_figure(dlrm.steps, rank="3"), "breakdown")[0].x) == ["step 10"]
     (hfu,) = traces(figures.steps_figure(qwen.steps), "utilization")
-    assert math.isclose(hfu.y[0], 100 * qwen.summary["hfu"], rel_tol=1e-9)  # 16.7 %
+    assert math.isclose(hfu.y[0], 100 * qwen.summary.hfu.value, rel_tol=1e-9)  # 16.7 %
 
 
 # --------------------------------------------------------------------- views
@@ -269,10 +271,10 @@ def test_table_records_are_in_display_units(qwen):
 
 
 def test_finding_target_and_timeline_window():
-    f = {"rank": 1, "step": 10, "start_ns": 3_101_000, "end_ns": 10_736_000}
+    f = Finding("device_idle", "t", "low", 0.0, "", rank=1, step=10, start_ns=3_101_000, end_ns=10_736_000)
     t = views.finding_target(f, {"all", "10"})
     assert t == {"rank": "1", "step": "10", "window": [3_101_000 - 763_500, 10_736_000 + 763_500]}
-    assert views.finding_target({**f, "step": 99}, {"all", "10"})["step"] == "all"
+    assert views.finding_target(dataclasses.replace(f, step=99), {"all", "10"})["step"] == "all"
     tw = views.timeline_window
     assert tw(["focus.data"], {"window": [1, 2]}, None, None, n_ops=10, max_bars=5) == [1, 2]
     assert tw(["step-select.value"], None, None, [1, 2], n_ops=10, max_bars=5) is None

@@ -1,22 +1,59 @@
-"""``analyze``: Trace + chip → Report. The pipeline of DESIGN §1, as one pure function."""
+"""``analyze``: Trace + chip → Report, as a short pipeline of named stages (DESIGN §1).
+
+The walk of one trace: trace → chip → costs → roofline → steps → findings → report. Each
+stage below is a pure function of its inputs returning a table or a typed section
+(:mod:`traceroof.sections`); :data:`STAGES` declares them in the order :func:`analyze` runs
+them, each once. :func:`load_report` is the one door from "a path, a trace or a report" to a
+:class:`Report`, used by ``analyze``, ``gate`` and ``serve``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ContextManager
 
 import polars as pl
 
 from . import steps as steps_mod
 from .chips import ChipSpec, detect_chip, get_chip
-from .costing import apply_costs
+from .costing import Coverage, apply_costs
 from .errors import UnknownChipError, UsageError
+from .findings import Finding
+from .mfu import Inconsistency, Peak, achieved_flops_per_s, hfu, mfu
+from .parsers.registry import facts_for
 from .report import Report
 from .roofline import ABOVE_ROOF_TOLERANCE, MATRIX_KINDS, above_roof, add_roofline, rank_ops
-from .trace import Trace
+from .sections import (
+    ChipInfo, CoverageInfo, Filters, HfuInfo, InconsistencyInfo, MfuInfo, RanksInfo, RooflineInfo,
+    StepStats, Summary, TraceInfo, TraceSays, section_from_dict,
+)
+from .trace import Trace, TraceMeta
 
 logger = logging.getLogger(__name__)
+
+#: The stages of :func:`analyze`, in the order it runs them (each exactly once).
+STAGES = (
+    "resolve_chip",       # chip
+    "cost_ops",           # costs (FLOPs, bytes per op) and coverage
+    "apply_roofline",     # roofline (expected_ns, bound, gap_ns)
+    "segment_steps",      # steps
+    "rank_groups",        # ranking
+    "summarize",          # summary: step time, HFU, roofline efficiency, MFU
+    "check_roofs",        # inconsistencies: ops above their roof
+    "compare_ranks",      # ranks (cross-rank view)
+    "detect_findings",    # findings
+    "describe_trace",     # report sections: trace info,
+    "describe_chip",      # chip,
+    "describe_coverage",  # coverage,
+    "collect_warnings",   # warnings
+)
+
+
+# --------------------------------------------------------------------------- stages
 
 
 def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -> tuple[ChipSpec, str]:
@@ -36,11 +73,202 @@ def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -
             "the trace names no device (no deviceProperties / device plane stats): pass "
             "--chip NAME (see `traceroof chips`)"
         )
-    # XPlane GPU planes carry no device name, only capability stats (compute capability, core
-    # count, memory, clock): identify those by properties, as the format intends. Kineto's
-    # deviceProperties always name the device, so an empty or generic name there stays an
-    # error that asks for --chip.
-    return detect_chip(trace.meta.devices, allow_property_match=trace.meta.format == "xplane")
+    # some formats (XPlane GPU planes) carry no device name, only capability stats: identify
+    # those by properties, as the format intends. Kineto's deviceProperties always name the
+    # device, so an empty or generic name there stays an error that asks for --chip.
+    facts = facts_for(trace.meta.format)
+    return detect_chip(trace.meta.devices, allow_property_match=facts.chip_from_properties)
+
+
+@dataclass(frozen=True)
+class CostedOps:
+    """The op table with ``flops``/``bytes``/``cost_source``, the host table (both limited
+    to ``--rank``), and the cost coverage of the whole trace."""
+
+    ops: pl.DataFrame
+    host: pl.DataFrame
+    coverage: Coverage
+
+
+def cost_ops(trace: Trace, rank: int | None) -> CostedOps:
+    """Cost every op (:func:`traceroof.costing.apply_costs`), then keep ``rank`` if given.
+
+    Raises:
+        UsageError: ``rank`` is not in the trace.
+    """
+    ops, cov = apply_costs(trace)
+    host = trace.host
+    if rank is not None:
+        if rank not in set(ops["rank"].unique().to_list()) | set(host["rank"].unique().to_list()):
+            raise UsageError(f"--rank {rank}: the trace has ranks {sorted(trace.meta.ranks)}")
+        ops = ops.filter(pl.col("rank") == rank)
+        host = host.filter(pl.col("rank") == rank)
+    return CostedOps(ops, host, cov)
+
+
+def apply_roofline(ops: pl.DataFrame, spec: ChipSpec) -> pl.DataFrame:
+    """The op table with the roofline columns of ``spec`` (DESIGN §2: ``expected_ns``,
+    ``bound``, ``gap_ns``, ``efficiency``, ...)."""
+    return add_roofline(ops, spec)
+
+
+def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
+                  step: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The per-step table (``steps.STEP_SCHEMA``) and the ops, both limited to ``step``.
+
+    Raises:
+        UsageError: ``step`` is not in the trace.
+    """
+    steps = steps_mod.step_table(ops, host, meta)
+    if step is not None:
+        have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
+        if step not in have:
+            raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
+        ops = ops.filter(pl.col("step") == step)
+        steps = steps.filter(pl.col("step") == step)
+    return ops, steps
+
+
+def rank_groups(ops: pl.DataFrame, group_by: str) -> pl.DataFrame:
+    """The ranking: ops grouped by ``group_by`` (``op`` or ``kernel``), largest gap first."""
+    return rank_ops(ops, by=group_by)
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """What :func:`summarize` gives: the summary, the steps with ``hfu``/``mfu`` per step,
+    and the utilizations that came out above 100 % (as inconsistencies)."""
+
+    summary: Summary
+    steps: pl.DataFrame
+    inconsistencies: list[InconsistencyInfo]
+
+
+def summarize(ops: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec, reason: str, meta: TraceMeta,
+              coverage: Coverage, model_flops_per_step: float | None, model_flops_formula: str | None,
+              n_devices: int | None) -> Utilization:
+    """Step averages, HFU (:func:`traceroof.mfu.hfu`), roofline efficiency and MFU
+    (:func:`traceroof.mfu.mfu`); the same formula per step. ``n_devices`` defaults to the
+    world size, else the number of ranks."""
+    stats = steps_mod.summarize(steps)
+    step = StepStats.from_dict(stats) if len(stats) > 1 else None
+    dom, peak = _hfu_peak(ops, spec)
+    hfu_info, hfu_bad = _hfu(step, dom, peak, spec, reason)
+    nd = n_devices or meta.world_size or max(len(meta.ranks), 1)
+    mfu_info = mfu_bad = None
+    if model_flops_per_step is not None and step and step.step_time_ns:
+        mfu_info, mfu_bad = _mfu(model_flops_per_step, model_flops_formula, step.step_time_ns, nd,
+                                 Peak(peak, dom, f"{spec.name}: {reason}", spec.name) if peak else None)
+    summary = Summary(steps=int(stats["steps"]), step=step, hfu=hfu_info,
+                      roofline=_roofline_efficiency(ops, coverage), mfu=mfu_info)
+    return Utilization(summary, _per_step_utilization(steps, peak, model_flops_per_step, nd),
+                       [i for i in (hfu_bad, mfu_bad) if i is not None])
+
+
+def check_roofs(ops: pl.DataFrame, spec: ChipSpec) -> list[InconsistencyInfo]:
+    """Ops measured above their roof (beyond the tolerance), ten labels at most, most first."""
+    above = above_roof(ops)
+    if not above.height:
+        return []
+    top = (
+        above.group_by(pl.coalesce("op", "name").alias("label"))
+        .agg(pl.len().alias("count"), pl.col("efficiency").max().alias("max_efficiency"),
+             pl.col("peak_dtype").first(), pl.col("cost_source").first())
+        .sort(["count", "label"], descending=[True, False])
+    )
+    return [
+        InconsistencyInfo(
+            what=f"op above its roof (>{ABOVE_ROOF_TOLERANCE:.0%} of roofline)",
+            op=label, count=count, max_efficiency=eff,
+            suspects=[
+                f"peak taken: {pdt} on {spec.name}",
+                f"FLOP/byte formula ({src})",
+                "kernel duration clipped or concurrent-kernel timing",
+            ],
+        )
+        for label, count, eff, pdt, src in top.head(10).iter_rows()
+    ]
+
+
+def compare_ranks(ops: pl.DataFrame, steps: pl.DataFrame, meta: TraceMeta,
+                  rank: int | None) -> tuple[dict[str, Any] | None, Any]:
+    """The cross-rank view and the matched collectives (:mod:`traceroof.ranks`), only when
+    the analysed ops span ≥ 2 ranks (``--rank`` keeps it off); else ``(None, None)``."""
+    if rank is not None or not ops.height or ops["rank"].n_unique() < 2:
+        return None, None
+    from .ranks import analyze_ranks, compare_collectives
+
+    comparison = compare_collectives(ops, meta.stats)
+    return analyze_ranks(ops, steps, meta.stats, comparison), comparison
+
+
+def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec,
+                    meta: TraceMeta, ranks: dict[str, Any] | None, rank_comparison: Any,
+                    names: list[str] | None) -> list[Finding]:
+    """Run the detectors ``names`` (default: all), largest recoverable time first. The
+    detectors' shared results (cross-rank view, matched collectives) are handed over here."""
+    from .findings import FindingContext, run_detectors
+
+    ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=meta,
+                         ranks=ranks, rank_comparison=rank_comparison)
+    return run_detectors(ctx, names)
+
+
+def describe_trace(meta: TraceMeta, ops: pl.DataFrame, host: pl.DataFrame) -> TraceInfo:
+    """The trace section: the metadata, and counts of the analysed ops and host events."""
+    return TraceInfo(
+        format=meta.format, sources=meta.sources, ranks=meta.ranks, world_size=meta.world_size,
+        devices=sorted({d.name for d in meta.devices}), synthetic=meta.synthetic,
+        device_ops=int(ops.height), device_time_ns=int(ops["dur_ns"].sum() or 0) if ops.height else 0,
+        host_events=int(host.height), stats=meta.stats, versions=meta.versions,
+        record_shapes=meta.record_shapes,
+    )
+
+
+def describe_chip(spec: ChipSpec, reason: str, meta: TraceMeta) -> ChipInfo:
+    """The chip section: ``spec``'s peaks and sources, and what the trace says, if anything."""
+    trace_peaks = [d for d in meta.devices if d.peak_flops_per_s or d.peak_hbm_bytes_per_s]
+    says = None
+    if trace_peaks:
+        d0 = trace_peaks[0]
+        says = TraceSays(device=d0.name, peak_flops_per_s=d0.peak_flops_per_s,
+                         peak_hbm_bytes_per_s=d0.peak_hbm_bytes_per_s)
+    return ChipInfo(
+        key=spec.key, name=spec.name, reason=reason, peak_flops_per_s=dict(spec.peak_flops_per_s),
+        hbm_bytes_per_s=spec.hbm_bytes_per_s, hbm_bytes=spec.hbm_bytes,
+        ridge_point_bf16=spec.ridge_point("bf16") if spec.peak("bf16") else None,
+        launch_overhead_ns=spec.launch_overhead_ns, sources=dict(spec.sources),
+        peak_source=spec.source("peak_flops_per_s"), hbm_source=spec.source("hbm_bytes_per_s"),
+        trace_says=says,
+    )
+
+
+def describe_coverage(cov: Coverage) -> CoverageInfo:
+    """The coverage section (ns, shares of device time) of a costing's :class:`Coverage`."""
+    return CoverageInfo(
+        device_time_ns=cov.device_ns, by_source_ns=dict(sorted(cov.by_source_ns.items())),
+        costed_share=cov.costed_share, shapes_share=cov.share("shapes"), trace_share=cov.share("trace"),
+        linked_device_time_ns=cov.linked_ns, linked_costed_share=cov.linked_costed_share,
+        split_ops=cov.split_ops, uncosted_top=cov.uncosted_top,
+    )
+
+
+def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[str]:
+    """The parse warnings, plus what the costing could not cover and how to get more."""
+    warnings = list(meta.warnings)
+    if ops.height and cov.costed_share < 0.999:
+        unk = 1.0 - cov.costed_share
+        msg = f"{unk:.0%} of device time has no cost model (no FLOPs/bytes)"
+        if cov.uncosted_top:
+            msg += "; largest: " + ", ".join(f"{_short(n)} ({ns / 1e6:.3g} ms)" for n, ns in cov.uncosted_top[:3])
+        warnings.append(msg)
+    hint = facts_for(meta.format).shapes_hint
+    if hint and ops.height and not meta.record_shapes and cov.share("shapes") == 0:
+        warnings.append(hint)
+    return warnings
+
+
+# --------------------------------------------------------------------------- analyze
 
 
 def analyze(
@@ -57,15 +285,17 @@ def analyze(
 ) -> Report:
     """Cost every op, put it against the chip's roofline, rank the ops by lost time.
 
+    Runs the :data:`STAGES`, each once, in order.
+
     Args:
         trace: from :func:`traceroof.read_trace`.
         chip: a chip name/alias, a path to a chip TOML, a :class:`ChipSpec`, or None to
             detect it from the trace.
         rank: keep only this rank.
         step: keep only this step (``ProfilerStep#N`` number).
-        group_by: ``op`` (framework op, else kernel name) or ``kernel``; default ``op``
-            for Kineto traces and ``kernel`` (the HLO instruction) for XPlane, whose ``op``
-            is only the HLO opcode (every fusion would be one row).
+        group_by: ``op`` (framework op, else kernel name) or ``kernel``; default: the
+            format's (``op`` for Kineto, ``kernel``, the HLO instruction, for XPlane, whose
+            ``op`` is only the HLO opcode: every fusion would be one row).
         model_flops_per_step: model FLOPs of one step of the whole job (all devices), for
             MFU (:func:`traceroof.model.model_flops_per_step`); None → no MFU.
         model_flops_formula: how those FLOPs were computed (shown with the MFU).
@@ -82,29 +312,85 @@ def analyze(
     """
     if trace.ops.height == 0 and chip is None:
         return _no_device_ops(trace)
+    meta = trace.meta
     spec, reason = resolve_chip(trace, chip)
-    ops, cov = apply_costs(trace)
-    host = trace.host
-    if rank is not None:
-        if rank not in set(ops["rank"].unique().to_list()) | set(host["rank"].unique().to_list()):
-            raise UsageError(f"--rank {rank}: the trace has ranks {sorted(trace.meta.ranks)}")
-        ops = ops.filter(pl.col("rank") == rank)
-        host = host.filter(pl.col("rank") == rank)
-    ops = add_roofline(ops, spec)
-    steps = steps_mod.step_table(ops, host, trace.meta)
-    if step is not None:
-        have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
-        if step not in have:
-            raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
-        ops = ops.filter(pl.col("step") == step)
-        steps = steps.filter(pl.col("step") == step)
-    if group_by is None:
-        group_by = "kernel" if trace.meta.format == "xplane" else "op"
-    ranking = rank_ops(ops, by=group_by)
-    summary: dict[str, Any] = steps_mod.summarize(steps)
-    inconsistencies: list[dict[str, Any]] = []
+    costed = cost_ops(trace, rank)
+    ops = apply_roofline(costed.ops, spec)
+    ops, steps = segment_steps(ops, costed.host, meta, step)
+    group_by = group_by or facts_for(meta.format).default_group_by
+    ranking = rank_groups(ops, group_by)
+    util = summarize(ops, steps, spec, reason, meta, costed.coverage, model_flops_per_step,
+                     model_flops_formula, n_devices)
+    above = check_roofs(ops, spec)
+    ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
+    found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings)
+    return Report(
+        trace=describe_trace(meta, ops, costed.host), chip=describe_chip(spec, reason, meta),
+        coverage=describe_coverage(costed.coverage), summary=util.summary, steps=util.steps,
+        ranking=ranking, ops=ops, warnings=collect_warnings(meta, ops, costed.coverage),
+        inconsistencies=util.inconsistencies + above, findings=found,
+        filters=Filters(rank=rank, step=step, group_by=group_by),
+        ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,
+    )
 
-    # HFU against the peak of the dtype that carries most matrix FLOPs
+
+def load_report(
+    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Trace | Report,
+    chip: str | os.PathLike[str] | ChipSpec | None = None,
+    *,
+    jobs: int | None = None,
+    progress: Any = None,
+    on_saved: Callable[[Report], None] | None = None,
+    analyzing: Callable[[Trace], ContextManager[Any]] | None = None,
+    **options: Any,
+) -> Report:
+    """The one door to a :class:`Report`: a saved report is read, anything else is read as a
+    trace and analysed.
+
+    Args:
+        source: a report saved with ``analyze -o report.json``; a trace path (file, ``.gz``,
+            directory, cache, glob) or several of them (the ranks of one job); a
+            :class:`Trace`; or a :class:`Report` (returned as is).
+        chip: for :func:`analyze` (traces only).
+        jobs, progress: for :func:`traceroof.io.read_trace` (processes; a progress bar).
+        on_saved: called with a saved report once it is read; raise there to refuse options
+            that need a trace.
+        analyzing: a context manager factory wrapped around the analysis (CLI progress).
+        **options: the other keyword arguments of :func:`analyze`.
+
+    Raises:
+        UsageError: a saved report given together with other inputs.
+        InputNotFoundError, TraceFormatError, ReportVersionError: unreadable input.
+        UnknownChipError, UsageError: from :func:`analyze`.
+    """
+    if isinstance(source, Report):
+        return source
+    if isinstance(source, Trace):
+        trace = source
+    else:
+        from .io import read_trace
+        from .report import is_report
+
+        paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+        reports = [p for p in paths if is_report(p)]
+        if reports:
+            if len(paths) > 1:
+                raise UsageError(f"{reports[0]} is a saved report: give it alone, not with other inputs")
+            report = Report.load(reports[0])
+            if on_saved is not None:
+                on_saved(report)
+            return report
+        trace = read_trace(paths[0] if len(paths) == 1 else paths, jobs=jobs, progress=progress)
+    with analyzing(trace) if analyzing else contextlib.nullcontext():
+        return analyze(trace, chip, **options)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _hfu_peak(ops: pl.DataFrame, spec: ChipSpec) -> tuple[str, float | None]:
+    """The dtype carrying most matrix FLOPs (bf16 when none) and ``spec``'s dense peak for it
+    (FLOP/s; falling back to bf16, fp16, fp32)."""
     mat = ops.select("kind", "flops", "peak_dtype").filter(pl.col("kind").is_in(list(MATRIX_KINDS)),
                                                         pl.col("flops").is_not_null())
     dom = (
@@ -112,204 +398,88 @@ def analyze(
         if mat.height
         else "bf16"
     )
-    peak = spec.peak(dom) or spec.peak("bf16") or spec.peak("fp16") or spec.peak("fp32")
-    summary["hfu_peak_dtype"] = dom
-    summary["hfu_peak_flops_per_s"] = peak
-    hfu = None
-    st = summary.get("step_time_ns")
-    fl = summary.get("flops_per_step")
-    ndev = summary.get("devices_per_rank") or 1
-    if st and fl and peak:
-        # per device: a rank with several devices (XPlane host) shares its FLOPs among them
-        hfu = fl / ndev / (st * 1e-9) / peak
-        summary["achieved_flops_per_s"] = fl / ndev / (st * 1e-9)
-    if hfu is not None and hfu > 1.0:
-        inconsistencies.append(
-            {
-                "what": "HFU above 100 %",
-                "value": hfu,
-                "suspects": [
-                    f"peak taken: {peak:.4g} FLOP/s {dom} dense for {spec.name} ({reason})",
-                    "a FLOP formula that over-counts (causal attention not halved?)",
-                    "a chip whose clocks/peaks differ from the datasheet",
-                ],
-            }
+    return dom, spec.peak(dom) or spec.peak("bf16") or spec.peak("fp16") or spec.peak("fp32")
+
+
+def _hfu(step: StepStats | None, dom: str, peak: float | None, spec: ChipSpec,
+         reason: str) -> tuple[HfuInfo, InconsistencyInfo | None]:
+    """HFU per device from the op table's FLOPs per step; above 100 % it is left unknown and
+    comes back as an inconsistency."""
+    st = step.step_time_ns if step else None
+    fl = step.flops_per_step if step else None
+    if not (st and fl and peak):
+        return HfuInfo(peak_dtype=dom, peak_flops_per_s=peak), None
+    # per device: a rank with several devices (XPlane host) shares its FLOPs among them
+    ndev = (step.devices_per_rank if step else None) or 1
+    u = hfu(fl, st, peak, ndev)
+    bad = None
+    if isinstance(u, Inconsistency):
+        bad = InconsistencyInfo(
+            what="HFU above 100 %", value=u.value,
+            suspects=[
+                f"peak taken: {peak:.4g} FLOP/s {dom} dense for {spec.name} ({reason})",
+                "a FLOP formula that over-counts (causal attention not halved?)",
+                "a chip whose clocks/peaks differ from the datasheet",
+            ],
         )
-        hfu = None
-    summary["hfu"] = hfu
+    info = HfuInfo(peak_dtype=dom, peak_flops_per_s=peak, achieved_flops_per_s=achieved_flops_per_s(fl, st, ndev),
+                   value=None if bad else u.value)
+    return info, bad
+
+
+def _mfu(model_flops: float, formula: str | None, step_time_ns: float, nd: int,
+         peak: Peak | None) -> tuple[MfuInfo, InconsistencyInfo | None]:
+    """MFU of ``model_flops`` per step over ``nd`` devices; above 100 % it is left unknown and
+    comes back as an inconsistency."""
+    u = mfu(model_flops, step_time_ns, peak, nd, flops_formula=formula)
+    if isinstance(u, Inconsistency):
+        bad = InconsistencyInfo(what=u.what, value=u.value, suspects=list(u.suspects))
+        return MfuInfo(value=None, model_flops_per_step=model_flops, devices=nd), bad
+    return MfuInfo(value=u.value, note=f"{formula or 'model FLOPs given'}; {nd} device(s)",
+                   model_flops_per_step=model_flops, devices=nd), None
+
+
+def _roofline_efficiency(ops: pl.DataFrame, cov: Coverage) -> RooflineInfo:
+    """Σ expected / Σ measured over the costed ops (None without any), and its coverage."""
     # only the two sums: filtering the whole table would copy its text columns
     n_costed, exp_ns, costed_dur_ns = ops.select(
         pl.col("expected_ns").is_not_null().sum().alias("n"),
         pl.col("expected_ns").filter(pl.col("expected_ns").is_not_null()).sum().alias("expected"),
         pl.col("dur_ns").filter(pl.col("expected_ns").is_not_null()).sum().alias("measured"),
     ).row(0)
-    summary["roofline_efficiency"] = (
-        float(exp_ns) / float(costed_dur_ns) if n_costed and costed_dur_ns else None
-    )
-    summary["roofline_efficiency_covers"] = cov.costed_share
-    steps = _per_step_utilization(steps, peak, model_flops_per_step, n_devices or trace.meta.world_size or max(len(trace.meta.ranks), 1))
-    if model_flops_per_step is not None and st:
-        from .mfu import Inconsistency, Peak, mfu
-
-        nd = n_devices or trace.meta.world_size or max(len(trace.meta.ranks), 1)
-        u = mfu(model_flops_per_step, st, Peak(peak, dom, f"{spec.name}: {reason}", spec.name) if peak else None, nd,
-                flops_formula=model_flops_formula)
-        if isinstance(u, Inconsistency):
-            inconsistencies.append({"what": u.what, "value": u.value, "suspects": list(u.suspects)})
-            summary["mfu"] = None
-        else:
-            summary["mfu"] = u.value
-            summary["mfu_note"] = f"{model_flops_formula or 'model FLOPs given'}; {nd} device(s)"
-        summary["model_flops_per_step"] = model_flops_per_step
-        summary["mfu_devices"] = nd
-
-    above = above_roof(ops)
-    if above.height:
-        top = (
-            above.group_by(pl.coalesce("op", "name").alias("label"))
-            .agg(pl.len().alias("count"), pl.col("efficiency").max().alias("max_efficiency"),
-                 pl.col("peak_dtype").first(), pl.col("cost_source").first())
-            .sort(["count", "label"], descending=[True, False])
-        )
-        for label, count, eff, pdt, src in top.head(10).iter_rows():
-            inconsistencies.append(
-                {
-                    "what": f"op above its roof (>{ABOVE_ROOF_TOLERANCE:.0%} of roofline)",
-                    "op": label,
-                    "count": count,
-                    "max_efficiency": eff,
-                    "suspects": [
-                        f"peak taken: {pdt} on {spec.name}",
-                        f"FLOP/byte formula ({src})",
-                        "kernel duration clipped or concurrent-kernel timing",
-                    ],
-                }
-            )
-
-    # the cross-rank view: only when the analysed ops span ≥ 2 ranks (``--rank`` keeps it off)
-    ranks_d = comparison = None
-    if rank is None and ops.height and ops["rank"].n_unique() >= 2:
-        from .ranks import analyze_ranks, compare_collectives
-
-        comparison = compare_collectives(ops, trace.meta.stats)
-        ranks_d = analyze_ranks(ops, steps, trace.meta.stats, comparison)
-
-    from .findings import FindingContext, run_detectors
-
-    ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=trace.meta,
-                         cache={"ranks": ranks_d, "rank_comparison": comparison})
-    found = run_detectors(ctx, findings)
-
-    chip_d = {
-        "key": spec.key,
-        "name": spec.name,
-        "reason": reason,
-        "peak_flops_per_s": dict(spec.peak_flops_per_s),
-        "hbm_bytes_per_s": spec.hbm_bytes_per_s,
-        "hbm_bytes": spec.hbm_bytes,
-        "ridge_point_bf16": spec.ridge_point("bf16") if spec.peak("bf16") else None,
-        "launch_overhead_ns": spec.launch_overhead_ns,
-        "sources": dict(spec.sources),
-        "peak_source": spec.source("peak_flops_per_s"),
-        "hbm_source": spec.source("hbm_bytes_per_s"),
-    }
-    trace_peaks = [d for d in trace.meta.devices if d.peak_flops_per_s or d.peak_hbm_bytes_per_s]
-    if trace_peaks:
-        d0 = trace_peaks[0]
-        chip_d["trace_says"] = {
-            "device": d0.name,
-            "peak_flops_per_s": d0.peak_flops_per_s,
-            "peak_hbm_bytes_per_s": d0.peak_hbm_bytes_per_s,
-        }
-    meta = trace.meta
-    trace_d = {
-        "format": meta.format,
-        "sources": meta.sources,
-        "ranks": meta.ranks,
-        "world_size": meta.world_size,
-        "devices": sorted({d.name for d in meta.devices}),
-        "synthetic": meta.synthetic,
-        "device_ops": int(ops.height),
-        "device_time_ns": int(ops["dur_ns"].sum() or 0),
-        "host_events": int(host.height),
-        "stats": meta.stats,
-        "versions": meta.versions,
-        "record_shapes": meta.record_shapes,
-    }
-    kernel_ns = cov.device_ns
-    coverage_d = {
-        "device_time_ns": kernel_ns,
-        "by_source_ns": dict(sorted(cov.by_source_ns.items())),
-        "costed_share": cov.costed_share,
-        "shapes_share": cov.share("shapes"),
-        "trace_share": cov.share("trace"),
-        "linked_device_time_ns": cov.linked_ns,
-        "linked_costed_share": cov.linked_costed_share,
-        "split_ops": cov.split_ops,
-        "uncosted_top": cov.uncosted_top,
-    }
-    warnings = list(meta.warnings)
-    if ops.height and cov.costed_share < 0.999:
-        unk = 1.0 - cov.costed_share
-        msg = f"{unk:.0%} of device time has no cost model (no FLOPs/bytes)"
-        if cov.uncosted_top:
-            msg += "; largest: " + ", ".join(f"{_short(n)} ({ns / 1e6:.3g} ms)" for n, ns in cov.uncosted_top[:3])
-        warnings.append(msg)
-    if meta.format == "kineto" and ops.height and not meta.record_shapes and cov.share("shapes") == 0:
-        warnings.append(
-            "no shapes recorded: re-run torch.profiler with record_shapes=True to get FLOPs and "
-            "bytes per op"
-        )
-    return Report(
-        trace=trace_d, chip=chip_d, coverage=coverage_d, summary=summary, steps=steps,
-        ranking=ranking, ops=ops, warnings=warnings, inconsistencies=inconsistencies,
-        filters={"rank": rank, "step": step, "group_by": group_by},
-        findings=[f.to_dict() for f in found], ranks=ranks_d,
-    )
+    eff = float(exp_ns) / float(costed_dur_ns) if n_costed and costed_dur_ns else None
+    return RooflineInfo(efficiency=eff, covers=cov.costed_share)
 
 
 def _per_step_utilization(steps: pl.DataFrame, peak: float | None, model_flops: float | None, n_devices: int) -> pl.DataFrame:
-    """Add ``hfu`` (op-table FLOPs per device) and ``mfu`` (model FLOPs over all devices) per step.
+    """Add ``hfu`` (op-table FLOPs per device) and ``mfu`` (model FLOPs over all devices) per
+    step, by :func:`traceroof.mfu.achieved_flops_per_s` over the peak.
 
     Values above 1.0 are set to null here; the summary reports them as inconsistencies.
     """
     if not peak or steps.height == 0:
         return steps.with_columns(pl.lit(None, dtype=pl.Float64).alias("hfu"), pl.lit(None, dtype=pl.Float64).alias("mfu"))
-    wall_s = pl.col("wall_ns").cast(pl.Float64) * 1e-9
-    hfu = pl.col("flops") / pl.col("devices") / wall_s / peak
-    mfu = (pl.lit(model_flops) / wall_s / (peak * n_devices)) if model_flops is not None else pl.lit(None, dtype=pl.Float64)
+    wall_ns = pl.col("wall_ns").cast(pl.Float64)
+    hfu_ = achieved_flops_per_s(pl.col("flops"), wall_ns, pl.col("devices")) / peak
+    mfu_ = (achieved_flops_per_s(pl.lit(model_flops), wall_ns, n_devices) / peak if model_flops is not None
+            else pl.lit(None, dtype=pl.Float64))
     return steps.with_columns(
-        pl.when(hfu <= 1.0).then(hfu).alias("hfu"),
-        pl.when(mfu <= 1.0).then(mfu).cast(pl.Float64).alias("mfu"),
+        pl.when(hfu_ <= 1.0).then(hfu_).alias("hfu"),
+        pl.when(mfu_ <= 1.0).then(mfu_).cast(pl.Float64).alias("mfu"),
     )
 
 
 def _no_device_ops(trace: Trace) -> Report:
     """A CPU-only (or metadata-only) trace: nothing to put against a roofline."""
-    import polars as pl
-
-    from .steps import STEP_SCHEMA
-
-    meta = trace.meta
-    warnings = list(meta.warnings)
+    warnings = list(trace.meta.warnings)
     msg = "no device ops (kernels, memcpy, memset) in the trace: nothing to put against a roofline"
     if msg not in warnings:
         warnings.insert(0, msg)
     return Report(
-        trace={
-            "format": meta.format, "sources": meta.sources, "ranks": meta.ranks,
-            "world_size": meta.world_size, "devices": sorted({d.name for d in meta.devices}),
-            "synthetic": meta.synthetic, "device_ops": 0, "device_time_ns": 0,
-            "host_events": int(trace.host.height), "stats": meta.stats, "versions": meta.versions,
-            "record_shapes": meta.record_shapes,
-        },
-        chip={},
-        coverage={"device_time_ns": 0, "costed_share": None, "shapes_share": None, "trace_share": None},
-        summary={"steps": 0},
-        steps=pl.DataFrame(schema=STEP_SCHEMA),
-        ranking=pl.DataFrame(),
-        ops=trace.ops,
-        warnings=warnings,
+        trace=describe_trace(trace.meta, trace.ops, trace.host), chip=None,
+        coverage=CoverageInfo(device_time_ns=0), summary=Summary(steps=0),
+        steps=pl.DataFrame(schema=steps_mod.STEP_SCHEMA), ranking=pl.DataFrame(),
+        ops=trace.ops, warnings=warnings,
     )
 
 

@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -201,20 +201,10 @@ def cli() -> None:
     """
 
 
-def load_trace_or_report(path: str | Sequence[str], *, jobs: int | None = None):  # type: ignore[no-untyped-def]
-    """A saved report (JSON with schema_version), or a trace to parse: a file, a directory,
-    a cache, a glob, or several of them (per-rank traces). Progress goes to stderr unless -q."""
-    from .report import Report, is_report
-
-    paths = [path] if isinstance(path, str) else list(path)
-    reports = [p for p in paths if is_report(p)]
-    if reports:
-        if len(paths) > 1:
-            raise click.UsageError(f"{reports[0]} is a saved report: give it alone, not with other inputs")
-        return Report.load(reports[0])
-    from .io import read_trace
-
-    return read_trace(paths[0] if len(paths) == 1 else paths, jobs=jobs, progress=_progress_bar())
+def _analyzing(trace: Any) -> Any:
+    """Progress for the analysis of ``trace`` (:func:`_stage`)."""
+    n = f"{trace.ops.height:,} device ops"
+    return _stage(f"analyzing {n}", f"analyzed {n}")
 
 
 @cli.command()
@@ -257,23 +247,20 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
       traceroof analyze 'run/rank-*.json.gz' --jobs 8
       traceroof analyze trace.json.gz --model config.json --tokens-per-step 16384
     """
-    from .analysis import analyze as run_analysis
+    from .analysis import load_report
     from .render import SUFFIXES, render
-    from .report import Report
 
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
     names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
-    obj = load_trace_or_report(list(traces), jobs=jobs)
-    if isinstance(obj, Report):
-        report = obj
+
+    def trace_only(_report: Any) -> None:
         if chip or rank is not None or step is not None or mflops or names:
             raise click.UsageError("--chip/--rank/--step/--model/--findings need a trace, not a saved report")
-    else:
-        n = f"{obj.ops.height:,} device ops"
-        with _stage(f"analyzing {n}", f"analyzed {n}"):
-            report = run_analysis(obj, chip, rank=rank, step=step, group_by=group_by,
-                                  model_flops_per_step=mflops, model_flops_formula=formula,
-                                  n_devices=devices, findings=names)
+
+    report = load_report(list(traces), chip, jobs=jobs, progress=_progress_bar(), on_saved=trace_only,
+                         analyzing=_analyzing, rank=rank, step=step, group_by=group_by,
+                         model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices,
+                         findings=names)
     if fmt is None:
         fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"
     if output and fmt == "json":
@@ -412,19 +399,14 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
       traceroof gate trace.json.gz --min-hfu 0.40
       traceroof gate new.json --baseline main.json --max-drop 0.02 --max-step-time-increase 0.05
     """
-    from .analysis import analyze as run_analysis
+    from .analysis import load_report
     from .gate import check, write_step_summary
-    from .report import Report
 
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
 
-    def _load(path: str) -> Report:
-        obj = load_trace_or_report(path, jobs=jobs)
-        if isinstance(obj, Report):
-            return obj
-        n = f"{obj.ops.height:,} device ops"
-        with _stage(f"analyzing {n}", f"analyzed {n}"):
-            return run_analysis(obj, chip, model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices)
+    def _load(path: str) -> Any:
+        return load_report(path, chip, jobs=jobs, progress=_progress_bar(), analyzing=_analyzing,
+                           model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices)
 
     cand = _load(trace)
     base = _load(baseline) if baseline else None
@@ -473,7 +455,9 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
         raise UsageError(f"serve needs the web extra ({exc.name} is missing): pip install 'traceroof[web]'") from exc
 
     _progress(f"loading {trace}")
-    loader = functools.partial(load_trace_or_report, jobs=jobs)
+    from .analysis import load_report
+
+    loader = functools.partial(load_report, jobs=jobs, progress=_progress_bar())
     dash_app, error = web.load_app(trace, chip, loader, reraise=_State.debug)
     if error:
         click.echo(error, err=True)

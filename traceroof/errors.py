@@ -75,12 +75,6 @@ class ReportVersionError(TraceroofError, ValueError):
     exit_code = 4
 
 
-class GateFailed(TraceroofError):
-    """A CI gate threshold was not met (raised only by callers that want an exception)."""
-
-    exit_code = 1
-
-
 class UsageError(TraceroofError, ValueError):
     """Invalid option values or combinations passed by the caller."""
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from .errors import UsageError
 from .report import Report
+from .sections import Summary
 
 
 @dataclass
@@ -67,8 +69,17 @@ def _fmt(metric: str, v: float) -> str:
     return f"{100 * v:.2f} %"
 
 
+#: the gated metrics: name → its value in a report's summary (None when unknown).
+METRICS: dict[str, Callable[[Summary], float | None]] = {
+    "mfu": lambda s: s.mfu.value if s.mfu else None,
+    "hfu": lambda s: s.hfu.value if s.hfu else None,
+    "roofline_efficiency": lambda s: s.roofline.efficiency if s.roofline else None,
+    "step_time_ns": lambda s: s.step_time_ns,
+}
+
+
 def _metric(report: Report, key: str) -> float | None:
-    v = report.summary.get(key)
+    v = METRICS[key](report.summary)
     return None if v is None else float(v)
 
 

@@ -27,7 +27,7 @@ def _canon(dtype: str) -> str:
     return canonical_dtype(str(dtype)) or str(dtype).strip().lower()
 
 
-__all__ = ["Peak", "peak_from_chip", "Utilization", "Inconsistency", "mfu", "hfu"]
+__all__ = ["Peak", "peak_from_chip", "Utilization", "Inconsistency", "achieved_flops_per_s", "mfu", "hfu"]
 
 
 def _fmt_tflops(flops_per_s: float) -> str:
@@ -147,6 +147,15 @@ class Inconsistency:
                 "inputs": dict(self.inputs)}
 
 
+def achieved_flops_per_s(flops: Any, step_time_ns: Any, n_devices: Any) -> Any:
+    """FLOP/s per device: ``flops / n_devices / (step_time_ns · 1e-9)``.
+
+    The one formula behind MFU, HFU and their per-step columns: the arguments may be numbers
+    or polars expressions (``pl.col("flops")``, ``pl.col("wall_ns")``), in ns and FLOPs.
+    """
+    return flops / n_devices / (step_time_ns * 1e-9)
+
+
 def _utilization(kind: Literal["MFU", "HFU"], flops: float, step_time_ns: float,
                  peak: float | Peak | None, n_devices: int, peak_dtype: str | None,
                  peak_source: str | None, flops_formula: str | None
@@ -165,7 +174,7 @@ def _utilization(kind: Literal["MFU", "HFU"], flops: float, step_time_ns: float,
         if not math.isfinite(peak) or peak <= 0:
             raise UsageError(f"{kind}: peak FLOP/s must be positive, got {peak!r}")
         peak = Peak(float(peak), _canon(peak_dtype) if peak_dtype else None, peak_source)
-    achieved = flops / (step_time_ns * 1e-9) / n_devices
+    achieved = achieved_flops_per_s(flops, step_time_ns, n_devices)
     if peak is None:
         return Utilization(kind, None, flops, step_time_ns, n_devices, None, achieved,
                            flops_formula, "no peak known for this chip and dtype; pass --peak")

@@ -19,71 +19,76 @@ import polars as pl
 
 from . import __version__
 from .errors import InputNotFoundError, ReportVersionError
+from .findings import Finding
+from .sections import ChipInfo, CoverageInfo, Filters, InconsistencyInfo, RanksInfo, Summary, TraceInfo
 
 SCHEMA_VERSION = 1
 
 
 @dataclass
 class Report:
-    """The result of :func:`traceroof.analyze`.
+    """The result of :func:`traceroof.analyze`: the typed sections of :mod:`traceroof.sections`.
 
     Attributes:
-        trace: what was read (format, sources, ranks, world size, devices, event counts).
-        chip: the chip used: name, how it was chosen, the peaks (FLOP/s per dtype, dense),
-            HBM bandwidth (B/s) and their sources.
+        trace: what was read (:class:`~traceroof.sections.TraceInfo`).
+        chip: the chip used (:class:`~traceroof.sections.ChipInfo`): name, how it was chosen,
+            the dense peaks (FLOP/s per dtype), HBM bandwidth (B/s) and their sources; None
+            for a trace with no device ops (``{}`` in the JSON).
         coverage: share of device time with a cost model, by source.
         summary: step time (ns), device busy fraction, HFU (and the peak it is taken
-            against), FLOPs per step.
-        steps: one row per (rank, step): wall/busy/compute/memory/comm/idle ns, FLOPs.
+            against), roofline efficiency, MFU (:class:`~traceroof.sections.Summary`).
+        steps: one row per (rank, step) (``traceroof.steps.STEP_SCHEMA`` + ``hfu``, ``mfu``).
         ranking: ops grouped by framework op (or kernel), sorted by ``gap_ns``.
         ops: the full op table with roofline columns (None when loaded without ops).
         warnings: every tolerable oddity and loss; every output shows them.
         inconsistencies: results that cannot be true (HFU/MFU > 100 %, ops above their
             roof), each naming the suspicious inputs; never printed as results.
-        findings: detector results, largest recoverable time first.
-        ranks: the cross-rank view (:func:`traceroof.ranks.analyze_ranks`: clock alignment,
-            per-rank summary, per-step spread, collective waits, straggler) when the analysed
+        findings: detector results (:class:`~traceroof.findings.Finding`), largest
+            recoverable time first.
+        filters: the ``--rank``/``--step``/``--group-by`` used (None: ``{}``, no analysis).
+        ranks: the cross-rank view (:class:`~traceroof.sections.RanksInfo`) when the analysed
             ops span ≥ 2 ranks; None otherwise (and absent from the JSON). Reports saved
             before this key existed load with None.
     """
 
-    trace: dict[str, Any]
-    chip: dict[str, Any]
-    coverage: dict[str, Any]
-    summary: dict[str, Any]
+    trace: TraceInfo
+    chip: ChipInfo | None
+    coverage: CoverageInfo
+    summary: Summary
     steps: pl.DataFrame
     ranking: pl.DataFrame
     ops: pl.DataFrame | None = None
     warnings: list[str] = field(default_factory=list)
-    inconsistencies: list[dict[str, Any]] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    filters: dict[str, Any] = field(default_factory=dict)
-    ranks: dict[str, Any] | None = None
+    inconsistencies: list[InconsistencyInfo] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    filters: Filters | None = None
+    ranks: RanksInfo | None = None
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     traceroof_version: str = __version__
     schema_version: int = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self, *, include_ops: bool = False, top: int | None = None) -> dict[str, Any]:
-        """A JSON-ready dict. ``top`` limits the ranking rows; ``include_ops`` adds the op table."""
+        """A JSON-ready dict (docs/report-json.md). ``top`` limits the ranking rows;
+        ``include_ops`` adds the op table (column → list of values)."""
         ranking = self.ranking.head(top) if top else self.ranking
         d: dict[str, Any] = {
             "schema_version": self.schema_version,
             "traceroof_version": self.traceroof_version,
             "created_at": self.created_at,
-            "filters": self.filters,
-            "trace": self.trace,
-            "chip": self.chip,
-            "coverage": self.coverage,
-            "summary": self.summary,
+            "filters": self.filters.to_dict() if self.filters else {},
+            "trace": self.trace.to_dict(),
+            "chip": self.chip.to_dict() if self.chip else {},
+            "coverage": self.coverage.to_dict(),
+            "summary": self.summary.to_dict(),
             "warnings": self.warnings,
-            "inconsistencies": self.inconsistencies,
-            "findings": self.findings,
+            "inconsistencies": [i.to_dict() for i in self.inconsistencies],
+            "findings": [f.to_dict() for f in self.findings],
             "steps": _records(self.steps),
             "ranking": _records(ranking),
         }
         if self.ranks is not None:
-            d["ranks"] = self.ranks
+            d["ranks"] = self.ranks.to_dict()
         if include_ops and self.ops is not None:
             d["ops"] = _columns(self.ops)
         return _clean(d)
@@ -97,7 +102,7 @@ class Report:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "<dict>") -> Report:
-        """Rebuild a report from :meth:`to_dict` output.
+        """Rebuild a report from :meth:`to_dict` output, section by section.
 
         Raises:
             ReportVersionError: unknown ``schema_version``.
@@ -113,11 +118,16 @@ class Report:
 
             ops = ops.with_columns(pl.col("kind").cast(KIND))
         return cls(
-            trace=d["trace"], chip=d["chip"], coverage=d["coverage"], summary=d["summary"],
+            trace=TraceInfo.from_dict(d["trace"]),
+            chip=ChipInfo.from_dict(d["chip"]) if d["chip"] else None,
+            coverage=CoverageInfo.from_dict(d["coverage"]), summary=Summary.from_dict(d["summary"]),
             steps=pl.DataFrame(d.get("steps") or [], infer_schema_length=None),
             ranking=pl.DataFrame(d.get("ranking") or [], infer_schema_length=None),
-            ops=ops, warnings=d.get("warnings", []), inconsistencies=d.get("inconsistencies", []),
-            findings=d.get("findings", []), filters=d.get("filters", {}), ranks=d.get("ranks"),
+            ops=ops, warnings=d.get("warnings", []),
+            inconsistencies=[InconsistencyInfo.from_dict(i) for i in d.get("inconsistencies", [])],
+            findings=[Finding.from_dict(f) for f in d.get("findings", [])],
+            filters=Filters.from_dict(d["filters"]) if d.get("filters") else None,
+            ranks=RanksInfo.from_dict(d["ranks"]) if d.get("ranks") is not None else None,
             created_at=d.get("created_at", ""), traceroof_version=d.get("traceroof_version", ""),
             schema_version=v,
         )

@@ -13,7 +13,7 @@ what several of them read is a typed field of :class:`Shared`, filled once by it
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import InitVar, asdict, dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import polars as pl
@@ -94,14 +94,6 @@ class FindingContext:
     rank_comparison: Comparison | None = None
     chosen: tuple[str, ...] | None = None
     shared: Shared = field(default_factory=Shared, init=False, repr=False, compare=False)
-    # integrator: remove once analysis passes ranks= (the old ``cache={"ranks": ..., "rank_comparison": ...}``)
-    cache: InitVar[dict[str, Any] | None] = None
-
-    def __post_init__(self, cache: dict[str, Any] | None) -> None:
-        # integrator: remove once analysis passes ranks=
-        if cache:
-            self.ranks = cache.get("ranks", self.ranks)
-            self.rank_comparison = cache.get("rank_comparison", self.rank_comparison)
 
 
 @dataclass
@@ -138,6 +130,13 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        """Inverse of :meth:`to_dict` (a saved report's finding); unknown keys are ignored."""
+        from dataclasses import fields
+
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 Detector = Callable[[FindingContext], list[Finding]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..report import Report
+from ..sections import ChipInfo, RanksInfo, StepStats
 from . import fmt
 
 RANK_COLUMNS = (
@@ -23,42 +24,42 @@ RANK_COLUMNS = (
 
 def header(report: Report) -> list[tuple[str, str]]:
     t, c, cov = report.trace, report.chip, report.coverage
-    src = t["sources"]
+    src = t.sources
     files = src[0] if len(src) == 1 else f"{len(src)} files ({src[0]}, …)"
     rows = [
-        ("trace", f"{t['format']}: {files}" + ("  [SYNTHETIC]" if t.get("synthetic") else "")),
+        ("trace", f"{t.format}: {files}" + ("  [SYNTHETIC]" if t.synthetic else "")),
     ]
     if not c:
         return rows + [
-            ("ranks", ", ".join(str(r) for r in t["ranks"])),
+            ("ranks", ", ".join(str(r) for r in t.ranks)),
             ("device ops", "none: a CPU-only (or metadata-only) trace, nothing to put against a roofline"),
         ]
     rows += [
-        ("ranks", ", ".join(str(r) for r in t["ranks"]) + (f" of world size {t['world_size']}" if t.get("world_size") else "")),
+        ("ranks", ", ".join(str(r) for r in t.ranks) + (f" of world size {t.world_size}" if t.world_size else "")),
         ("steps", _steps_line(report)),
-        ("device ops", f"{t['device_ops']:,} ops, {fmt.ns(t['device_time_ns'])} of device time"),
-        ("chip", f"{c['name']} ({c['reason']})"),
+        ("device ops", f"{t.device_ops:,} ops, {fmt.ns(t.device_time_ns)} of device time"),
+        ("chip", f"{c.name} ({c.reason})"),
         ("peaks (dense)", ", ".join(f"{k} {fmt.flops_per_s(v)}" for k, v in _peaks(c))),
-        ("HBM bandwidth", f"{fmt.bytes_per_s(c['hbm_bytes_per_s'])}"
-         + (f"; ridge point {c['ridge_point_bf16']:.0f} FLOP/byte (bf16)" if c.get("ridge_point_bf16") else "")),
+        ("HBM bandwidth", f"{fmt.bytes_per_s(c.hbm_bytes_per_s)}"
+         + (f"; ridge point {c.ridge_point_bf16:.0f} FLOP/byte (bf16)" if c.ridge_point_bf16 else "")),
         ("chip sources", _sources(c)),
     ]
-    if c.get("trace_says"):
-        ts = c["trace_says"]
-        rows.append(("trace says", f"{ts['device']}: {fmt.flops_per_s(ts.get('peak_flops_per_s'))}, {fmt.bytes_per_s(ts.get('peak_hbm_bytes_per_s'))}"))
+    if c.trace_says:
+        ts = c.trace_says
+        rows.append(("trace says", f"{ts.device}: {fmt.flops_per_s(ts.peak_flops_per_s)}, {fmt.bytes_per_s(ts.peak_hbm_bytes_per_s)}"))
     cov_line = (
-        f"{fmt.pct(cov['costed_share'])} of device time has FLOPs and bytes "
-        f"({fmt.pct(cov['shapes_share'])} from shapes, {fmt.pct(cov['trace_share'])} from the trace)"
+        f"{fmt.pct(cov.costed_share)} of device time has FLOPs and bytes "
+        f"({fmt.pct(cov.shapes_share)} from shapes, {fmt.pct(cov.trace_share)} from the trace)"
     )
-    if cov.get("linked_device_time_ns") and cov.get("linked_device_time_ns") != t["device_time_ns"]:
-        cov_line += f"; {fmt.pct(cov['linked_costed_share'])} of the kernel time linked to a framework op"
+    if cov.linked_device_time_ns and cov.linked_device_time_ns != t.device_time_ns:
+        cov_line += f"; {fmt.pct(cov.linked_costed_share)} of the kernel time linked to a framework op"
     rows.append(("cost coverage", cov_line))
     return rows
 
 
-def _peaks(c: dict[str, Any]) -> list[tuple[str, float]]:
+def _peaks(c: ChipInfo) -> list[tuple[str, float]]:
     order = ["fp8", "int8", "bf16", "fp16", "tf32", "fp32", "fp64"]
-    p = c["peak_flops_per_s"]
+    p = c.peak_flops_per_s
     return [(k, p[k]) for k in order if p.get(k)]
 
 
@@ -69,9 +70,9 @@ def _refs(text: str | None) -> str:
     return ", ".join(ids) if ids else (text or "—")
 
 
-def _sources(c: dict[str, Any]) -> str:
+def _sources(c: ChipInfo) -> str:
     return (
-        f"peaks: {_refs(c.get('peak_source'))}; HBM: {_refs(c.get('hbm_source'))} "
+        f"peaks: {_refs(c.peak_source)}; HBM: {_refs(c.hbm_source)} "
         "(full citations: `traceroof chips --format json`, docs/chips.md)"
     )
 
@@ -93,7 +94,7 @@ def _steps_line(report: Report) -> str:
 def _step_mean_of(report: Report) -> str:
     """What the step time is the mean of: complete steps, counted per rank."""
     s = report.summary
-    n = s.get("complete_steps", s["steps"])
+    n = s.step.complete_steps if s.step else s.steps
     ranks = report.steps["rank"].n_unique() if report.steps is not None and report.steps.height else 1
     if ranks > 1:
         return f"mean of {n} complete (rank, step) rows over {ranks} ranks"
@@ -102,27 +103,29 @@ def _step_mean_of(report: Report) -> str:
 
 def summary(report: Report) -> list[tuple[str, str]]:
     s = report.summary
-    if not s.get("steps"):
+    if not s.steps:
         return [("summary", "no device ops to summarise")]
+    st = s.step or StepStats()
     rows = [
-        ("step time", f"{fmt.ns(s.get('step_time_ns'))} ({_step_mean_of(report)})"),
-        ("device busy", f"{fmt.pct(s.get('busy_fraction'))} ({fmt.ns(s.get('busy_ns'))} per step, union over streams)"),
-        ("breakdown", f"compute-bound {fmt.ns(s.get('compute_bound_ns'))}, memory/latency-bound {fmt.ns(s.get('memory_bound_ns'))}, "
-                      f"communication {fmt.ns(s.get('comm_ns'))} ({fmt.ns(s.get('comm_exposed_ns'))} exposed), idle {fmt.ns(s.get('idle_ns'))}"),
+        ("step time", f"{fmt.ns(st.step_time_ns)} ({_step_mean_of(report)})"),
+        ("device busy", f"{fmt.pct(st.busy_fraction)} ({fmt.ns(st.busy_ns)} per step, union over streams)"),
+        ("breakdown", f"compute-bound {fmt.ns(st.compute_bound_ns)}, memory/latency-bound {fmt.ns(st.memory_bound_ns)}, "
+                      f"communication {fmt.ns(st.comm_ns)} ({fmt.ns(st.comm_exposed_ns)} exposed), idle {fmt.ns(st.idle_ns)}"),
     ]
-    if s.get("hfu") is not None:
+    h = s.hfu
+    if h is not None and h.value is not None:
         rows.append((
             "HFU",
-            f"{fmt.pct(s['hfu'])}: {fmt.flops_per_s(s.get('achieved_flops_per_s'))} achieved of "
-            f"{fmt.flops_per_s(s.get('hfu_peak_flops_per_s'))} {s.get('hfu_peak_dtype')} dense peak "
+            f"{fmt.pct(h.value)}: {fmt.flops_per_s(h.achieved_flops_per_s)} achieved of "
+            f"{fmt.flops_per_s(h.peak_flops_per_s)} {h.peak_dtype} dense peak "
             "(hardware FLOPs from the op table)",
         ))
-    elif any("HFU" in i["what"] for i in report.inconsistencies):
+    elif any("HFU" in i.what for i in report.inconsistencies):
         rows.append(("HFU", "not shown: above 100 % (see inconsistencies)"))
     else:
         rows.append(("HFU", "unknown (no costed FLOPs)"))
-    if s.get("mfu") is not None:
-        rows.append(("MFU", f"{fmt.pct(s['mfu'])} (model FLOPs, {s.get('mfu_note', '')})"))
+    if s.mfu is not None and s.mfu.value is not None:
+        rows.append(("MFU", f"{fmt.pct(s.mfu.value)} (model FLOPs, {s.mfu.note or ''})"))
     return rows
 
 
@@ -156,16 +159,16 @@ def _efficiency(v: Any) -> str:
 def findings_rows(report: Report, top: int) -> list[list[str]]:
     out = []
     # several ranks: say whose finding it is (one rank's findings are all its own)
-    multi = len({f.get("rank") for f in report.findings if f.get("rank") is not None}) > 1 or len(
-        report.trace.get("ranks") or []) > 1
+    multi = len({f.rank for f in report.findings if f.rank is not None}) > 1 or len(
+        report.trace.ranks or []) > 1
     for f in report.findings[:top]:
-        title = str(f.get("title", ""))
-        if multi and f.get("rank") is not None and f.get("kind") != "straggler":
-            title = f"rank {f['rank']}: {title}"
+        title = str(f.title)
+        if multi and f.rank is not None and f.kind != "straggler":
+            title = f"rank {f.rank}: {title}"
         out.append([
-            str(f.get("kind")),
-            str(f.get("severity", "")),
-            fmt.ns(f.get("recoverable_ns")),
+            str(f.kind),
+            str(f.severity),
+            fmt.ns(f.recoverable_ns),
             fmt.short(title, 90),
         ])
     return out
@@ -174,10 +177,10 @@ def findings_rows(report: Report, top: int) -> list[list[str]]:
 def inconsistency_lines(report: Report) -> list[str]:
     lines = []
     for i in report.inconsistencies:
-        what = i["what"]
-        if "op" in i:
-            what += f": {fmt.short(i['op'], 60)} ×{i['count']} (up to {fmt.pct(i['max_efficiency'])} of roofline)"
-        lines.append(what + " — suspects: " + "; ".join(i.get("suspects", [])))
+        what = i.what
+        if i.op is not None:
+            what += f": {fmt.short(i.op, 60)} ×{i.count} (up to {fmt.pct(i.max_efficiency)} of roofline)"
+        lines.append(what + " — suspects: " + "; ".join(i.suspects))
     return lines
 
 
@@ -191,21 +194,21 @@ def ranks_lines(report: Report) -> list[tuple[str, str]]:
     r = report.ranks
     if not r:
         return []
-    al, coll = r["alignment"], r["collectives"]
+    al, coll = r.alignment, r.collectives
     if al.get("applied"):
         offs = ", ".join(
-            f"r{p['rank']} {_signed_ns(p.get('offset_ns'))}" for p in r["per_rank"] if p["rank"] != al.get("reference_rank")
+            f"r{p['rank']} {_signed_ns(p.get('offset_ns'))}" for p in r.per_rank if p["rank"] != al.get("reference_rank")
         )
         align = (f"clocks aligned on {al['matched_collectives']} matched collectives (median end difference to rank "
                  f"{al['reference_rank']}), uncertainty ±{fmt.ns(al.get('uncertainty_ns'))} (MAD); offsets: {offs}")
     else:
         align = f"not aligned ({al.get('clock')} clock): {al.get('reason')}"
-    rows = [("ranks", f"{len(r['ranks'])} ranks compared: " + _rank_list(r["ranks"])), ("alignment", align)]
+    rows = [("ranks", f"{len(r.ranks)} ranks compared: " + _rank_list(r.ranks)), ("alignment", align)]
     line = f"{coll['matched']} matched, {coll['compared']} compared"
     if coll.get("total_wait_ns") is not None:
         line += f"; ranks waited {fmt.ns(coll['total_wait_ns'])} in total at them"
     rows.append(("collectives", line + f" ({coll.get('note')})"))
-    st = r.get("straggler")
+    st = r.straggler
     if st:
         rows.append(("straggler", f"rank {st['rank']}: last at {st['last_arrivals']} of {st['instances']} compared collectives; "
                                   f"others waited {fmt.ns(st['wait_caused_ns'])} ({fmt.ns(st['wait_caused_per_step_ns'])} per step, "
@@ -222,12 +225,12 @@ def ranks_rows(report: Report, top: int) -> tuple[list[list[str]], str | None]:
     r = report.ranks
     if not r:
         return [], None
-    per = list(r["per_rank"])
+    per = list(r.per_rank)
     note = None
     if len(per) > top:
         per = sorted(per, key=lambda p: (-(p.get("wait_caused_ns") or 0), -(p.get("step_time_ns") or 0), p["rank"]))[:top]
         per = sorted(per, key=lambda p: p["rank"])
-        note = f"{len(r['per_rank']) - top} more ranks in the JSON report"
+        note = f"{len(r.per_rank) - top} more ranks in the JSON report"
     out = []
     for p in per:
         out.append([
@@ -238,7 +241,7 @@ def ranks_rows(report: Report, top: int) -> tuple[list[list[str]], str | None]:
             fmt.ns(p.get("wait_ns")),
             fmt.ns(p.get("wait_caused_ns")),
             "—" if p.get("last_arrivals") is None else str(p["last_arrivals"]),
-            _signed_ns(p.get("offset_ns")) + ("" if r["alignment"].get("applied") else " (not applied)")
+            _signed_ns(p.get("offset_ns")) + ("" if r.alignment.get("applied") else " (not applied)")
             if p.get("offset_ns") is not None else "—",
         ])
     return out, note
@@ -254,8 +257,8 @@ def _rank_list(ranks: list[int]) -> str:
     return ", ".join(str(x) for x in ranks) if len(ranks) <= 8 else f"{ranks[0]}…{ranks[-1]}"
 
 
-def _per_step_line(r: dict[str, Any]) -> str:
-    steps = [s for s in r.get("per_step", []) if (s.get("ranks") or 0) >= 2]
+def _per_step_line(r: RanksInfo) -> str:
+    steps = [s for s in r.per_step if (s.get("ranks") or 0) >= 2]
     if not steps:
         return "no step is complete on 2 or more ranks"
     ratios = [s["max_over_median"] for s in steps if s.get("max_over_median") is not None]

@@ -52,7 +52,7 @@ def create_app(report: Report, source: str = "") -> Dash:
     """
     from . import callbacks
 
-    name = source or (report.trace.get("sources") or [""])[0]
+    name = source or (report.trace.sources or [""])[0]
     app = _dash(f"traceroof · {name.rsplit('/', 1)[-1]}")
     has_ops = report.ops is not None and report.ops.height > 0
     app.layout = html.Div([
@@ -77,7 +77,7 @@ def initial_view(report: Report) -> dict[str, Any]:
     out: dict[str, Any] = {"steps": figures.steps_figure(report.steps)}
     ops = report.ops
     if ops is not None and ops.height:
-        by = report.filters.get("group_by") or "op"
+        by = (report.filters.group_by if report.filters else None) or "op"
         groups = views.op_groups(ops, by)
         out["roofline"] = figures.roofline_figure(ops, report.chip, by=by)
         out["table"] = views.table_records(groups)
@@ -96,15 +96,15 @@ def create_error_app(message: str, source: str | None = None) -> Dash:
     return app
 
 
-def load_app(path: str, chip: str | None, loader: Callable[[str], Any],
-             analyze: Callable[..., Report] | None = None, *, reraise: bool = False) -> tuple[Dash, str | None]:
+def load_app(path: str, chip: str | None, loader: Callable[..., Report] | None = None, *,
+             reraise: bool = False) -> tuple[Dash, str | None]:
     """Read ``path`` (a trace or a saved report) and build its app.
 
     Args:
-        path: trace or report path; ``loader(path)`` returns a Report or a Trace
-            (``traceroof.cli.load_trace_or_report``).
+        path: trace or report path.
         chip: ``--chip`` (traces only).
-        analyze: Trace + chip → Report (default :func:`traceroof.analyze`).
+        loader: ``loader(path, chip, on_saved=...)`` → Report (default
+            :func:`traceroof.analysis.load_report`, the one door of analyze, gate and serve).
         reraise: raise every error instead of serving it (``--debug``).
 
     Returns:
@@ -116,18 +116,17 @@ def load_app(path: str, chip: str | None, loader: Callable[[str], Any],
         InputNotFoundError: ``path`` does not exist (nothing to show: a typo; the CLI exits 3).
         UsageError: ``--chip`` given with a saved report (the CLI exits 2).
     """
-    if analyze is None:
-        from ..analysis import analyze as analyze_fn
+    if loader is None:
+        from ..analysis import load_report
 
-        analyze = analyze_fn
+        loader = load_report
+
+    def trace_only(_report: Report) -> None:
+        if chip:
+            raise UsageError("--chip needs a trace, not a saved report (the report already names its chip)")
+
     try:
-        obj = loader(path)
-        if isinstance(obj, Report):
-            if chip:
-                raise UsageError("--chip needs a trace, not a saved report (the report already names its chip)")
-            report = obj
-        else:
-            report = analyze(obj, chip)
+        report = loader(path, chip, on_saved=trace_only)
     except (InputNotFoundError, UsageError):
         raise
     except TraceroofError as exc:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dash import ALL, Dash, Input, Output, State, ctx, dcc, no_update
@@ -20,6 +21,15 @@ def register(app: Dash, report: Report) -> None:
 
     def sel_ops(rank: str, step: str) -> Any:
         return views.filter_ops(ops, rank, step)
+
+    _register_roofline_and_table(app, report, sel_ops)
+    _register_selection(app)
+    _register_timeline(app, report, sel_ops)
+    _register_steps_and_findings(app, report, ops)
+
+
+def _register_roofline_and_table(app: Dash, report: Report, sel_ops: Callable[[str, str], Any]) -> None:
+    """The roofline figure, the op-group table and its CSV downloads."""
 
     @app.callback(Output("roofline-graph", "figure"),
                   Input("rank-select", "value"), Input("step-select", "value"), Input("group-by", "value"),
@@ -49,6 +59,11 @@ def register(app: Dash, report: Report) -> None:
             return dcc.send_string(views.ops_csv(sub), "traceroof-ops.csv")
         return dcc.send_string(views.groups_csv(views.op_groups(sub, by)), "traceroof-op-groups.csv")
 
+
+
+def _register_selection(app: Dash) -> None:
+    """The selected op group: set by a click on the roofline, the table or the timeline."""
+
     @app.callback(Output("selected", "data"),
                   Input("roofline-graph", "clickData"), Input("ops-table", "active_cell"),
                   Input("timeline-graph", "clickData"), Input("clear-selection", "n_clicks"),
@@ -61,6 +76,11 @@ def register(app: Dash, report: Report) -> None:
                   prevent_initial_call=True)
     def _banner(selected: str | None) -> Any:
         return views.selection_banner(selected)
+
+
+
+def _register_timeline(app: Dash, report: Report, sel_ops: Callable[[str, str], Any]) -> None:
+    """The timeline: drawn when its tab opens, re-drawn on zoom/pan with the window's ops."""
 
     def timeline(rank: str, step: str, by: str, selected: str | None, focus: Any, relayout: Any, window: Any,
                  triggered: list[str]) -> Any:
@@ -97,6 +117,11 @@ def register(app: Dash, report: Report) -> None:
     def _timeline_zoom(relayout: Any, rank: str, step: str, by: str, selected: str | None, focus: Any,
                        window: Any) -> Any:
         return timeline(rank, step, by, selected, focus, relayout, window, ["timeline-graph.relayoutData"])
+
+
+
+def _register_steps_and_findings(app: Dash, report: Report, ops: Any) -> None:
+    """The steps figure, and the findings' "show on timeline" buttons."""
 
     @app.callback(Output("steps-graph", "figure"), Input("rank-select", "value"), prevent_initial_call=True)
     def _steps(rank: str) -> Any:

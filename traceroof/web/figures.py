@@ -17,7 +17,9 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
+from ..findings import Finding
 from ..render import fmt
+from ..sections import ChipInfo
 from . import views
 
 #: One colour per op kind (stable across figures and pages).
@@ -46,9 +48,9 @@ _BASE_LAYOUT: dict[str, Any] = {
 
 
 # --------------------------------------------------------------------- roofline
-def roofs(chip: dict[str, Any]) -> list[tuple[list[str], float]]:
+def roofs(chip: ChipInfo | None) -> list[tuple[list[str], float]]:
     """The chip's distinct compute roofs: (dtypes sharing the peak, peak FLOP/s), highest first."""
-    peaks = {k: float(v) for k, v in (chip.get("peak_flops_per_s") or {}).items() if v}
+    peaks = {k: float(v) for k, v in (chip.peak_flops_per_s if chip else {}).items() if v}
     by_value: dict[float, list[str]] = {}
     for k in sorted(peaks, key=lambda d: DTYPE_ORDER.index(d) if d in DTYPE_ORDER else 99):
         by_value.setdefault(peaks[k], []).append(k)
@@ -62,7 +64,7 @@ def ridge_point(peak_flops_per_s: float, hbm_bytes_per_s: float) -> float:
 
 def roofline_figure(
     ops: pl.DataFrame,
-    chip: dict[str, Any],
+    chip: ChipInfo | None,
     *,
     by: str = "op",
     selected: str | None = None,
@@ -73,7 +75,7 @@ def roofline_figure(
     Args:
         ops: op table with roofline columns (already filtered to the rank/step shown).
         chip: ``Report.chip``: ``peak_flops_per_s`` (dense FLOP/s per dtype),
-            ``hbm_bytes_per_s`` (B/s), ``name``.
+            ``hbm_bytes_per_s`` (B/s), ``name``; None (no device ops): an empty figure.
         by: op-group key, ``op`` or ``kernel`` (:func:`views.label_expr`).
         selected: label of the selected op group (ringed).
         max_points: most groups drawn (largest measured time first); the rest are named in
@@ -88,9 +90,9 @@ def roofline_figure(
     """
     fig = go.Figure()
     fig.update_layout(**_BASE_LAYOUT)
-    W = float(chip.get("hbm_bytes_per_s") or 0)
+    W = float((chip.hbm_bytes_per_s if chip else None) or 0)
     roof_list = roofs(chip)
-    if not roof_list or not W:
+    if chip is None or not roof_list or not W:
         return _empty(fig, "No chip peaks: nothing to put against a roofline (CPU-only or metadata-only trace).")
     groups = views.op_groups(ops, by)
     placed = views.roofline_groups(groups).sort("measured_ns", descending=True)
@@ -103,8 +105,32 @@ def roofline_figure(
     x_lo, x_hi = min(xs) / 4, max(xs) * 4
     y_hi = roof_list[0][1] * 2.5
     y_lo = min(ys + [W * x_lo, roof_list[-1][1]]) / 3
+    _add_roofs(fig, roof_list, W, used, x_lo, x_hi)
+    if shown.height:
+        _add_op_groups(fig, shown, chip, W, selected)
+    else:
+        fig.add_annotation(text="No op has both FLOPs and bytes: nothing to place under the roofs.",
+                           xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font={"size": 14})
+    fig.update_layout(
+        title={"text": f"Roofline · {chip.name}", "subtitle": {"text": views.roofline_note(groups, shown.height)}},
+        xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)", "range": [math.log10(x_lo), math.log10(x_hi)],
+               "exponentformat": "power"},
+        yaxis={"type": "log", "title": "achieved FLOP/s", "range": [math.log10(y_lo), math.log10(y_hi)],
+               "exponentformat": "SI"},
+        legend={"itemsizing": "constant"},
+        clickmode="event",
+        hovermode="closest",
+        uirevision="roofline",
+        meta={"points": shown.height, "groups": groups.height},
+    )
+    return fig
 
-    # roofs: HBM slope up to the highest ridge, then one flat roof per distinct peak
+
+def _add_roofs(fig: go.Figure, roof_list: list[tuple[list[str], float]], W: float, used: set[str],
+               x_lo: float, x_hi: float) -> None:
+    """The roofs: the HBM slope (``W`` B/s) up to the highest ridge, then one flat roof per
+    distinct peak (solid when an op shown uses one of its dtypes), and the ridge points."""
+    ridges = [ridge_point(p, W) for _, p in roof_list]
     fig.add_trace(go.Scatter(
         x=[x_lo, max(ridges)], y=[W * x_lo, W * max(ridges)], mode="lines",
         line={"color": "#444", "width": 2}, name=f"HBM {fmt.bytes_per_s(W)}", legendgroup="roofs",
@@ -134,53 +160,39 @@ def roofline_figure(
         meta={"role": "ridge", "ridges": ridges},
     ))
 
-    # op groups: one WebGL trace per kind
-    if shown.height:
-        tmax = float(shown["measured_ns"].max())
-        for kind in [k for k in KIND_COLORS if k in set(shown["kind"].to_list())] + sorted(
-                set(shown["kind"].to_list()) - set(KIND_COLORS)):
-            sub = shown.filter(pl.col("kind") == kind)
-            fig.add_trace(go.Scattergl(
-                x=sub["roof_intensity"].to_list(), y=sub["achieved_flops_per_s"].to_list(), mode="markers",
-                name=kind,
-                marker={"color": KIND_COLORS.get(kind, "#2ca02c"), "opacity": 0.75,
-                        "size": [5 + 35 * math.sqrt(t / tmax) for t in sub["measured_ns"].to_list()],
-                        "line": {"width": 0.5, "color": "#ffffff"}},
-                customdata=sub["label"].to_list(),
-                text=[_roof_hover(r, chip, W) for r in sub.iter_rows(named=True)],
-                hovertemplate="%{text}<extra></extra>",
-                meta={"role": "ops", "kind": kind},
-            ))
-        if selected is not None:
-            sel = shown.filter(pl.col("label") == selected)
-            if sel.height:
-                fig.add_trace(go.Scatter(
-                    x=sel["roof_intensity"].to_list(), y=sel["achieved_flops_per_s"].to_list(), mode="markers",
-                    marker={"symbol": "circle-open", "size": 5 + 35 * math.sqrt(float(sel["measured_ns"][0]) / tmax) + 10,
-                            "color": SELECT_COLOR, "line": {"width": 3}},
-                    name="selected", customdata=sel["label"].to_list(), hoverinfo="skip",
-                    meta={"role": "selected", "label": selected},
-                ))
-    else:
-        fig.add_annotation(text="No op has both FLOPs and bytes: nothing to place under the roofs.",
-                           xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font={"size": 14})
-    fig.update_layout(
-        title={"text": f"Roofline · {chip.get('name', '')}", "subtitle": {"text": views.roofline_note(groups, shown.height)}},
-        xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)", "range": [math.log10(x_lo), math.log10(x_hi)],
-               "exponentformat": "power"},
-        yaxis={"type": "log", "title": "achieved FLOP/s", "range": [math.log10(y_lo), math.log10(y_hi)],
-               "exponentformat": "SI"},
-        legend={"itemsizing": "constant"},
-        clickmode="event",
-        hovermode="closest",
-        uirevision="roofline",
-        meta={"points": shown.height, "groups": groups.height},
-    )
-    return fig
+
+def _add_op_groups(fig: go.Figure, shown: pl.DataFrame, chip: ChipInfo, W: float, selected: str | None) -> None:
+    """The op groups ``shown``: one WebGL trace per kind, and a ring around ``selected``."""
+    tmax = float(shown["measured_ns"].max())
+    for kind in [k for k in KIND_COLORS if k in set(shown["kind"].to_list())] + sorted(
+            set(shown["kind"].to_list()) - set(KIND_COLORS)):
+        sub = shown.filter(pl.col("kind") == kind)
+        fig.add_trace(go.Scattergl(
+            x=sub["roof_intensity"].to_list(), y=sub["achieved_flops_per_s"].to_list(), mode="markers",
+            name=kind,
+            marker={"color": KIND_COLORS.get(kind, "#2ca02c"), "opacity": 0.75,
+                    "size": [5 + 35 * math.sqrt(t / tmax) for t in sub["measured_ns"].to_list()],
+                    "line": {"width": 0.5, "color": "#ffffff"}},
+            customdata=sub["label"].to_list(),
+            text=[_roof_hover(r, chip, W) for r in sub.iter_rows(named=True)],
+            hovertemplate="%{text}<extra></extra>",
+            meta={"role": "ops", "kind": kind},
+        ))
+    if selected is None:
+        return
+    sel = shown.filter(pl.col("label") == selected)
+    if sel.height:
+        fig.add_trace(go.Scatter(
+            x=sel["roof_intensity"].to_list(), y=sel["achieved_flops_per_s"].to_list(), mode="markers",
+            marker={"symbol": "circle-open", "size": 5 + 35 * math.sqrt(float(sel["measured_ns"][0]) / tmax) + 10,
+                    "color": SELECT_COLOR, "line": {"width": 3}},
+            name="selected", customdata=sel["label"].to_list(), hoverinfo="skip",
+            meta={"role": "selected", "label": selected},
+        ))
 
 
-def _roof_hover(r: dict[str, Any], chip: dict[str, Any], W: float) -> str:
-    peak = (chip.get("peak_flops_per_s") or {}).get(r["peak_dtype"]) if r["peak_dtype"] else None
+def _roof_hover(r: dict[str, Any], chip: ChipInfo, W: float) -> str:
+    peak = chip.peak_flops_per_s.get(r["peak_dtype"]) if r["peak_dtype"] else None
     attain = min(peak, W * r["roof_intensity"]) if peak else None
     lines = [
         f"<b>{_esc(fmt.short(r['label'], 90))}</b>",
@@ -198,7 +210,7 @@ def _roof_hover(r: dict[str, Any], chip: dict[str, Any], W: float) -> str:
 def timeline_figure(
     ops: pl.DataFrame,
     *,
-    findings: list[dict[str, Any]] | tuple[()] = (),
+    findings: list[Finding] | tuple[()] = (),
     selected: str | None = None,
     by: str = "op",
     window: tuple[float, float] | list[float] | None = None,
@@ -241,63 +253,34 @@ def timeline_figure(
     row_key = _row_expr(multi)
     n_dev_rows = max(1, sum(1 for r in rows if not r.endswith("host launches")))
     aggregated = vis.height > max_bars
-    n_bars = 0
     if aggregated:
         bars = views.aggregate_bars(vis, row_key, max(20, max_bars // n_dev_rows))
     else:
         bars = vis.with_columns(row_key.alias("row"), pl.col("kind").cast(pl.String),
                                 (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
                                 pl.lit(1).alias("count"), pl.col("dur_ns").alias("busy_ns"))
-    for kind in [k for k in KIND_COLORS if k in set(bars["kind"].to_list())] + sorted(
-            set(bars["kind"].to_list()) - set(KIND_COLORS)):
-        sub = bars.filter(pl.col("kind") == kind)
-        n_bars += sub.height
-        fig.add_trace(go.Bar(
-            orientation="h", name=kind, y=sub["row"].to_list(),
-            base=[s / 1e6 for s in sub["start_ns"].to_list()],
-            x=[max(e - s, 1) / 1e6 for s, e in zip(sub["start_ns"].to_list(), sub["end_ns"].to_list())],
-            marker={"color": KIND_COLORS.get(kind, "#2ca02c"), "line": {"width": 0}},
-            customdata=sub["label"].to_list(),
-            text=[_bar_hover(r, aggregated) for r in sub.iter_rows(named=True)],
-            textposition="none", hovertemplate="%{text}<extra></extra>", width=0.72,
-            meta={"role": "bars", "kind": kind, "ops": int(sub["count"].sum())},
-        ))
+    n_bars = _add_bars(fig, bars, aggregated)
     if launches:
         _add_launches(fig, vis, multi, max_bars, n_dev_rows)
     if selected is not None:
-        sel = vis.filter(pl.col("label") == selected).head(max_bars)
-        if sel.height:
-            fig.add_trace(go.Scatter(
-                x=[(s + d / 2) / 1e6 for s, d in zip(sel["start_ns"].to_list(), sel["dur_ns"].to_list())],
-                y=_row_values(sel, multi), mode="markers", name=f"selected: {fmt.short(selected, 40)}",
-                marker={"symbol": "diamond", "size": 11, "color": "#ffd400", "line": {"width": 1.5, "color": SELECT_COLOR}},
-                customdata=sel["label"].to_list(),
-                text=[f"<b>selected</b>: {_esc(fmt.short(n, 90))}<br>{fmt.ns(d)}" for n, d in
-                      zip(sel["name"].to_list(), sel["dur_ns"].to_list())],
-                hovertemplate="%{text}<extra></extra>",
-                meta={"role": "selected", "label": selected, "ops": sel.height},
-            ))
+        _add_selected(fig, vis.filter(pl.col("label") == selected).head(max_bars), selected, multi)
     t0 = int(ops["start_ns"].min())
     t1 = int((ops["start_ns"] + ops["dur_ns"]).max())
     ranks = sorted(ops["rank"].unique().to_list())
-    n_marked = 0
-    for i, f in views.findings_in_view(list(findings), ranks, *(win or (t0, t1)))[:60]:
-        y0, y1 = _finding_rows(f, order, multi)
-        fig.add_shape(type="rect", xref="x", yref="y" if y0 is not None else "paper",
-                      x0=f["start_ns"] / 1e6, x1=f["end_ns"] / 1e6,
-                      y0=y0 if y0 is not None else 0, y1=y1 if y1 is not None else 1,
-                      fillcolor=FOCUS_FILL if i == focus else FINDING_FILL,
-                      line={"width": 1.5 if i == focus else 0, "color": "#d62728"}, layer="below")
-        fig.add_annotation(x=f["start_ns"] / 1e6, y=1 + 0.035 * (n_marked % 3), yref="paper", xanchor="left",
-                           yanchor="bottom", text=f"#{i + 1}", showarrow=False, font={"size": 10, "color": "#b22222"},
-                           hovertext=_esc(f"#{i + 1} {f.get('title', f.get('kind', ''))} · recoverable "
-                                          f"{fmt.ns(f.get('recoverable_ns'))}"))
-        n_marked += 1
-    height = max(420, 205 + 46 * len(order))
+    _add_findings(fig, views.findings_in_view(list(findings), ranks, *(win or (t0, t1)))[:60], order, multi, focus)
     sub_txt = f"{vis.height:,} ops in view"
     if aggregated:
         sub_txt += f", merged into {n_bars:,} bars (zoom in to see single ops)"
     sub_txt += " · shaded: findings" if findings else ""
+    _timeline_layout(fig, sub_txt, win, order, uirevision,
+                     {"ops_in_view": vis.height, "bars": n_bars, "aggregated": aggregated, "rows": rows})
+    return fig
+
+
+def _timeline_layout(fig: go.Figure, sub_txt: str, win: tuple[float, ...] | None, order: list[str],
+                     uirevision: str, meta: dict[str, Any]) -> None:
+    """Title, axes (x in ms, the window ``win`` in ns if given; y the rows ``order``), legend."""
+    height = max(420, 205 + 46 * len(order))
     fig.update_layout(
         title={"text": "Timeline", "subtitle": {"text": sub_txt}},
         barmode="overlay",
@@ -312,9 +295,60 @@ def timeline_figure(
         uirevision=uirevision,
         margin={"l": 70, "r": 30, "t": 95, "b": 110},
         legend={"orientation": "h", "x": 0, "y": -62 / (height - 205), "yanchor": "top"},  # below the axis title
-        meta={"ops_in_view": vis.height, "bars": n_bars, "aggregated": aggregated, "rows": rows},
+        meta=meta,
     )
-    return fig
+
+
+def _add_bars(fig: go.Figure, bars: pl.DataFrame, aggregated: bool) -> int:
+    """One horizontal bar trace per kind (x: duration ms, base: start ms); the bars drawn."""
+    n_bars = 0
+    for kind in [k for k in KIND_COLORS if k in set(bars["kind"].to_list())] + sorted(
+            set(bars["kind"].to_list()) - set(KIND_COLORS)):
+        sub = bars.filter(pl.col("kind") == kind)
+        n_bars += sub.height
+        fig.add_trace(go.Bar(
+            orientation="h", name=kind, y=sub["row"].to_list(),
+            base=[s / 1e6 for s in sub["start_ns"].to_list()],
+            x=[max(e - s, 1) / 1e6 for s, e in zip(sub["start_ns"].to_list(), sub["end_ns"].to_list())],
+            marker={"color": KIND_COLORS.get(kind, "#2ca02c"), "line": {"width": 0}},
+            customdata=sub["label"].to_list(),
+            text=[_bar_hover(r, aggregated) for r in sub.iter_rows(named=True)],
+            textposition="none", hovertemplate="%{text}<extra></extra>", width=0.72,
+            meta={"role": "bars", "kind": kind, "ops": int(sub["count"].sum())},
+        ))
+    return n_bars
+
+
+def _add_selected(fig: go.Figure, sel: pl.DataFrame, selected: str, multi: bool) -> None:
+    """Diamonds on the ops ``sel`` of the selected op group (none when it has no ops in view)."""
+    if not sel.height:
+        return
+    fig.add_trace(go.Scatter(
+        x=[(s + d / 2) / 1e6 for s, d in zip(sel["start_ns"].to_list(), sel["dur_ns"].to_list())],
+        y=_row_values(sel, multi), mode="markers", name=f"selected: {fmt.short(selected, 40)}",
+        marker={"symbol": "diamond", "size": 11, "color": "#ffd400", "line": {"width": 1.5, "color": SELECT_COLOR}},
+        customdata=sel["label"].to_list(),
+        text=[f"<b>selected</b>: {_esc(fmt.short(n, 90))}<br>{fmt.ns(d)}" for n, d in
+              zip(sel["name"].to_list(), sel["dur_ns"].to_list())],
+        hovertemplate="%{text}<extra></extra>",
+        meta={"role": "selected", "label": selected, "ops": sel.height},
+    ))
+
+
+def _add_findings(fig: go.Figure, in_view: list[tuple[int, Finding]], order: list[str], multi: bool,
+                  focus: int | None) -> None:
+    """A shaded rectangle (over its rank's rows) and a ``#n`` marker per finding in view."""
+    for n_marked, (i, f) in enumerate(in_view):
+        y0, y1 = _finding_rows(f, order, multi)
+        fig.add_shape(type="rect", xref="x", yref="y" if y0 is not None else "paper",
+                      x0=f.start_ns / 1e6, x1=f.end_ns / 1e6,
+                      y0=y0 if y0 is not None else 0, y1=y1 if y1 is not None else 1,
+                      fillcolor=FOCUS_FILL if i == focus else FINDING_FILL,
+                      line={"width": 1.5 if i == focus else 0, "color": "#d62728"}, layer="below")
+        fig.add_annotation(x=f.start_ns / 1e6, y=1 + 0.035 * (n_marked % 3), yref="paper", xanchor="left",
+                           yanchor="bottom", text=f"#{i + 1}", showarrow=False, font={"size": 10, "color": "#b22222"},
+                           hovertext=_esc(f"#{i + 1} {f.title or f.kind} · recoverable "
+                                          f"{fmt.ns(f.recoverable_ns)}"))
 
 
 def _row_expr(multi: bool) -> pl.Expr:
@@ -366,11 +400,11 @@ def _bar_hover(r: dict[str, Any], aggregated: bool) -> str:
     return "<br>".join(lines)
 
 
-def _finding_rows(f: dict[str, Any], order: list[str], multi: bool) -> tuple[float | None, float | None]:
+def _finding_rows(f: Finding, order: list[str], multi: bool) -> tuple[float | None, float | None]:
     """The y extent (category positions) of a finding: its rank's rows when several ranks are drawn."""
-    if not multi or f.get("rank") is None:
+    if not multi or f.rank is None:
         return None, None
-    idx = [i for i, r in enumerate(order) if r.startswith(f"rank {f['rank']} ·")]
+    idx = [i for i, r in enumerate(order) if r.startswith(f"rank {f.rank} ·")]
     if not idx:
         return None, None
     return min(idx) - 0.5, max(idx) + 0.5

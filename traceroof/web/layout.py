@@ -11,11 +11,11 @@ from typing import Any
 
 from dash import dash_table, dcc, html
 
+from ..findings import Finding
 from ..render import fmt, sections
 from ..report import Report
 from . import views
 
-TAB_IDS = ("roofline", "ops", "timeline", "steps", "findings")
 
 CSS = """
 body { margin: 0; font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; font-size: 14px;
@@ -83,7 +83,7 @@ def header(report: Report, source: str) -> html.Div:
                                               clearable=False, className="tr-select")]),
             html.Label(["group ops by ", dcc.RadioItems(
                 id="group-by", options=[{"label": " framework op", "value": "op"}, {"label": " kernel", "value": "kernel"}],
-                value=report.filters.get("group_by") or "op", inline=True)]),
+                value=(report.filters.group_by if report.filters else None) or "op", inline=True)]),
         ]
     else:
         controls += [dcc.Store(id="rank-select", data=views.ALL), dcc.Store(id="step-select", data=views.ALL),
@@ -226,33 +226,8 @@ def findings_list(report: Report) -> html.Div:
     """One card per finding: recoverable time, explanation, evidence, a link to the timeline."""
     if not report.findings:
         return html.P("No findings: no detector fired on this trace.", className="tr-note", id="findings-empty")
-    cards = []
-    for i, f in enumerate(report.findings):
-        where = []
-        for k in ("rank", "step", "stream"):
-            if f.get(k) is not None:
-                where.append(f"{k} {f[k]}")
-        if f.get("start_ns") is not None and f.get("end_ns") is not None:
-            where.append(f"{f['start_ns'] / 1e6:.3f}–{f['end_ns'] / 1e6:.3f} ms")
-        ev = views.evidence_rows(f.get("evidence") or {})
-        cards.append(html.Div(className=f"tr-card {f.get('severity', '')}", id=f"finding-{i}", children=[
-            html.H3(f"#{i + 1} {f.get('title', f.get('kind', ''))}"),
-            html.Div([
-                html.Span(f"recoverable {fmt.ns(f.get('recoverable_ns'))}", className="tr-rec"),
-                f" · {f.get('kind', '')} · severity {f.get('severity', '—')}"
-                + (f" · {f['occurrences']} occurrences" if f.get("occurrences", 1) > 1 else "")
-                + (f" · {', '.join(where)}" if where else ""),
-                " · ",
-                html.Button("show on timeline →", id={"type": "finding-goto", "index": i}, className="tr-link",
-                            disabled=f.get("start_ns") is None),
-            ]),
-            html.P(f.get("explanation", "")),
-            html.Details([html.Summary(f"evidence ({len(ev)})"),
-                          html.Table([html.Tr([html.Td(k), html.Td(v)]) for k, v in ev], className="tr-ev")],
-                         open=False),
-            html.Div(f"docs: {f['docs']}", className="tr-note") if f.get("docs") else None,
-        ]))
-    total = sum(f.get("recoverable_ns") or 0 for f in report.findings)
+    cards = [_finding_card(i, f) for i, f in enumerate(report.findings)]
+    total = sum(f.recoverable_ns or 0 for f in report.findings)
     return html.Div([
         html.P(f"{len(report.findings)} findings, largest recoverable time first (estimates overlap; their sum, "
                f"{fmt.ns(total)}, is an upper bound).", className="tr-note"),
@@ -277,3 +252,28 @@ def _plain(v: Any) -> Any:
 
 def _html_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _finding_card(i: int, f: Finding) -> html.Div:
+    """The card of finding number ``i``: where (rank, step, stream, window ms), what, evidence."""
+    where = [f"{k} {v}" for k, v in (("rank", f.rank), ("step", f.step), ("stream", f.stream)) if v is not None]
+    if f.start_ns is not None and f.end_ns is not None:
+        where.append(f"{f.start_ns / 1e6:.3f}–{f.end_ns / 1e6:.3f} ms")
+    ev = views.evidence_rows(f.evidence or {})
+    return html.Div(className=f"tr-card {f.severity}", id=f"finding-{i}", children=[
+        html.H3(f"#{i + 1} {f.title}"),
+        html.Div([
+            html.Span(f"recoverable {fmt.ns(f.recoverable_ns)}", className="tr-rec"),
+            f" · {f.kind} · severity {f.severity}"
+            + (f" · {f.occurrences} occurrences" if f.occurrences > 1 else "")
+            + (f" · {', '.join(where)}" if where else ""),
+            " · ",
+            html.Button("show on timeline →", id={"type": "finding-goto", "index": i}, className="tr-link",
+                        disabled=f.start_ns is None),
+        ]),
+        html.P(f.explanation),
+        html.Details([html.Summary(f"evidence ({len(ev)})"),
+                      html.Table([html.Tr([html.Td(k), html.Td(v)]) for k, v in ev], className="tr-ev")],
+                     open=False),
+        html.Div(f"docs: {f.docs}", className="tr-note") if f.docs else None,
+    ])

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from ..findings import Finding
 from ..roofline import rank_ops
 from ..schema import KINDS
 
@@ -280,14 +281,14 @@ def aggregate_bars(ops: pl.DataFrame, rows_key: pl.Expr, bins: int) -> pl.DataFr
     )
 
 
-def findings_in_view(findings: list[dict[str, Any]], ranks: list[int], t0: int, t1: int) -> list[tuple[int, dict[str, Any]]]:
-    """(index, finding) of the findings with a time window overlapping [t0, t1] on ``ranks``."""
+def findings_in_view(findings: list[Finding], ranks: list[int], t0: int, t1: int) -> list[tuple[int, Finding]]:
+    """(index, finding) of the findings with a time window (ns) overlapping [t0, t1] on ``ranks``."""
     out = []
     for i, f in enumerate(findings):
-        s, e = f.get("start_ns"), f.get("end_ns")
+        s, e = f.start_ns, f.end_ns
         if s is None or e is None:
             continue
-        if f.get("rank") is not None and ranks and f["rank"] not in ranks:
+        if f.rank is not None and ranks and f.rank not in ranks:
             continue
         if e >= t0 and s <= t1:
             out.append((i, f))
@@ -299,19 +300,19 @@ def step_values(ops: pl.DataFrame) -> set[str]:
     return {o["value"] for o in step_options(ops)}
 
 
-def finding_target(finding: dict[str, Any], valid_steps: set[str] | None = None) -> dict[str, Any]:
+def finding_target(finding: Finding, valid_steps: set[str] | None = None) -> dict[str, Any]:
     """Where "show on the timeline" goes: rank and step selector values and a time window (ns).
 
     The window is the finding's own, padded by 10 % on each side (at least 1 µs). A step
     the selector does not offer (``valid_steps``) becomes ``all``.
     """
-    s, e = finding.get("start_ns"), finding.get("end_ns")
+    s, e = finding.start_ns, finding.end_ns
     window = None
     if s is not None and e is not None:
         pad = max(1_000, (e - s) // 10)
         window = [s - pad, e + pad]
-    rank = finding.get("rank")
-    step = finding.get("step")
+    rank = finding.rank
+    step = finding.step
     step_v = ALL if step is None else str(step)
     if valid_steps is not None and step_v not in valid_steps:
         step_v = ALL
