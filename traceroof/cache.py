@@ -115,6 +115,12 @@ def _read_doc(f: Path, where: str, what: str, fmt: str) -> dict[str, Any]:
 
 
 def load_fragment(f: Path) -> dict[str, Any]:
+    """The dataset fragment ``f`` (its JSON object).
+
+    Raises:
+        TraceFormatError: unreadable, not a fragment, of another ``fragment_version``, or
+            without ``meta`` and ``tables`` (names the file).
+    """
     doc = _read_doc(f, "fragment", "dataset fragment", FRAGMENT_FORMAT)
     if doc.get("fragment_version") != FRAGMENT_VERSION:
         raise TraceFormatError(
@@ -143,6 +149,11 @@ def _load_meta(p: Path) -> dict[str, Any]:
 
 
 def meta_from_json(f: Path, d: dict[str, Any]) -> TraceMeta:
+    """The :class:`TraceMeta` stored as ``d`` (a ``dataclasses.asdict`` of one) in file ``f``.
+
+    Raises:
+        TraceFormatError: fields that are not TraceMeta fields (names the file).
+    """
     try:
         d = dict(d)
         devices = [DeviceInfo(**x) for x in d.pop("devices", [])]

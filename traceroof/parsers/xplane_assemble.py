@@ -22,6 +22,10 @@ EXTRA_COLUMNS = {
 
 
 def assemble(all_parts: list[Parts], sources: list[str]) -> Trace:
+    """The files' :class:`~.xplane_planes.Parts` (one per host, ranks in order) as one
+    :class:`Trace` of format ``xplane``: clocks aligned through ``profile_start_time``, times
+    relative to the earliest event (``meta.origin_ns``), launches linked, op and host
+    columns in their schemas (plus :data:`EXTRA_COLUMNS`)."""
     meta = TraceMeta(format="xplane", sources=list(sources))
     starts = [p.profile_start_ns for p in all_parts]
     base = min(s for s in starts if s is not None) if any(s is not None for s in starts) else None

@@ -33,14 +33,8 @@ log = logging.getLogger(__name__)
 # --- vocabulary: line names, opcodes, categories (declarative, in one place) -------------
 
 STREAM_LINE = re.compile(r"^Stream #(\d+)")
-
-
 DEVICE_PLANE = re.compile(r"^/device:([A-Za-z_]+):(\d+)$")
-
-
 XLA_OPS, XLA_MODULES, STEPS, ASYNC_XLA_OPS = "XLA Ops", "XLA Modules", "Steps", "Async XLA Ops"
-
-
 #: Lines of device planes that are derived from the op/kernel lines or hold no ops.
 DERIVED_LINES = frozenset({
     "XLA Ops", "TensorFlow Ops", "TensorFlow Name Scope", "Framework Ops",
@@ -72,6 +66,12 @@ def _format_error(path: str, data: bytes, space: xp.SpaceScan | None) -> TraceFo
 
 
 def read_parts(data: bytes, path: str, rank: int) -> Parts:
+    """What the serialized XSpace ``data`` (gzip accepted) of file ``path`` contributes, its
+    rows on rank ``rank``: op and host frames on the file's clock, devices, warnings, stats.
+
+    Raises:
+        TraceFormatError: not an XSpace, empty, or no plane readable (names the byte offset).
+    """
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
@@ -289,6 +289,7 @@ class LineFeed:
             self.next += 1
 
     def get(self, plane: Plane, i: int):
+        """Line ``i`` of ``plane`` decoded (or the :class:`~.xplane_proto.WireError` it raised)."""
         fut = self.futures.pop((id(plane), i), None)
         if fut is None:
             return _decode(plane, i)
@@ -296,6 +297,7 @@ class LineFeed:
         return fut.result()
 
     def close(self) -> None:
+        """Stop the decoding threads (lines not asked for are dropped)."""
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
 

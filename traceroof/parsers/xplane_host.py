@@ -59,6 +59,8 @@ def host_rows(plane: Plane, line: xp.LineScan):
 
 
 def annotation_rows(plane: Plane, line: xp.LineScan, cat: str, pid: str) -> pl.DataFrame | None:
+    """Host-table rows (category ``cat``, pid ``pid``) for every event of a device line
+    (``Steps``, ``XLA Modules``); None when the line has no events."""
     cols = line.events
     if cols is None or not len(cols):
         return None
@@ -73,6 +75,8 @@ def annotation_rows(plane: Plane, line: xp.LineScan, cat: str, pid: str) -> pl.D
 
 
 def device_step_spans(plane: Plane, line: xp.LineScan):
+    """(start ns, end ns, step) arrays of a device ``Steps`` line: the step is the
+    ``step_num`` stat, else the event name when it is a number, else the event's index."""
     cols = line.events
     start, dur = times(line, cols)
     step_num, has = plane.numeric(cols, "step_num")

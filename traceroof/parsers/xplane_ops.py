@@ -18,6 +18,8 @@ from .xplane_planes import Parts, Plane, factorize, masked, nulls, times
 
 
 def device_info(plane: Plane, dev_type: str, ordinal: int, hostname: str) -> DeviceInfo:
+    """The :class:`DeviceInfo` of device plane ``plane`` (``/device:<dev_type>:<ordinal>``)
+    from its stats: name, compute capability, cores, memory, peaks (FLOP/s, HBM B/s)."""
     s = plane.stats
     name = s.get("device_type_string") or s.get("gpu_device_name") or s.get("device_name") or ""
     peak_tf = s.get("peak_teraflops_per_second")
@@ -108,6 +110,9 @@ def _md_row(plane: Plane, mid: int, modules: Modules) -> tuple:
 
 def device_ops(plane: Plane, line: xp.LineScan, ordinal: int, device_clock: bool,
                 modules: Modules, out: Parts) -> pl.DataFrame | None:
+    """The op frame of one device op line (kernels, or TPU ``XLA Ops`` timed on the device
+    clock when ``device_clock``): event-metadata attributes, times (ns), HLO costs; None
+    when the line has no events. Aggregated events are skipped (counted in ``out.stats``)."""
     cols = line.events
     if cols is None or not len(cols):
         return None

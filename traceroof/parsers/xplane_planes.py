@@ -112,6 +112,7 @@ class Plane:
         return got
 
     def sids(self, name: str) -> list[int]:
+        """The stat-metadata ids named ``name`` (a plane may declare a name more than once)."""
         return self.stat_ids.get(name, [])
 
     def numeric(self, cols: xp.EventColumns, name: str) -> tuple[np.ndarray, np.ndarray]:
