@@ -143,7 +143,7 @@ class InputFormat:
     """
 
     name: str
-    read: Callable[[Path, "Progress | None"], "Trace"]
+    read: Callable[[Path, Progress | None], Trace]
     sniff: Callable[[Head], int] = _no_file
     unit_dir: Callable[[Path], bool] | None = None
     folder_suffixes: tuple[str, ...] = ()
@@ -172,6 +172,9 @@ def _load() -> dict[str, InputFormat]:
 
 def register(fmt: InputFormat, *, replace: bool = False) -> InputFormat:
     """Add ``fmt`` to the registry (after the formats already there); returns it.
+
+    It is this process's registry: worker processes (``read_trace(..., jobs=N)`` of several
+    files) load only the built-in formats (:data:`BUILTIN`).
 
     Raises:
         ValueError: a format of that name is registered and ``replace`` is False.
