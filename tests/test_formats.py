@@ -281,3 +281,29 @@ def test_toy_format_is_gone_after_unregister(tmp_path):
         detect_format(p)
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.get("kineto"))
+
+
+def test_builtin_facts_are_declared_by_their_formats():
+    assert [f.name for f in registry.formats()][:5] == ["cache", "kineto", "xplane", "perfetto", "tar"]
+    kineto, xplane = registry.facts_for("kineto"), registry.facts_for("xplane")
+    assert kineto.default_group_by == "op" and not kineto.chip_from_properties
+    assert "record_shapes=True" in kineto.shapes_hint
+    assert xplane.default_group_by == "kernel" and xplane.chip_from_properties and xplane.shapes_hint is None
+    assert registry.facts_for("no-such-format") == registry.FormatFacts()
+
+
+@pytest.mark.parametrize("module, absent", [
+    ("traceroof.merge", ["traceroof.io", "traceroof.cache", "traceroof.parsers"]),
+    ("traceroof.parallel", ["traceroof.io", "traceroof.cache", "polars"]),
+    ("traceroof.step_markers", ["traceroof.parsers", "traceroof.io"]),
+    ("traceroof.cache", ["traceroof.io", "traceroof.ingest", "traceroof.parsers"]),
+    ("traceroof.io", ["traceroof.cache", "traceroof.ingest", "traceroof.parsers.kineto",
+                      "traceroof.parsers.xplane"]),
+    ("traceroof.steps", ["traceroof.parsers"]),
+])
+def test_the_door_has_no_loop(module, absent):
+    """Merge/parallel helpers below io and cache; the cache reader does not import io (nor the
+    writer, ingest, above both); io loads no format module until it reads."""
+    code = f"import sys, {module}; print([m for m in {absent!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,6 +1,8 @@
 """The columnar cache: a parsed :class:`Trace` as Parquet, partitioned by rank, plus its metadata.
 
-Two layouts, both read by :func:`read_cache` (and so by ``read_trace`` / ``traceroof analyze DIR``).
+Two layouts, both read by :func:`read_cache` (and so by ``read_trace`` / ``traceroof analyze DIR``,
+through the format registry's ``cache`` entry, :mod:`traceroof.parsers.cache_dir`). This module
+is the reader; the writer, :mod:`traceroof.ingest`, sits above it and above :mod:`traceroof.io`.
 
 **Single cache** (``cache_version`` 1; :func:`~traceroof.ingest.write_cache`, ``traceroof ingest TRACE -o DIR``)::
 
