@@ -16,10 +16,11 @@ import pytest
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
-from traceroof.cache import CACHE_VERSION, read_cache, write_cache
+from traceroof.cache import CACHE_VERSION, read_cache
 from traceroof.cli import cli
 from traceroof.costing import apply_costs, compute_costs, cost_model_id
 from traceroof.errors import TraceFormatError
+from traceroof.ingest import write_cache
 from traceroof.io import read_trace
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
@@ -232,7 +233,7 @@ CPU_ONLY = "HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.10
 
 @pytest.fixture
 def dataset(tmp_path) -> tuple[Path, list[str]]:
-    from traceroof.cache import ingest_file
+    from traceroof.ingest import ingest_file
 
     files = [str(fixture(r)) for r in SAMPLED]
     for f in files:
@@ -241,7 +242,8 @@ def dataset(tmp_path) -> tuple[Path, list[str]]:
 
 
 def test_dataset_reads_back_as_read_trace_of_its_files(dataset):
-    from traceroof.cache import finalize, is_cache
+    from traceroof.cache import is_cache
+    from traceroof.ingest import finalize
 
     out, files = dataset
     assert is_cache(out)
@@ -256,7 +258,7 @@ def test_dataset_reads_back_as_read_trace_of_its_files(dataset):
 
 
 def test_dataset_with_an_empty_op_table(tmp_path):
-    from traceroof.cache import ingest_file
+    from traceroof.ingest import ingest_file
 
     files = [str(fixture(CPU_ONLY)), str(fixture(SAMPLED[0]))]
     for f in files:
@@ -267,7 +269,7 @@ def test_dataset_with_an_empty_op_table(tmp_path):
 
 
 def test_ingest_file_again_replaces_its_own_parts(dataset):
-    from traceroof.cache import ingest_file
+    from traceroof.ingest import ingest_file
 
     out, files = dataset
     before = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
@@ -280,7 +282,7 @@ def test_ingest_file_again_replaces_its_own_parts(dataset):
 def test_same_file_name_in_two_folders_does_not_collide(tmp_path):
     import shutil
 
-    from traceroof.cache import fragment_key, ingest_file
+    from traceroof.ingest import fragment_key, ingest_file
 
     src = fixture(SAMPLED[0])
     (tmp_path / "a").mkdir()
@@ -296,7 +298,7 @@ def test_same_file_name_in_two_folders_does_not_collide(tmp_path):
 
 
 def test_ingest_file_after_finalize_drops_the_stale_manifest(dataset, tmp_path):
-    from traceroof.cache import finalize, ingest_file
+    from traceroof.ingest import finalize, ingest_file
 
     out, files = dataset
     finalize(out)
@@ -312,7 +314,7 @@ def test_ingest_file_after_finalize_drops_the_stale_manifest(dataset, tmp_path):
 
 
 def test_finalized_dataset_missing_a_fragment_exits_4_naming_it(dataset):
-    from traceroof.cache import finalize
+    from traceroof.ingest import finalize
 
     out, _ = dataset
     finalize(out)
@@ -333,7 +335,7 @@ def test_damaged_fragment_exits_4_naming_it(dataset):
 
 
 def test_missing_dataset_part_exits_4_naming_it(dataset):
-    from traceroof.cache import finalize
+    from traceroof.ingest import finalize
 
     out, _ = dataset
     part = next((out / "ops" / "rank=1").glob("part-*.parquet"))
@@ -346,7 +348,7 @@ def test_missing_dataset_part_exits_4_naming_it(dataset):
 
 
 def test_ingest_file_refuses_a_single_cache(cache_dir):
-    from traceroof.cache import ingest_file
+    from traceroof.ingest import ingest_file
     from traceroof.errors import UsageError
 
     with pytest.raises(UsageError, match="single-trace cache"):

@@ -20,7 +20,8 @@ from distributed import Client, LocalCluster
 
 from conftest import real
 from test_many_ranks import assert_same, write_ranks
-from traceroof.cache import finalize, fragment_key, ingest_file, read_cache
+from traceroof.cache import read_cache
+from traceroof.ingest import finalize, fragment_key, ingest_file
 from traceroof.cli import cli
 from traceroof.errors import TraceFormatError
 from traceroof.io import read_trace

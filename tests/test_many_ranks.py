@@ -21,7 +21,8 @@ from polars.testing import assert_frame_equal
 from tracegen import Kernel, TraceBuilder
 from traceroof.cli import cli
 from traceroof.errors import InputNotFoundError, TraceFormatError
-from traceroof.io import merge, read_trace, resolve_inputs
+from traceroof.io import read_trace, resolve_inputs
+from traceroof.merge import merge
 
 N = 16
 

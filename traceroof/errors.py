@@ -43,10 +43,6 @@ class TraceFormatError(TraceroofError, ValueError):
         return (type(self), (self.path, self.where, self.expected), dict(self.__dict__))
 
 
-class UnsupportedTraceVersion(TraceFormatError):
-    """A recognised format in a version or variant we do not support."""
-
-
 class SchemaError(TraceroofError, ValueError):
     """A table does not match its declared schema (missing/extra columns, wrong dtypes)."""
 

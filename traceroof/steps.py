@@ -1,8 +1,8 @@
 """Steps and the per-step breakdown (DESIGN §7).
 
-Step windows come from ``ProfilerStep#N`` annotations: the device-side window
-(``gpu_user_annotation``) when the trace has one, else the host-side one; ops are already
-assigned to steps by their launch time (:func:`traceroof.parsers.kineto_link.assign_steps`).
+Step windows come from the step markers of the host table (:mod:`traceroof.step_markers`:
+``ProfilerStep#N`` rows, whatever format wrote them): the device-side window when the trace
+has one, else the host-side one; ops are already assigned to steps by their parser.
 Without markers the whole trace is one step, with a warning (BC-14).
 
 Per step: wall time, device busy time (union over all streams), a compute / memory /
@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from . import intervals as iv
+from .step_markers import device_and_host_windows
 from .trace import TraceMeta
 
 STEP_SCHEMA = {
@@ -35,19 +36,6 @@ STEP_SCHEMA = {
     "partial": pl.Boolean,
     "devices": pl.Int32,  # devices of the rank in this step (times are per-device means)
 }
-
-
-def _markers(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(device-side, host-side) ``ProfilerStep#N`` windows of every rank
-    (:func:`~traceroof.parsers.kineto_link.profiler_steps` of ``gpu_annotation`` and of
-    ``annotation``), from one scan of the host names."""
-    from .parsers.kineto_link import profiler_steps
-
-    # profiler_steps keeps only rows named "ProfilerStep#…", so it sees the same rows in the
-    # same order in this subset as in the whole table: the same windows, without matching
-    # the category and name of every host event twice
-    marks = host.filter(pl.col("name").str.starts_with("ProfilerStep#"))
-    return profiler_steps(marks, "gpu_annotation"), profiler_steps(marks, "annotation")
 
 
 def _windows(gpu: pl.DataFrame, cpu: pl.DataFrame, spans: pl.DataFrame | None) -> pl.DataFrame:
@@ -74,7 +62,7 @@ def step_table(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.Dat
     ``ops`` must carry roofline columns (``bound``). Steps with no markers: one row per rank
     with ``step`` null, spanning the rank's device ops.
     """
-    gpu, cpu = _markers(host)
+    gpu, cpu = device_and_host_windows(host)
     # only the columns the breakdown reads: filters then move no op names
     ends = ops.select(
         "rank", "step", "device", "kind", "bound", "flops", "start_ns",
@@ -234,7 +222,7 @@ def _partial_steps(
 ) -> set:
     """The last step of a rank is partial when a launch in it has no device op (BC-14).
 
-    ``cpu``: the host-side step windows (:func:`_markers`). Returns the partial (rank, step).
+    ``cpu``: the host-side step windows (:func:`~traceroof.step_markers.step_windows`). Returns the partial (rank, step).
     """
     out: set = set()
     if w.height == 0 or w["step"].null_count() == w.height:

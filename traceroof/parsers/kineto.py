@@ -492,8 +492,3 @@ def _rank_from(header: Any, path: str, meta: TraceMeta) -> int:
         meta.warn(f"{path}: no distributedInfo; rank {m.group(1)} taken from the file name")
         return int(m.group(1))
     return 0
-
-
-def empty_trace(path: str) -> Trace:
-    """A Trace with no rows (used for files that hold only metadata)."""
-    return Trace(ops=empty(OP_SCHEMA), host=empty(HOST_SCHEMA), meta=TraceMeta(format="kineto", sources=[path]))

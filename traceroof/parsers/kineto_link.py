@@ -13,6 +13,7 @@ import polars as pl
 
 from ..host import innermost_cpu_ops
 from ..schema import HOST_SCHEMA, OP_SCHEMA, conform, empty
+from ..step_markers import DEVICE_MARKER_CAT, HOST_MARKER_CAT, step_windows
 from ..trace import TraceMeta
 from . import kineto_vocab as V
 
@@ -45,7 +46,21 @@ def build_tables(
     if not dev.height:
         return empty(OP_SCHEMA), host_tbl
 
-    ops = dev.with_columns(
+    ops = _device_columns(dev, rank, origin)
+    ops = _link_launches(ops, host_tbl)
+    ops = _link_framework_ops(ops, host_tbl)
+    ops = _classify(ops)
+    ops = conform(ops, OP_SCHEMA).select(list(OP_SCHEMA))
+    ops = ops.sort(["device", "stream", "start_ns"])
+    ops = assign_steps(ops, host_tbl, meta)
+
+    _warn_links(ops, host_tbl, meta)
+    return ops, host_tbl
+
+
+def _device_columns(dev: pl.DataFrame, rank: int, origin: int) -> pl.DataFrame:
+    """The raw device events with their rank, device, stream and ``start_ns`` (relative to ``origin``)."""
+    return dev.with_columns(
         pl.lit(rank, dtype=pl.Int32).alias("rank"),
         pl.coalesce(pl.col("device_arg"), pl.col("pid").cast(pl.Int64, strict=False))
         .fill_null(0)
@@ -58,6 +73,10 @@ def build_tables(
         (pl.col("ts_ns") - origin).alias("start_ns"),
     )
 
+
+def _link_launches(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
+    """Launch link (correlation → runtime call: launch start/duration, its ``External id``)
+    and graph replays (one ``*GraphLaunch`` correlation, several kernels: ``graph``, BC-13)."""
     # --- launch link: correlation -> runtime call
     runtime = host_tbl.filter(pl.col("cat") == "runtime", pl.col("correlation").is_not_null())
     # (the launch's name only matters as "is it a graph launch": a flag, not the text, is joined)
@@ -78,7 +97,12 @@ def build_tables(
     ops = ops.with_columns(
         (is_graph_launch & pl.col("correlation").is_not_null() & (per_corr > 1)).alias("graph")
     )
+    return ops
 
+
+def _link_framework_ops(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
+    """The framework op of each kernel: ``External id`` → innermost ``cpu_op`` (the last to
+    start), with its collective arguments (``op_*`` columns)."""
     # --- framework op: External id -> innermost cpu_op (the last to start). The winners are
     # picked on integer columns only; the text columns are gathered once, for them alone.
     winners = innermost_cpu_ops(host_tbl, ["external_id"])
@@ -96,8 +120,12 @@ def build_tables(
             pl.col("coll_dtype").alias("op_cdt"),
         )
     )
-    ops = ops.join(cpu_ops, on="external_id", how="left")
+    return ops.join(cpu_ops, on="external_id", how="left")
 
+
+def _classify(ops: pl.DataFrame) -> pl.DataFrame:
+    """``kind`` from the category, collectives' framework op, message bytes and group size,
+    and the byte counts copies and fills carry in the trace (``cost_source`` ``trace``)."""
     # --- kind from the category; kernels are refined later by the cost stage
     ops = ops.with_columns(
         pl.when(pl.col("cat") == "memcpy")
@@ -149,11 +177,12 @@ def build_tables(
         .alias("cost_source"),
         pl.col("dur_ns").alias("dur_ns"),
     )
+    return ops
 
-    ops = conform(ops, OP_SCHEMA).select(list(OP_SCHEMA))
-    ops = ops.sort(["device", "stream", "start_ns"])
-    ops = assign_steps(ops, host_tbl, meta)
 
+def _warn_links(ops: pl.DataFrame, host_tbl: pl.DataFrame, meta: TraceMeta) -> None:
+    """Warnings (and stats) for kernels without a launch, graph replays, and host-side
+    collectives without device kernels."""
     n_kernels = ops.filter(pl.col("kind") != "memcpy", pl.col("kind") != "memset").height
     if n_kernels:
         unlinked = ops.filter(pl.col("launch_start_ns").is_null())
@@ -178,7 +207,6 @@ def build_tables(
             f"{cpu_colls} host-side collective annotations (nccl:/gloo:) but no device collective "
             "kernels: communication time cannot be measured on the device"
         )
-    return ops, host_tbl
 
 
 def _drop_invalid_durations(df: pl.DataFrame, meta: TraceMeta, what: str) -> pl.DataFrame:
@@ -217,36 +245,17 @@ def _host_table(box: list[pl.DataFrame], origin: int, rank: int) -> pl.DataFrame
     return pl.concat(cols, how="horizontal").with_columns(pl.col("start_ns").set_sorted())
 
 
-def profiler_steps(host: pl.DataFrame, cat: str = "annotation") -> pl.DataFrame:
-    """``ProfilerStep#N`` windows from the host table: columns step, start_ns, end_ns, rank.
-
-    Host-side markers are ``user_annotation`` events, or ``Operator`` (cpu_op) events in
-    PyTorch 1.8/1.9 traces.
-    """
-    cats = ["annotation", "cpu_op"] if cat == "annotation" else [cat]
-    return (
-        host.filter(pl.col("cat").is_in(cats), pl.col("name").str.starts_with("ProfilerStep#"))
-        .with_columns(
-            pl.col("name").str.extract(r"ProfilerStep#(\d+)").cast(pl.Int32).alias("step"),
-            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        )
-        .select("rank", "step", "start_ns", "end_ns")
-        .sort("start_ns")
-        .unique(["rank", "step"], keep="first", maintain_order=True)
-    )
-
-
 def assign_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
-    """Fill ``ops.step`` from ProfilerStep windows.
+    """Fill ``ops.step`` from the step markers' windows (:func:`~traceroof.step_markers.step_windows`).
 
     A kernel belongs to the step during which the host launched it (its launch call lies in
     the CPU-side ``ProfilerStep#N``); kernels without a launch use the device-side
     ``ProfilerStep#N`` (``gpu_user_annotation``) window, else the CPU window, by device start.
     """
-    cpu_steps = profiler_steps(host, "annotation")
+    cpu_steps = step_windows(host, HOST_MARKER_CAT)
     if cpu_steps.height == 0:
         return ops
-    gpu_steps = profiler_steps(host, "gpu_annotation")
+    gpu_steps = step_windows(host, DEVICE_MARKER_CAT)
     ops = ops.with_row_index("_row")
 
     def _lookup(times: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

@@ -1,12 +1,47 @@
-"""The format registry: one entry per input format (skeleton; completed by the registry work).
+"""The format registry: the one door every input goes through.
 
-``facts_for(meta.format)`` gives the per-format facts analysis needs, as data, so that no
-stage tests ``meta.format == ...``.
+Each input format is one module that declares, as data, an :class:`InputFormat`: its name,
+how its files are recognised from their content (:attr:`InputFormat.sniff`), its reader,
+how a directory of it is read (one unit, or a folder whose files are each an input), and the
+per-format facts analysis needs (:class:`FormatFacts`). ``traceroof.io`` dispatches through
+:func:`detect` and :func:`unit_format`; analysis asks :func:`facts_for` (``meta.format``)
+instead of testing format names.
+
+Built-in formats (in this order: it breaks ties and orders messages): the columnar cache
+directory (:mod:`.cache_dir`), Kineto JSON (:mod:`.kineto_format`), XPlane (:mod:`.xplane`),
+Perfetto protobuf (:mod:`.perfetto`, recognised to be rejected clearly) and tar archives of
+Kineto traces (:mod:`.tar`). Their modules are imported on first use of the registry; a
+format's heavy decoder is imported only when one of its files is read.
+
+A new format is one module that builds an :class:`InputFormat` plus one entry: a name in
+:data:`BUILTIN` (for formats shipped with traceroof) or a :func:`register` call (anywhere
+else, e.g. a test). See docs/extending.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import gzip
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import TraceFormatError
+
+if TYPE_CHECKING:
+    from ..progress import Progress
+    from ..trace import Trace
+
+#: how sure a sniff is (higher wins; a tie goes to the format registered first):
+#: the file's own structure, a file-name suffix, a weak content signature
+CONTENT, SUFFIX, HINT = 3, 2, 1
+#: bytes read from the start of a file (and of its gzip stream) to sniff it
+HEAD_BYTES = 4096
+
+#: the modules (in :mod:`traceroof.parsers`) of the built-in formats, each with a ``FORMAT``
+BUILTIN = ("cache_dir", "kineto_format", "xplane", "perfetto", "tar")
 
 
 @dataclass(frozen=True)
@@ -27,14 +62,203 @@ class FormatFacts:
     shapes_hint: str | None = None
 
 
-_FACTS = {
-    "kineto": FormatFacts(
-        shapes_hint="no shapes recorded: re-run torch.profiler with record_shapes=True to get "
-        "FLOPs and bytes per op"),
-    "xplane": FormatFacts(chip_from_properties=True, default_group_by="kernel"),
-}
+@dataclass(frozen=True)
+class Head:
+    """What a sniff sees of a file: its name, its first bytes and, for a gzip file, the first
+    bytes of what it decompresses to.
+
+    Attributes:
+        path: the file.
+        raw: its first :data:`HEAD_BYTES` bytes.
+        gzip: ``raw`` starts with the gzip magic (``1f 8b``).
+        data: the first :data:`HEAD_BYTES` decompressed bytes of a gzip file (``b""`` when
+            they do not decompress), else ``raw``.
+        size: the file's size in bytes, or None for a gzip file (the decompressed size is
+            unknown).
+    """
+
+    path: Path
+    raw: bytes
+    gzip: bool
+    data: bytes
+    size: int | None
+
+    @property
+    def name(self) -> str:
+        """The file name (no folder)."""
+        return self.path.name
+
+
+def read_head(path: str | os.PathLike[str], head: bytes | None = None) -> Head:
+    """The :class:`Head` of ``path`` (``head``: its first bytes, when already read).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    p = Path(path)
+    if head is None:
+        with open(p, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(p, "rb") as fh:
+                inner = fh.read(HEAD_BYTES)
+        except (OSError, EOFError):
+            inner = b""
+        return Head(p, head, True, inner, None)
+    try:
+        size: int | None = p.stat().st_size
+    except OSError:
+        size = None
+    return Head(p, head, False, head, size)
+
+
+def _no_file(head: Head) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    """One input format, declared as data.
+
+    Attributes:
+        name: the format's name: what :func:`detect` returns and what its traces carry in
+            ``meta.format`` (the key of :func:`facts_for`).
+        read: ``read(path, progress) -> Trace`` for one of its files or unit directories;
+            ``progress`` is a :class:`~traceroof.progress.Progress` or None. Raises
+            :class:`~traceroof.errors.TraceFormatError` for input it cannot read.
+        sniff: ``sniff(head) -> int``: how sure it is that the file of :class:`Head` ``head`` is
+            of this format: :data:`CONTENT`, :data:`SUFFIX`, :data:`HINT`, or 0 (it is not).
+            Cheap: no heavy import, no read beyond the head.
+        unit_dir: ``unit_dir(path) -> bool``: the directory is one input of this format (a
+            cache, a jax profile directory); None when no directory is.
+        folder_suffixes: file-name suffixes of the files of a plain folder of traces that are
+            inputs of this format (each file one rank), e.g. ``(".json", ".json.gz")``.
+        dir_names: what a directory of this format holds, for messages (``"*.xplane.pb"``).
+        describe: the format as named in "not a trace" messages (``"an XSpace (.xplane.pb)"``);
+            None leaves it out (a directory format, a recognised but unsupported format).
+        gzip_describe: the same for a gzip stream's content (``"a Kineto JSON trace"``); None
+            when the format is not read from gzip files or is named by its suffix.
+        facts: what analysis needs to know of its traces.
+    """
+
+    name: str
+    read: Callable[[Path, Progress | None], Trace]
+    sniff: Callable[[Head], int] = _no_file
+    unit_dir: Callable[[Path], bool] | None = None
+    folder_suffixes: tuple[str, ...] = ()
+    dir_names: tuple[str, ...] = ()
+    describe: str | None = None
+    gzip_describe: str | None = None
+    facts: FormatFacts = field(default_factory=FormatFacts)
+
+
+_formats: dict[str, InputFormat] = {}
+_loaded = False
+
+
+def _load() -> dict[str, InputFormat]:
+    """The registry, with the built-in formats loaded (once) ahead of registered ones."""
+    global _loaded, _formats
+    if not _loaded:
+        builtin: dict[str, InputFormat] = {}
+        for mod in BUILTIN:
+            fmt = import_module(f"{__package__}.{mod}").FORMAT
+            builtin[fmt.name] = fmt
+        _formats = {**builtin, **{k: v for k, v in _formats.items() if k not in builtin}}
+        _loaded = True
+    return _formats
+
+
+def register(fmt: InputFormat, *, replace: bool = False) -> InputFormat:
+    """Add ``fmt`` to the registry (after the formats already there); returns it.
+
+    It is this process's registry: worker processes (``read_trace(..., jobs=N)`` of several
+    files) load only the built-in formats (:data:`BUILTIN`).
+
+    Raises:
+        ValueError: a format of that name is registered and ``replace`` is False.
+    """
+    formats = _load()
+    if fmt.name in formats and not replace:
+        raise ValueError(f"input format {fmt.name!r} is already registered")
+    formats[fmt.name] = fmt
+    return fmt
+
+
+def unregister(name: str) -> None:
+    """Remove format ``name`` from the registry (nothing happens when it is not there)."""
+    _load().pop(name, None)
+
+
+def formats() -> list[InputFormat]:
+    """Every registered format, in registry order (built-ins first)."""
+    return list(_load().values())
+
+
+def get(name: str) -> InputFormat:
+    """The format named ``name``.
+
+    Raises:
+        KeyError: no such format.
+    """
+    return _load()[name]
 
 
 def facts_for(fmt: str) -> FormatFacts:
     """The facts of format ``fmt`` (``meta.format``); a format without an entry gets the defaults."""
-    return _FACTS.get(fmt, FormatFacts())
+    got = _load().get(fmt)
+    return got.facts if got is not None else FormatFacts()
+
+
+def _either(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def detect(path: str | os.PathLike[str], head: bytes | None = None) -> InputFormat:
+    """The format of the file ``path``, sniffed from its content (and its name): the format
+    whose sniff is surest; a tie goes to the one registered first.
+
+    Raises:
+        TraceFormatError: no format claims the file (an empty file, a gzip of something
+            else, bytes of no known format); the message lists what was expected.
+        OSError: the file cannot be read.
+    """
+    h = read_head(path, head)
+    best, score = None, 0
+    for fmt in _load().values():
+        s = fmt.sniff(h)
+        if s > score:
+            best, score = fmt, s
+    if best is not None:
+        return best
+    if h.gzip:
+        kinds = [f.gzip_describe for f in _formats.values() if f.gzip_describe]
+        raise TraceFormatError(h.path, "byte 0", "gzip of " + " or of ".join(kinds))
+    if not h.raw:
+        raise TraceFormatError(h.path, "byte 0", "a trace, found an empty file")
+    raise TraceFormatError(h.path, "byte 0", _either([f.describe for f in _formats.values() if f.describe]))
+
+
+def unit_format(path: Path) -> InputFormat | None:
+    """The format of which the directory ``path`` is one input (a cache, a jax profile
+    directory), or None (a plain folder: its files are the inputs)."""
+    for fmt in _load().values():
+        if fmt.unit_dir is not None and fmt.unit_dir(path):
+            return fmt
+    return None
+
+
+def folder_suffixes() -> tuple[str, ...]:
+    """The file-name suffixes of the files a plain folder of traces is expanded to."""
+    return tuple(s for f in _load().values() for s in f.folder_suffixes)
+
+
+def no_trace_in_dir() -> str:
+    """What a directory holding no input was expected to hold (``"*.json, … or *.xplane.pb"``)."""
+    return _either([n for f in _load().values() for n in f.dir_names])
+
+
+__all__ = ["InputFormat", "FormatFacts", "Head", "CONTENT", "SUFFIX", "HINT", "BUILTIN", "register",
+           "unregister", "formats", "get", "facts_for", "detect", "unit_format", "folder_suffixes",
+           "no_trace_in_dir", "read_head"]

@@ -1,0 +1,113 @@
+"""Merging per-rank traces into one :class:`Trace` (ordered by rank, ranks renumbered when seen twice).
+
+Below :mod:`traceroof.io` and :mod:`traceroof.cache`: both the readers (a folder of per-rank
+files, a tar) and the cache's dataset reader merge through it, so their results agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from .errors import InputNotFoundError
+from .trace import Trace, TraceMeta
+
+
+def event_count(t: Trace) -> int:
+    """The trace events a reader decoded for ``t`` (``meta.stats['events']``; 0 when not counted)."""
+    return int(t.meta.stats.get("events", 0) or 0)
+
+
+def _rank_key(m: TraceMeta, i: int) -> tuple[Any, ...]:
+    return (min(m.ranks) if m.ranks else i, list(m.sources), i)
+
+
+def merge_meta(metas: Sequence[TraceMeta]) -> tuple[TraceMeta, list[int], list[dict[int, int]]]:
+    """The metadata half of :func:`merge`, without the tables.
+
+    Returns the merged :class:`TraceMeta`, the order the inputs are concatenated in (indices
+    into ``metas``: by first rank, then sources), and for each input the renumbering of its
+    ranks (``{old: new}``, empty when none of its ranks was seen before). The cache's dataset
+    reader and ``finalize`` use it so that their metadata is exactly what :func:`merge` gives.
+
+    Raises:
+        InputNotFoundError: ``metas`` is empty.
+    """
+    if not metas:
+        raise InputNotFoundError("no traces to merge")
+    order = sorted(range(len(metas)), key=lambda i: _rank_key(metas[i], i))
+    first = metas[order[0]]
+    meta = TraceMeta(format=first.format)
+    declared = {r for m in metas for r in m.ranks}
+    seen_ranks: set[int] = set()
+    remaps: list[dict[int, int]] = [{} for _ in metas]
+    for i in order:
+        m = metas[i]
+        ranks = list(m.ranks) or [i]
+        remap = remaps[i]
+        for r in ranks:
+            if r in seen_ranks:
+                new = max(declared | seen_ranks) + 1
+                src = m.sources[0] if m.sources else f"trace {i}"
+                meta.warn(f"{src}: rank {r} already seen; renumbered as rank {new}")
+                remap[r] = new
+                r = new
+            seen_ranks.add(r)
+        meta.sources.extend(m.sources)
+        if len(ranks) == 1:
+            meta.stats[f"origin_ns[{remap.get(ranks[0], ranks[0])}]"] = m.origin_ns
+        for k, v in m.stats.items():
+            if isinstance(v, int):
+                meta.stats[k] = meta.stats.get(k, 0) + v
+        for w in m.warnings:
+            meta.warn(w)
+        if not meta.devices:
+            meta.devices = m.devices
+        meta.world_size = meta.world_size or m.world_size
+        meta.versions.update(m.versions)
+        meta.synthetic = meta.synthetic or m.synthetic
+        if meta.base_time_ns is None:
+            meta.base_time_ns = m.base_time_ns
+        meta.record_shapes = meta.record_shapes or m.record_shapes
+    meta.ranks = sorted(seen_ranks)
+    meta.origin_ns = first.origin_ns
+    return meta, order, remaps
+
+
+def renumber(df: pl.DataFrame, remap: dict[int, int], ranks: Sequence[int]) -> pl.DataFrame:
+    """Apply a :func:`merge_meta` renumbering to a table's ``rank`` column."""
+    if not remap:
+        return df
+    if len(ranks) <= 1:
+        # a one-rank trace: every row gets the new rank (rows without a rank too)
+        return df.with_columns(pl.lit(next(iter(remap.values())), dtype=pl.Int32).alias("rank"))
+    return df.with_columns(pl.col("rank").replace(remap).cast(pl.Int32))
+
+
+def merge(traces: list[Trace]) -> Trace:
+    """Concatenate per-rank traces into one, ordered by rank (ranks must differ; times stay per-rank).
+
+    The result does not depend on the order of ``traces``: they are sorted by (first rank,
+    sources). A rank seen twice is renumbered past the largest rank present (a warning says
+    so). Each rank keeps its own time origin (``start_ns`` relative to its first event); the
+    per-rank absolute origins are in ``meta.stats['origin_ns[rank]']``; integer stats add up.
+    One trace is returned as it is.
+
+    Raises:
+        InputNotFoundError: ``traces`` is empty.
+    """
+    if len(traces) == 1:
+        return traces[0]
+    meta, order, remaps = merge_meta([t.meta for t in traces])
+    ops_frames = [renumber(traces[i].ops, remaps[i], traces[i].meta.ranks) for i in order]
+    host_frames = [renumber(traces[i].host, remaps[i], traces[i].meta.ranks) for i in order]
+    return Trace(
+        ops=pl.concat(ops_frames, how="vertical_relaxed"),
+        host=pl.concat(host_frames, how="vertical_relaxed"),
+        meta=meta,
+    )
+
+
+__all__ = ["merge", "merge_meta", "renumber", "event_count"]
