@@ -307,17 +307,6 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 #: names that moved to :mod:`traceroof.ingest` (the writer, above this reader), still importable
 #: from here for callers not yet switched
-_MOVED = ("write_cache", "ingest_file", "ingest_files", "finalize", "fragment_key")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from . import ingest
-
-        return getattr(ingest, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["read_cache", "is_cache", "describe", "load_fragment", "meta_from_json", "fragment_files",
            "CACHE_VERSION", "DATASET_VERSION"]
 

@@ -299,7 +299,8 @@ def ingest(traces: tuple[str, ...], out_dir: str, jobs: int | None) -> None:
       traceroof ingest 'run/rank-*.json.gz' -o run.cache --jobs 16
       traceroof analyze trace.cache --chip h100
     """
-    from .cache import describe, ingest_files, write_cache
+    from .cache import describe
+    from .ingest import ingest_files, write_cache
     from .io import read_trace, resolve_inputs
 
     t0 = time.perf_counter()

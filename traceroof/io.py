@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
 from .errors import InputNotFoundError, TraceFormatError, TraceroofError
-from .merge import event_count, merge, merge_meta
-from .parallel import default_jobs, input_size, run_parallel
+from .merge import event_count, merge
+from .parallel import input_size, run_parallel
 from .parsers import registry
 from .trace import Trace
 
@@ -181,5 +181,4 @@ def _read_unit(path: str, progress: Progress | None) -> Trace:
     return registry.detect(p).read(p, progress)
 
 
-__all__ = ["read_trace", "read_one", "resolve_inputs", "detect_format", "merge", "merge_meta",
-           "run_parallel", "default_jobs"]
+__all__ = ["read_trace", "read_one", "resolve_inputs", "detect_format"]

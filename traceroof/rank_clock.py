@@ -67,7 +67,7 @@ INSTANCE_SCHEMA = {
 
 def origins(stats: dict[str, Any], ranks: list[int]) -> dict[int, int | None]:
     """Per-rank absolute origin (ns, that rank's host clock) from ``meta.stats['origin_ns[r]']``
-    (written by :func:`traceroof.io.merge`); None for a rank that has none."""
+    (written by :func:`traceroof.merge.merge`); None for a rank that has none."""
     have: dict[int, int] = {}
     for k, v in stats.items():
         m = _ORIGIN_KEY.match(str(k))
