@@ -34,11 +34,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .dtypes import PEAK_DTYPES, canonical_dtype
 from .errors import UnknownChipError
 from .trace import DeviceInfo
 
 __all__ = [
-    "DTYPES",
     "ChipMatch",
     "ChipSpec",
     "canonical_dtype",
@@ -49,10 +49,6 @@ __all__ = [
     "references",
 ]
 
-#: Peak keys, in display order. fp64/fp32 = vector (non-tensor) rates; tf32 = TF32 tensor core;
-#: bf16/fp16 = tensor rate with FP32 accumulate; fp8, int8 (OP/s), fp4 = tensor rates.
-DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
-
 #: Fields that hold a number and therefore need a source.
 NUMERIC_FIELDS: tuple[str, ...] = (
     "peak_flops_per_s",
@@ -62,34 +58,6 @@ NUMERIC_FIELDS: tuple[str, ...] = (
     "inter_node_bytes_per_s",
     "launch_overhead_ns",
 )
-
-_DTYPE_ALIASES: dict[str, str] = {}
-for _canon, _names in {
-    "fp64": ("fp64", "float64", "f64", "double", "doubletensor"),
-    "fp32": ("fp32", "float32", "f32", "float", "single", "floattensor"),
-    "tf32": ("tf32", "tensorfloat32", "tensorfloat-32"),
-    "bf16": ("bf16", "bfloat16", "bfloat"),
-    "fp16": ("fp16", "float16", "f16", "half", "halftensor"),
-    "fp8": (
-        "fp8", "float8", "f8", "e4m3", "e5m2", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
-        "float8_e5m2fnuz", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3", "f8e4m3b11fnuz",
-    ),
-    "int8": ("int8", "i8", "s8", "uint8", "u8", "signed char", "unsigned char", "char", "qint8", "quint8"),
-    "fp4": ("fp4", "float4", "nvfp4", "mxfp4", "f4e2m1fn", "float4_e2m1fn_x2", "e2m1"),
-}.items():
-    for _n in _names:
-        _DTYPE_ALIASES[_n] = _canon
-
-
-def canonical_dtype(name: str) -> str | None:
-    """Map a dtype spelling to a peak key (``"torch.bfloat16"``, ``"c10::BFloat16"``,
-    ``"half"``, XLA ``"f8e4m3fn"``, ... -> ``"bf16"``, ``"fp16"``, ``"fp8"``). ``None`` if unknown."""
-    s = str(name).strip().lower()
-    for prefix in ("torch.", "c10::", "jnp.", "np.", "numpy.", "jax.numpy."):
-        if s.startswith(prefix):
-            s = s[len(prefix):]
-    return _DTYPE_ALIASES.get(s)
-
 
 # --------------------------------------------------------------------------- dataclasses
 
@@ -128,7 +96,7 @@ class ChipSpec:
         name: display name (``NVIDIA H100 SXM5 80GB``).
         vendor: ``nvidia`` / ``amd`` / ``google`` / ...
         aliases: other names accepted by :func:`get_chip` (CUDA/HIP/JAX device names included).
-        peak_flops_per_s: dense peak per dtype key (:data:`DTYPES`), FLOP/s (int8: OP/s).
+        peak_flops_per_s: dense peak per dtype key (:data:`~traceroof.dtypes.PEAK_DTYPES`), FLOP/s (int8: OP/s).
             A missing key means the chip has no such path (or none is published).
         hbm_bytes: memory capacity in bytes (vendor label, taken literally).
         hbm_bytes_per_s: memory bandwidth, B/s (decimal).
@@ -166,7 +134,7 @@ class ChipSpec:
         for k, v in dict(self.peak_flops_per_s).items():
             canon = canonical_dtype(k)
             if canon is None:
-                raise ValueError(f"chip {self.key!r}: unknown dtype key {k!r} (known: {', '.join(DTYPES)})")
+                raise ValueError(f"chip {self.key!r}: unknown dtype key {k!r} (known: {', '.join(PEAK_DTYPES)})")
             peaks[canon] = float(v)
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(peaks))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
@@ -178,8 +146,8 @@ class ChipSpec:
 
     @property
     def dtypes(self) -> tuple[str, ...]:
-        """The dtype keys this chip has a peak for, in :data:`DTYPES` order."""
-        return tuple(d for d in DTYPES if d in self.peak_flops_per_s)
+        """The dtype keys this chip has a peak for, in :data:`~traceroof.dtypes.PEAK_DTYPES` order."""
+        return tuple(d for d in PEAK_DTYPES if d in self.peak_flops_per_s)
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak for ``dtype`` in FLOP/s (int8: OP/s), or ``None`` if the chip has none.
@@ -189,7 +157,7 @@ class ChipSpec:
         """
         canon = canonical_dtype(dtype)
         if canon is None:
-            raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)} (and common spellings)")
+            raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(PEAK_DTYPES)} (and common spellings)")
         return self.peak_flops_per_s.get(canon)
 
     def ridge_point(self, dtype: str = "bf16") -> float:
@@ -321,8 +289,8 @@ def _parse_chip(key: str, raw: Any, origin: str, *, builtin: bool) -> ChipSpec:
         raise _fail(origin, f"{key}.peak_flops_per_s", "expected a non-empty table of dtype = FLOP/s")
     peaks: dict[str, float] = {}
     for d, v in peaks_raw.items():
-        if d not in DTYPES:
-            raise _fail(origin, f"{key}.peak_flops_per_s.{d}", f"unknown dtype key (allowed: {', '.join(DTYPES)})")
+        if d not in PEAK_DTYPES:
+            raise _fail(origin, f"{key}.peak_flops_per_s.{d}", f"unknown dtype key (allowed: {', '.join(PEAK_DTYPES)})")
         peaks[d] = _number(origin, f"{key}.peak_flops_per_s.{d}", v)
     vendor = str(raw["vendor"]).strip().lower()
     if not vendor:

@@ -29,16 +29,15 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .dtypes import dtype_name, weight_bytes_per_element
 from .errors import UsageError
 from .model import (
     FlopsPerToken,
     ModelConfig,
     ParamCounts,
     Peak,
-    _canon_dtype,
     _mlp_params,
     crossover_context_len,
-    dtype_bytes,
     flops_per_token,
     param_counts,
     peak_from_chip,
@@ -68,14 +67,14 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
 
     Reference 7B: 2·32·32·128·2 = 524,288 B = 512 KiB; with 8 KV heads 131,072 B = 128 KiB.
     """
-    return 2 * cfg.num_layers * cfg.d_kv * dtype_bytes(kv_dtype)
+    return 2 * cfg.num_layers * cfg.d_kv * weight_bytes_per_element(kv_dtype)
 
 
 def kv_bytes_per_sequence(cfg: ModelConfig, seq_len: int, kv_dtype: str = "bf16") -> float:
     """KV-cache bytes of one sequence of ``seq_len`` tokens (sliding-window layers keep W)."""
     if seq_len <= 0:
         raise UsageError(f"seq_len must be positive, got {seq_len}")
-    per_layer_token = 2 * cfg.d_kv * dtype_bytes(kv_dtype)
+    per_layer_token = 2 * cfg.d_kv * weight_bytes_per_element(kv_dtype)
     tokens = sum(min(seq_len, cfg.window_for_layer(i) or seq_len) for i in range(cfg.num_layers))
     return per_layer_token * tokens
 
@@ -211,10 +210,10 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
     if not 0 < hbm_utilization <= 1:
         raise UsageError(f"hbm_utilization must be in (0, 1], got {hbm_utilization}")
     chip = _resolve_chip(chip)
-    dt = _canon_dtype(dtype)
-    kdt = _canon_dtype(kv_dtype) if kv_dtype else dt
-    bpp = dtype_bytes(dt)
-    dtype_bytes(kdt)
+    dt = dtype_name(dtype)
+    kdt = dtype_name(kv_dtype) if kv_dtype else dt
+    bpp = weight_bytes_per_element(dt)
+    weight_bytes_per_element(kdt)
     peak = peak_from_chip(chip, dt)
     chip_name = str(getattr(chip, "name", chip))
     if peak is None:

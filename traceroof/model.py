@@ -63,8 +63,6 @@ __all__ = [
     "Inconsistency",
     "mfu",
     "hfu",
-    "DTYPE_BYTES",
-    "dtype_bytes",
 ]
 
 
@@ -73,54 +71,6 @@ class ModelConfigError(UsageError):
 
     The message names the file and the key (exit code 2, like any usage error).
     """
-
-
-# --------------------------------------------------------------------------------------------
-# Dtypes
-# --------------------------------------------------------------------------------------------
-
-#: Storage bytes per element. fp8/int8 = 1; int4/fp4 = 0.5 (block scales not counted).
-DTYPE_BYTES: Mapping[str, float] = {
-    "fp64": 8.0,
-    "fp32": 4.0,
-    "tf32": 4.0,
-    "bf16": 2.0,
-    "fp16": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5,
-    "fp4": 0.5,
-}
-
-_DTYPE_ALIASES = {
-    "float32": "fp32",
-    "float": "fp32",
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float8": "fp8",
-    "fp8_e4m3": "fp8",
-    "fp8_e5m2": "fp8",
-    "e4m3": "fp8",
-    "e5m2": "fp8",
-    "float64": "fp64",
-}
-
-
-def _canon_dtype(dtype: str) -> str:
-    d = str(dtype).strip().lower()
-    return _DTYPE_ALIASES.get(d, d)
-
-
-def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of ``dtype`` (``bf16`` → 2.0). Raises :class:`UsageError` if unknown."""
-    d = _canon_dtype(dtype)
-    try:
-        return DTYPE_BYTES[d]
-    except KeyError:
-        raise UsageError(
-            f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}"
-        ) from None
 
 
 # --------------------------------------------------------------------------------------------

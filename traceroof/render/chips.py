@@ -11,9 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..dtypes import CHIP_TABLE_DTYPES as _DTYPES
 from . import fmt
-
-_DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32")
 
 
 def _row(c: Any) -> dict[str, Any]:
