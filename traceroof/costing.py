@@ -24,6 +24,7 @@ import msgspec
 import polars as pl
 
 from . import costs
+from .dtypes import KERNEL_TEMPLATE_DTYPES, WIDTH_DTYPE
 from .host import innermost_cpu_ops
 from .schema import KIND
 from .trace import Trace
@@ -103,13 +104,16 @@ COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source")
 @functools.cache
 def cost_model_id() -> str:
     """An identifier of this cost model: a hash of the sources that decide an op's costs
-    (this module, :mod:`traceroof.host` and the :mod:`traceroof.costs` formulas).
+    (this module, :mod:`traceroof.host`, :mod:`traceroof.dtypes`, every :mod:`traceroof.costs`
+    module -- the formulas, the kind rules, the HLO cost model -- and
+    :mod:`traceroof.parsers.hlo_modules`, which finds the HLO an XLA op is costed from).
 
     Costs stored by ``traceroof ingest`` (:class:`Costed`) are used only under the same
     identifier, so a changed formula never meets costs computed by the old one.
     """
     here = Path(__file__).parent
-    files = [Path(__file__), here / "host.py", *sorted((here / "costs").glob("*.py"))]
+    files = [Path(__file__), here / "host.py", here / "dtypes.py", here / "parsers" / "hlo_modules.py",
+             *sorted((here / "costs").glob("*.py"))]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
@@ -135,11 +139,6 @@ class Costed:
 
 
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
-_TEMPLATE_DTYPES = (
-    ("c10::BFloat16", "bf16"), ("c10::Half", "fp16"), ("__nv_bfloat16", "bf16"), ("__half", "fp16"),
-    ("<float", "fp32"), ("<double", "fp64"), ("<long", "int64"), ("<int", "int32"),
-)
-_WIDTH_DTYPE = {1: "uint8", 2: "fp16", 4: "fp32", 8: "fp64"}
 
 
 def element_dtype_of_kernel(name: str) -> str | None:
@@ -152,8 +151,8 @@ def element_dtype_of_kernel(name: str) -> str | None:
     """
     m = _OPAQUE.search(name)
     if m:
-        return _WIDTH_DTYPE.get(int(m.group(1)))
-    for needle, dt in _TEMPLATE_DTYPES:
+        return WIDTH_DTYPE.get(int(m.group(1)))
+    for needle, dt in KERNEL_TEMPLATE_DTYPES:
         if needle in name:
             return dt
     return None
