@@ -34,7 +34,7 @@ from .model import (
     ModelConfig,
     ParamCounts,
     Peak,
-    _mlp_params,
+    mlp_params,
     crossover_context_len,
     flops_per_token,
     param_counts,
@@ -178,7 +178,7 @@ def _weights_read_bytes(cfg: ModelConfig, p: ParamCounts, tokens: float, bpp: fl
     """Weight bytes a forward pass over ``tokens`` tokens (one step) reads from HBM."""
     if not cfg.is_moe:
         return p.all * bpp
-    expert = _mlp_params(cfg.hidden_size, cfg.expert_intermediate_size, True, cfg.mlp_bias)
+    expert = mlp_params(cfg.hidden_size, cfg.expert_intermediate_size, True, cfg.mlp_bias)
     idle = cfg.num_experts - _expected_experts(cfg.num_experts, cfg.num_experts_per_tok, tokens)
     return (p.all - len(cfg.moe_layers) * idle * expert) * bpp
 
