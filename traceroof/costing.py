@@ -259,7 +259,22 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         pl.col("kind").cast(pl.String) != "collective",
         ~pl.col("graph").fill_null(False),
     )
-    uniq = todo.select("op", "_skey").unique().join(keys, on="_skey", how="left")
+    table = _formula_costs(todo.select("op", "_skey").unique().join(keys, on="_skey", how="left"))
+    ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")
+    ops = ops.with_columns(pl.col("_tl").fill_null(False))
+    ops = _tensorlist_bytes(ops, keys)
+    ops = _fill_from_formulas(ops)
+    cov = _coverage(ops)
+    ops = ops.sort("_row").drop(
+        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
+    )
+    return ops, cov
+
+
+def _formula_costs(uniq: pl.DataFrame) -> pl.DataFrame:
+    """The cost formula of each distinct (op, shapes): ``op, _skey, _f, _b, _kind, _dtype,
+    _tl`` (FLOPs, bytes, kind, dtype, whether an argument is a ``Tensor[]``); null numbers
+    and the name's kind where the op has no formula."""
     rows = []
     for op, skey, dims, types, conc in uniq.select(
         "op", "_skey", "input_dims", "input_types", "concrete_inputs"
@@ -272,7 +287,7 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
             f = None if c.flops is None else float(c.flops)
             b = None if c.bytes is None else float(c.bytes)
             rows.append((op, skey, f, b, c.kind, c.dtype, tl))
-    table = pl.DataFrame(
+    return pl.DataFrame(
         rows,
         schema={
             "op": pl.String, "_skey": pl.UInt32, "_f": pl.Float64, "_b": pl.Float64,
@@ -280,10 +295,12 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         },
         orient="row",
     )
-    ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")
-    ops = ops.with_columns(pl.col("_tl").fill_null(False))
-    ops = _tensorlist_bytes(ops, keys)
 
+
+def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``flops, bytes, cost_source, dtype, kind`` from the formula columns: a framework
+    op's cost is spread over its kernels by duration (copies/fills are not its kernels; ``_nk``
+    counts them), the parser's kind wins, then the formula's, then the kernel name's."""
     # spread a framework op's cost over its kernels by duration (copies/fills are not its kernels)
     grp = ["rank", "external_id"]
     is_kern = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
@@ -333,7 +350,12 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         .otherwise(pl.col("cost_source"))
         .alias("cost_source")
     )
+    return ops
 
+
+def _coverage(ops: pl.DataFrame) -> Coverage:
+    """The :class:`Coverage` of a costed op table (before the helper columns are dropped)."""
+    grp = ["rank", "external_id"]
     cov = Coverage()
     cov.device_ns = int(ops["dur_ns"].sum() or 0)
     for src, ns in ops.group_by("cost_source").agg(pl.col("dur_ns").sum()).iter_rows():
@@ -353,7 +375,4 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         .agg(pl.col("dur_ns").sum())
     )
     cov.uncosted_ns = {str(a): int(b) for a, b in unc.iter_rows()}
-    ops = ops.sort("_row").drop(
-        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
-    )
-    return ops, cov
+    return cov
