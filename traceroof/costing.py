@@ -51,6 +51,7 @@ class Coverage:
     uncosted_ns: dict[str, int] = field(default_factory=dict)
 
     def share(self, source: str) -> float:
+        """Share of device time whose costs came from ``source`` (0 when there is none)."""
         return self.by_source_ns.get(source, 0) / self.device_ns if self.device_ns else 0.0
 
     @property
@@ -69,6 +70,7 @@ class Coverage:
         return sorted(self.uncosted_ns.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
 
     def to_json(self) -> dict[str, Any]:
+        """Every field, as a JSON-ready dict (ns as ints)."""
         return dataclasses.asdict(self)
 
     @classmethod

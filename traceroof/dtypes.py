@@ -48,6 +48,8 @@ __all__ = [
     "KERNEL_TEMPLATE_DTYPES",
     "WIDTH_DTYPE",
     "CHIP_TABLE_DTYPES",
+    "LOW_PRECISION_FIRST",
+    "SCALAR_TYPE_NAMES",
 ]
 
 # --------------------------------------------------------------------------- peaks
@@ -57,8 +59,11 @@ __all__ = [
 #: fp4 = tensor rates.
 PEAK_DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 
-#: The peak columns ``traceroof chips`` shows, low precision first.
-CHIP_TABLE_DTYPES: tuple[str, ...] = ("fp8", "bf16", "fp16", "tf32", "fp32")
+#: Peak keys low precision first: the order roofs are drawn and listed in (highest roof first).
+LOW_PRECISION_FIRST: tuple[str, ...] = ("fp8", "int8", "bf16", "fp16", "tf32", "fp32", "fp64")
+
+#: The peak columns ``traceroof chips`` shows (int8 and fp64 left out for width).
+CHIP_TABLE_DTYPES: tuple[str, ...] = tuple(d for d in LOW_PRECISION_FIRST if d not in ("int8", "fp64"))
 
 _PEAK_SPELLINGS: dict[str, tuple[str, ...]] = {
     "fp64": ("fp64", "float64", "f64", "double", "doubletensor"),
@@ -191,6 +196,14 @@ SCALAR_TYPE_CODE: Mapping[int, str] = {
     7: "fp64", 8: "complex32", 9: "complex64", 10: "complex128", 11: "bool", 12: "int8",
     13: "uint8", 14: "int32", 15: "bf16", 23: "fp8", 24: "fp8", 25: "fp8", 26: "fp8",
     27: "uint16", 28: "uint32", 29: "uint64", 44: "fp8", 45: "fp4x2",
+}
+
+#: ``c10::ScalarType`` names as ``toString`` spells them (what ``record_param_comms`` writes in its
+#: ``dtype`` argument), plus the ``Int8``/``UInt8`` spellings seen in traces -> traceroof dtype.
+SCALAR_TYPE_NAMES: Mapping[str, str] = {
+    "Float": "fp32", "float": "fp32", "Double": "fp64", "Half": "fp16", "BFloat16": "bf16",
+    "Int": "int32", "Long": "int64", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+    "Short": "int16", "Float8_e4m3fn": "fp8", "Float8_e5m2": "fp8", "Int8": "int8", "UInt8": "uint8",
 }
 
 #: Promotion order used to pick an elementwise result dtype (a simplification of torch's type

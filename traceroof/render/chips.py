@@ -34,6 +34,9 @@ def _row(c: Any) -> dict[str, Any]:
 
 
 def render_chips(chips: Sequence[Any], fmt_name: str = "table") -> str:
+    """The chip database as ``json`` (every field and source), ``markdown`` or a ``table``:
+    dense peaks in TFLOP/s (:data:`~traceroof.dtypes.CHIP_TABLE_DTYPES`), HBM in GB and TB/s,
+    the bf16 (else fp16) ridge point in FLOP/byte."""
     rows = [_row(c) for c in chips]
     if fmt_name == "json":
         return json.dumps(rows, indent=2)
