@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..dtypes import CHIP_TABLE_DTYPES as _DTYPES
-from . import fmt
+from .. import units
+from ..dtypes import CHIP_TABLE_DTYPES
 
 
 def _row(c: Any) -> dict[str, Any]:
@@ -40,15 +40,15 @@ def render_chips(chips: Sequence[Any], fmt_name: str = "table") -> str:
     rows = [_row(c) for c in chips]
     if fmt_name == "json":
         return json.dumps(rows, indent=2)
-    headers = ["key", "name"] + [f"{d} (TFLOP/s)" for d in _DTYPES] + ["HBM (GB)", "HBM (TB/s)", "ridge bf16 (FLOP/B)"]
+    headers = ["key", "name"] + [f"{d} (TFLOP/s)" for d in CHIP_TABLE_DTYPES] + ["HBM (GB)", "HBM (TB/s)", "ridge bf16 (FLOP/B)"]
     body = []
     for r in rows:
         p = r["peak_flops_per_s"]
         body.append(
             [r["key"], r["name"]]
-            + [f"{p[d] / 1e12:.4g}" if p.get(d) else "—" for d in _DTYPES]
+            + [f"{p[d] / 1e12:.4g}" if p.get(d) else "—" for d in CHIP_TABLE_DTYPES]
             + [f"{r['hbm_bytes'] / 1e9:.4g}", f"{r['hbm_bytes_per_s'] / 1e12:.4g}",
-               fmt.ratio(r["ridge_point_flops_per_byte"])]
+               units.ratio(r["ridge_point_flops_per_byte"])]
         )
     if fmt_name == "markdown":
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
