@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from traceroof.chips import (
-    DTYPES,
     ChipSpec,
-    canonical_dtype,
     detect_chip,
     get_chip,
     list_chips,
     load_chip_file,
     references,
 )
+from traceroof.dtypes import PEAK_DTYPES as DTYPES
+from traceroof.dtypes import canonical_dtype
 from traceroof.errors import UnknownChipError
 from traceroof.trace import DeviceInfo
 

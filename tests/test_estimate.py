@@ -22,9 +22,9 @@ from traceroof.estimate import (
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     max_concurrent_sequences,
-    render_estimate,
 )
 from traceroof.model import ModelConfig, load_model_config
+from traceroof.render.estimate import render_estimate
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 KIB, GIB = 2**10, 2**30

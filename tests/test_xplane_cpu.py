@@ -10,7 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceroof.parsers import hlo_cost, xplane
+from traceroof.costs import hlo as hlo_costs
+from traceroof.costs import hlo_text
+from traceroof.parsers import hlo_modules, xplane
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 XPLANE = FIXTURES / "jax_cpu" / "train_step.xplane.pb"
@@ -76,9 +78,9 @@ def test_kinds_of_transformer_ops(trace):
 
 def test_without_jax_costs_are_unknown_not_zero(monkeypatch):
     def unavailable():
-        raise hlo_cost.HloCostUnavailable("jax is not installed (simulated)")
+        raise hlo_costs.HloCostUnavailable("jax is not installed (simulated)")
 
-    monkeypatch.setattr(hlo_cost, "_client", unavailable)
+    monkeypatch.setattr(hlo_costs, "_client", unavailable)
     trace = xplane.read(XPLANE)
     assert trace.ops.height == 477
     assert trace.ops["flops"].null_count() == 477
@@ -97,10 +99,10 @@ def test_hlo_cost_module_api():
     names = {k: v.name for k, v in meta.stat_metadata.items()}
     proto = next(s.bytes_value for m in meta.event_metadata.values() if m.name == "jit_train_step(40)"
                  for s in m.stats if names[s.metadata_id] == "Hlo Proto")
-    info = hlo_cost.module_info(proto, "jit_train_step")
+    info = hlo_modules.module_info(proto, "jit_train_step")
     ops = [i for i in info.instructions.values()
-           if i.in_entry and i.opcode not in hlo_cost.TRIVIAL_OPCODES]
+           if i.in_entry and i.opcode not in hlo_text.TRIVIAL_OPCODES]
     assert len(ops) == 159
     assert sum(info.cost(i.name).flops for i in ops) == 43373056.0
     assert info.cost("no-such-instruction") is None
-    assert hlo_cost.shape_bytes("(bf16[8,4]{1,0}, s8[16]{0})") == 8 * 4 * 2 + 16
+    assert hlo_text.shape_bytes("(bf16[8,4]{1,0}, s8[16]{0})") == 8 * 4 * 2 + 16

@@ -24,6 +24,7 @@ import msgspec
 import polars as pl
 
 from . import costs
+from .dtypes import KERNEL_TEMPLATE_DTYPES, WIDTH_DTYPE
 from .host import innermost_cpu_ops
 from .schema import KIND
 from .trace import Trace
@@ -50,6 +51,7 @@ class Coverage:
     uncosted_ns: dict[str, int] = field(default_factory=dict)
 
     def share(self, source: str) -> float:
+        """Share of device time whose costs came from ``source`` (0 when there is none)."""
         return self.by_source_ns.get(source, 0) / self.device_ns if self.device_ns else 0.0
 
     @property
@@ -68,6 +70,7 @@ class Coverage:
         return sorted(self.uncosted_ns.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
 
     def to_json(self) -> dict[str, Any]:
+        """Every field, as a JSON-ready dict (ns as ints)."""
         return dataclasses.asdict(self)
 
     @classmethod
@@ -103,13 +106,16 @@ COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source")
 @functools.cache
 def cost_model_id() -> str:
     """An identifier of this cost model: a hash of the sources that decide an op's costs
-    (this module, :mod:`traceroof.host` and the :mod:`traceroof.costs` formulas).
+    (this module, :mod:`traceroof.host`, :mod:`traceroof.dtypes`, every :mod:`traceroof.costs`
+    module -- the formulas, the kind rules, the HLO cost model -- and
+    :mod:`traceroof.parsers.hlo_modules`, which finds the HLO an XLA op is costed from).
 
     Costs stored by ``traceroof ingest`` (:class:`Costed`) are used only under the same
     identifier, so a changed formula never meets costs computed by the old one.
     """
     here = Path(__file__).parent
-    files = [Path(__file__), here / "host.py", *sorted((here / "costs").glob("*.py"))]
+    files = [Path(__file__), here / "host.py", here / "dtypes.py", here / "parsers" / "hlo_modules.py",
+             *sorted((here / "costs").glob("*.py"))]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
@@ -135,11 +141,6 @@ class Costed:
 
 
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
-_TEMPLATE_DTYPES = (
-    ("c10::BFloat16", "bf16"), ("c10::Half", "fp16"), ("__nv_bfloat16", "bf16"), ("__half", "fp16"),
-    ("<float", "fp32"), ("<double", "fp64"), ("<long", "int64"), ("<int", "int32"),
-)
-_WIDTH_DTYPE = {1: "uint8", 2: "fp16", 4: "fp32", 8: "fp64"}
 
 
 def element_dtype_of_kernel(name: str) -> str | None:
@@ -152,8 +153,8 @@ def element_dtype_of_kernel(name: str) -> str | None:
     """
     m = _OPAQUE.search(name)
     if m:
-        return _WIDTH_DTYPE.get(int(m.group(1)))
-    for needle, dt in _TEMPLATE_DTYPES:
+        return WIDTH_DTYPE.get(int(m.group(1)))
+    for needle, dt in KERNEL_TEMPLATE_DTYPES:
         if needle in name:
             return dt
     return None
@@ -260,7 +261,22 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         pl.col("kind").cast(pl.String) != "collective",
         ~pl.col("graph").fill_null(False),
     )
-    uniq = todo.select("op", "_skey").unique().join(keys, on="_skey", how="left")
+    table = _formula_costs(todo.select("op", "_skey").unique().join(keys, on="_skey", how="left"))
+    ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")
+    ops = ops.with_columns(pl.col("_tl").fill_null(False))
+    ops = _tensorlist_bytes(ops, keys)
+    ops = _fill_from_formulas(ops)
+    cov = _coverage(ops)
+    ops = ops.sort("_row").drop(
+        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
+    )
+    return ops, cov
+
+
+def _formula_costs(uniq: pl.DataFrame) -> pl.DataFrame:
+    """The cost formula of each distinct (op, shapes): ``op, _skey, _f, _b, _kind, _dtype,
+    _tl`` (FLOPs, bytes, kind, dtype, whether an argument is a ``Tensor[]``); null numbers
+    and the name's kind where the op has no formula."""
     rows = []
     for op, skey, dims, types, conc in uniq.select(
         "op", "_skey", "input_dims", "input_types", "concrete_inputs"
@@ -273,7 +289,7 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
             f = None if c.flops is None else float(c.flops)
             b = None if c.bytes is None else float(c.bytes)
             rows.append((op, skey, f, b, c.kind, c.dtype, tl))
-    table = pl.DataFrame(
+    return pl.DataFrame(
         rows,
         schema={
             "op": pl.String, "_skey": pl.UInt32, "_f": pl.Float64, "_b": pl.Float64,
@@ -281,10 +297,12 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         },
         orient="row",
     )
-    ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")
-    ops = ops.with_columns(pl.col("_tl").fill_null(False))
-    ops = _tensorlist_bytes(ops, keys)
 
+
+def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``flops, bytes, cost_source, dtype, kind`` from the formula columns: a framework
+    op's cost is spread over its kernels by duration (copies/fills are not its kernels; ``_nk``
+    counts them), the parser's kind wins, then the formula's, then the kernel name's."""
     # spread a framework op's cost over its kernels by duration (copies/fills are not its kernels)
     grp = ["rank", "external_id"]
     is_kern = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
@@ -334,7 +352,12 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         .otherwise(pl.col("cost_source"))
         .alias("cost_source")
     )
+    return ops
 
+
+def _coverage(ops: pl.DataFrame) -> Coverage:
+    """The :class:`Coverage` of a costed op table (before the helper columns are dropped)."""
+    grp = ["rank", "external_id"]
     cov = Coverage()
     cov.device_ns = int(ops["dur_ns"].sum() or 0)
     for src, ns in ops.group_by("cost_source").agg(pl.col("dur_ns").sum()).iter_rows():
@@ -354,7 +377,4 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         .agg(pl.col("dur_ns").sum())
     )
     cov.uncosted_ns = {str(a): int(b) for a, b in unc.iter_rows()}
-    ops = ops.sort("_row").drop(
-        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
-    )
-    return ops, cov
+    return cov

@@ -1,7 +1,7 @@
 """``traceroof estimate``: first-principles numbers for a model on a chip.
 
-:func:`estimate` returns an :class:`Estimate` (pure data); :func:`render_estimate` turns it into
-a terminal table, markdown or JSON. The numbers are the ones a performance engineer checks a
+:func:`estimate` returns an :class:`Estimate` (pure data);
+:func:`traceroof.render.estimate.render_estimate` turns it into a terminal table, markdown or JSON. The numbers are the ones a performance engineer checks a
 trace against: parameters, weight bytes, FLOPs per token, the attention/linear crossover, training
 memory, KV cache, how many sequences fit, the batch-1 decode floor, the critical batch and the
 prefill intensity. docs/estimate.md derives each one; the sources are Kaplan et al. 2020 (6N),
@@ -23,22 +23,19 @@ Conventions:
 
 from __future__ import annotations
 
-import io
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .dtypes import dtype_name, weight_bytes_per_element
 from .errors import UsageError
 from .model import (
     FlopsPerToken,
     ModelConfig,
     ParamCounts,
     Peak,
-    _canon_dtype,
-    _mlp_params,
+    mlp_params,
     crossover_context_len,
-    dtype_bytes,
     flops_per_token,
     param_counts,
     peak_from_chip,
@@ -68,14 +65,14 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
 
     Reference 7B: 2·32·32·128·2 = 524,288 B = 512 KiB; with 8 KV heads 131,072 B = 128 KiB.
     """
-    return 2 * cfg.num_layers * cfg.d_kv * dtype_bytes(kv_dtype)
+    return 2 * cfg.num_layers * cfg.d_kv * weight_bytes_per_element(kv_dtype)
 
 
 def kv_bytes_per_sequence(cfg: ModelConfig, seq_len: int, kv_dtype: str = "bf16") -> float:
     """KV-cache bytes of one sequence of ``seq_len`` tokens (sliding-window layers keep W)."""
     if seq_len <= 0:
         raise UsageError(f"seq_len must be positive, got {seq_len}")
-    per_layer_token = 2 * cfg.d_kv * dtype_bytes(kv_dtype)
+    per_layer_token = 2 * cfg.d_kv * weight_bytes_per_element(kv_dtype)
     tokens = sum(min(seq_len, cfg.window_for_layer(i) or seq_len) for i in range(cfg.num_layers))
     return per_layer_token * tokens
 
@@ -181,9 +178,41 @@ def _weights_read_bytes(cfg: ModelConfig, p: ParamCounts, tokens: float, bpp: fl
     """Weight bytes a forward pass over ``tokens`` tokens (one step) reads from HBM."""
     if not cfg.is_moe:
         return p.all * bpp
-    expert = _mlp_params(cfg.hidden_size, cfg.expert_intermediate_size, True, cfg.mlp_bias)
+    expert = mlp_params(cfg.hidden_size, cfg.expert_intermediate_size, True, cfg.mlp_bias)
     idle = cfg.num_experts - _expected_experts(cfg.num_experts, cfg.num_experts_per_tok, tokens)
     return (p.all - len(cfg.moe_layers) * idle * expert) * bpp
+
+
+def _peak(chip: Any, chip_name: str, dt: str) -> Peak:
+    """The dense peak of ``dt`` on ``chip``. Raises UsageError when the chip has none."""
+    peak = peak_from_chip(chip, dt)
+    if peak is None:
+        have = ", ".join(sorted(k for k, v in dict(chip.peak_flops_per_s).items() if v))
+        raise UsageError(f"{chip_name} has no dense {dt} peak; choose --dtype from: {have}")
+    return peak
+
+
+def _kv_budget(hbm: float, utilization: float, weight_bytes: float,
+               given: float | None) -> tuple[float, str]:
+    """(KV-cache budget in bytes, where it comes from): ``given``, or usable HBM minus the
+    weights (negative when the weights alone do not fit)."""
+    if given is not None:
+        return float(given), "given"
+    return utilization * hbm - weight_bytes, (
+        f"{utilization:.0%} of {hbm / 1e9:.1f} GB HBM minus {weight_bytes / 1e9:.2f} GB weights")
+
+
+def _architecture_notes(cfg: ModelConfig) -> list[str]:
+    """What the numbers assume about a MoE or sliding-window model."""
+    notes = []
+    if cfg.is_moe:
+        notes.append(f"MoE: {cfg.num_experts_per_tok} of {cfg.num_experts} experts active per "
+                     "token; FLOPs use N_active, memory all experts; decode reads assume "
+                     "uniform routing")
+    if cfg.sliding_window:
+        notes.append(f"sliding window {cfg.sliding_window}: KV cache per sequence and attention "
+                     "FLOPs stop growing at the window")
+    return notes
 
 
 def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1,
@@ -211,15 +240,12 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
     if not 0 < hbm_utilization <= 1:
         raise UsageError(f"hbm_utilization must be in (0, 1], got {hbm_utilization}")
     chip = _resolve_chip(chip)
-    dt = _canon_dtype(dtype)
-    kdt = _canon_dtype(kv_dtype) if kv_dtype else dt
-    bpp = dtype_bytes(dt)
-    dtype_bytes(kdt)
-    peak = peak_from_chip(chip, dt)
+    dt = dtype_name(dtype)
+    kdt = dtype_name(kv_dtype) if kv_dtype else dt
+    bpp = weight_bytes_per_element(dt)
+    weight_bytes_per_element(kdt)
     chip_name = str(getattr(chip, "name", chip))
-    if peak is None:
-        have = ", ".join(sorted(k for k, v in dict(chip.peak_flops_per_s).items() if v))
-        raise UsageError(f"{chip_name} has no dense {dt} peak; choose --dtype from: {have}")
+    peak = _peak(chip, chip_name, dt)
     notes = list(cfg.assumptions)
     p = param_counts(cfg)
     fpt = flops_per_token(cfg, seq_len, causal=True)
@@ -230,16 +256,10 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
     kv_seq = kv_bytes_per_sequence(cfg, seq_len, kdt)
     hbm = float(chip.hbm_bytes)
     bw = float(chip.hbm_bytes_per_s)
-    if kv_budget_bytes is None:
-        budget = hbm_utilization * hbm - weight_bytes
-        budget_src = (f"{hbm_utilization:.0%} of {hbm / 1e9:.1f} GB HBM minus "
-                      f"{weight_bytes / 1e9:.2f} GB weights")
-        if budget < 0:
-            notes.append(f"the {dt} weights ({weight_bytes / 1e9:.1f} GB) do not fit in "
-                         f"{hbm_utilization:.0%} of one device's HBM: shard them")
-    else:
-        budget = float(kv_budget_bytes)
-        budget_src = "given"
+    budget, budget_src = _kv_budget(hbm, hbm_utilization, weight_bytes, kv_budget_bytes)
+    if kv_budget_bytes is None and budget < 0:
+        notes.append(f"the {dt} weights ({weight_bytes / 1e9:.1f} GB) do not fit in "
+                     f"{hbm_utilization:.0%} of one device's HBM: shard them")
     n_seq = max_concurrent_sequences(budget, kv_seq)
 
     ridge = float(chip.ridge_point(dt)) if hasattr(chip, "ridge_point") else peak.flops_per_s / bw
@@ -252,14 +272,7 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
     prefill_bytes = _weights_read_bytes(cfg, p, prefill_tokens, bpp) + batch * kv_seq
     prefill_intensity = prefill_flops / prefill_bytes
     prefill_floor = max(prefill_flops / peak.flops_per_s, prefill_bytes / bw)
-
-    if cfg.is_moe:
-        notes.append(f"MoE: {cfg.num_experts_per_tok} of {cfg.num_experts} experts active per "
-                     "token; FLOPs use N_active, memory all experts; decode reads assume "
-                     "uniform routing")
-    if cfg.sliding_window:
-        notes.append(f"sliding window {cfg.sliding_window}: KV cache per sequence and attention "
-                     "FLOPs stop growing at the window")
+    notes += _architecture_notes(cfg)
     return Estimate(
         model=cfg.name, chip=chip_name, dtype=dt, kv_dtype=kdt, seq_len=seq_len, batch=batch,
         params=p, flops=fpt, bytes_per_param=bpp, weight_bytes=weight_bytes,
@@ -275,132 +288,9 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Rendering
-# --------------------------------------------------------------------------------------------
-
-
-def _count(n: float) -> str:
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= div:
-            return f"{n:,.0f} ({n / div:.2f} {unit})"
-    return f"{n:,.0f}"
-
-
-def _gb(b: float) -> str:
-    return f"{b / 1e9:.2f} GB ({b / 2**30:.2f} GiB)"
-
-
-def _binary(b: float) -> str:
-    for div, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(b) >= div:
-            return f"{b / div:,.4g} {unit} ({b:,.0f} B)"
-    return f"{b:,.0f} B"
-
-
-def _flop(f: float, per: str = "") -> str:
-    for div, unit in ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP")):
-        if abs(f) >= div:
-            return f"{f / div:.2f} {unit}{per}"
-    return f"{f:,.0f} FLOP{per}"
-
-
-def _time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} µs"
-
-
-def _rows(e: Estimate) -> list[tuple[str, str, str]]:
-    """(quantity, value with units, how it is computed)."""
-    p, f = e.params, e.flops
-    moe = e.params.active != e.params.total
-    rows: list[tuple[str, str, str]] = [
-        ("parameters N", _count(p.total),
-         "linear layers of the blocks + token embedding + untied LM head (norms excluded)"),
-    ]
-    if p.per_layer is not None:
-        rows.append(("parameters per layer", _count(p.per_layer), "attention + MLP weights"))
-    if moe:
-        rows.append(("active parameters per token", _count(p.active),
-                     "attention + top-k experts + shared experts + router + embeddings"))
-    rows += [
-        ("parameters incl. norms", _count(p.all), "every stored tensor (= sum of numel)"),
-        (f"weight bytes ({e.dtype})", _gb(e.weight_bytes),
-         f"{p.all:,} params x {e.bytes_per_param:g} B"),
-        ("forward FLOPs per token", _flop(f.linear_forward, "/token"),
-         "2N" + ("_active" if moe else "") + " (Kaplan et al. 2020; PaLM App. B)"),
-        ("training FLOPs per token", _flop(f.linear_train, "/token"),
-         "6N" + ("_active" if moe else "") + " = 3 x forward"),
-        (f"attention FLOPs per token (S={e.seq_len:,}, causal)",
-         _flop(f.attention_forward, "/token"),
-         "4·L·d_attn·(S+1)/2 forward; x3 for training"),
-        ("attention/linear crossover", f"{e.crossover_context_len:,.0f} tokens",
-         "S = N_blocks / (2·L·d_attn): 4·L·S·d_attn = 2·N_blocks"),
-        ("training memory", _gb(e.training_memory_bytes),
-         f"{TRAINING_BYTES_PER_PARAM} B/param (bf16 w + grad, fp32 master + Adam m, v); "
-         "activations excluded"),
-        (f"KV cache per token ({e.kv_dtype})", _binary(e.kv_bytes_per_token),
-         "2·L·kv_heads·head_dim·bytes"),
-        (f"KV cache per sequence (S={e.seq_len:,})", _binary(e.kv_bytes_per_sequence),
-         "per token x S"),
-        ("KV budget in HBM", _gb(e.kv_budget_bytes), e.kv_budget_source),
-        (f"max concurrent sequences (S={e.seq_len:,})", f"{e.max_concurrent_sequences:,}",
-         "floor(KV budget / KV per sequence)"),
-        ("peak taken", e.peak.describe(), "dense tensor-core peak"),
-        ("HBM bandwidth", f"{e.hbm_bytes_per_s / 1e12:.3f} TB/s", "chip database"),
-        ("ridge point", f"{e.ridge_point:,.1f} FLOP/byte", "peak / HBM bandwidth"),
-        ("critical batch (decode)", f"{e.critical_batch:,.1f} tokens",
-         "ridge x weight bytes / (2·N" + ("_active" if moe else "") + ")"),
-        ("decode floor (batch 1)", _time(e.decode_floor_s),
-         ("active " if moe else "") + "weight bytes / HBM bandwidth"),
-        (f"decode step floor (batch {e.batch}, S={e.seq_len:,})", _time(e.decode_step_floor_s),
-         "(weights read + batch x KV per sequence) / HBM bandwidth"),
-        (f"prefill intensity (batch {e.batch} x {e.seq_len:,} tokens)",
-         f"{e.prefill_intensity:,.0f} FLOP/byte",
-         "forward FLOPs / (weights read + KV written); activations excluded"),
-        ("prefill floor", _time(e.prefill_floor_s),
-         "max(FLOPs / peak, bytes / HBM bandwidth)"),
-    ]
-    return rows
-
-
 def render_estimate(est: Estimate, fmt: Literal["table", "markdown", "json"] = "table") -> str:
-    """Render an :class:`Estimate` as a terminal ``table``, ``markdown`` or ``json``.
+    """Forwards to :func:`traceroof.render.estimate.render_estimate` (``cli.py`` calls it
+    here until it imports it from there). Raises ``UsageError`` for an unknown ``fmt``."""
+    from .render.estimate import render_estimate as render
 
-    Every number carries its unit; the table and markdown add how each one is computed.
-
-    Raises:
-        UsageError: an unknown ``fmt``.
-    """
-    if fmt == "json":
-        return json.dumps(est.to_dict(), indent=2, ensure_ascii=False) + "\n"
-    title = (f"{est.model} on {est.chip} ({est.dtype}, KV {est.kv_dtype}, seq {est.seq_len:,}, "
-             f"batch {est.batch})")
-    rows = _rows(est)
-    if fmt == "markdown":
-        out = [f"### Estimate: {title}", "", "| quantity | value | how |", "|---|---:|---|"]
-        out += [f"| {q} | {v} | {h} |" for q, v, h in rows]
-        if est.notes:
-            out += ["", *[f"- note: {n}" for n in est.notes]]
-        return "\n".join(out) + "\n"
-    if fmt == "table":
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=title, title_justify="left")
-        table.add_column("quantity")
-        table.add_column("value", justify="right")
-        table.add_column("how")
-        for r in rows:
-            table.add_row(*r)
-        buf = io.StringIO()
-        console = Console(file=buf, width=160, color_system=None, force_terminal=False,
-                          highlight=False, soft_wrap=False)
-        console.print(table)
-        for n in est.notes:
-            console.print(f"note: {n}")
-        return buf.getvalue()
-    raise UsageError(f"unknown format {fmt!r}; expected table, markdown or json")
+    return render(est, fmt)

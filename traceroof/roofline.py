@@ -39,32 +39,7 @@ ASYNC_PAIR_RE = r"-(start|done)(\.\d+)?$"
 GPUS_PER_NODE = 8
 
 
-def ring_factor(collective: str | None, n: int | None) -> float | None:
-    """Bus-bandwidth factor of a collective over ``n`` participants (nccl-tests PERFORMANCE.md).
-
-    Returns None when ``n`` is unknown or < 1.
-    """
-    if n is None or n < 1:
-        return None
-    c = (collective or "").lower().replace("_", "")
-    if n == 1:
-        return 0.0
-    if "allreduce" in c:
-        return 2.0 * (n - 1) / n
-    if any(k in c for k in ("allgather", "reducescatter", "alltoall")):
-        return (n - 1) / n
-    return 1.0  # send/recv, broadcast, reduce: the message crosses one link
-
-
-def collective_type(name: str | None, coll_name: str | None = None) -> str:
-    """Canonical collective type from ``Collective name`` or the kernel/HLO name."""
-    s = (coll_name or name or "").lower().replace("_", "").replace("-", "")
-    for key, label in _COLLECTIVE_PATTERNS:
-        if key in s:
-            return label
-    return "collective"
-
-
+#: (substring of the lower-cased name without ``_``/``-``, collective type), first match wins.
 _COLLECTIVE_PATTERNS: tuple[tuple[str, str], ...] = (
     ("allreduce", "all_reduce"),
     ("reducescatter", "reduce_scatter"),
@@ -80,7 +55,9 @@ _COLLECTIVE_PATTERNS: tuple[tuple[str, str], ...] = (
 
 
 def collective_type_expr() -> pl.Expr:
-    """Polars twin of :func:`collective_type` over ``coalesce(op, name)``."""
+    """Canonical collective type (``all_reduce``, ``reduce_scatter``, ``all_gather``,
+    ``all_to_all``, ``send_recv``, ``broadcast``, ``collective_permute``, ``reduce``, else
+    ``collective``) from ``coalesce(op, name)``, lower-cased without ``_`` and ``-``."""
     s = (
         pl.coalesce(pl.col("op"), pl.col("name"))
         .fill_null("")
@@ -94,7 +71,10 @@ def collective_type_expr() -> pl.Expr:
 
 
 def ring_factor_expr(ctype: pl.Expr, n: pl.Expr) -> pl.Expr:
-    """Polars twin of :func:`ring_factor`."""
+    """Bus-bandwidth factor of a collective of type ``ctype`` over ``n`` participants
+    (nccl-tests PERFORMANCE.md): all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all
+    (n−1)/n; anything else 1 (the message crosses one link); 0 for n = 1; null when ``n`` is
+    null or < 1."""
     nf = n.cast(pl.Float64)
     return (
         pl.when(n.is_null() | (n < 1))
@@ -154,11 +134,36 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     Other ops use the fp32 vector peak (they are memory-bound in practice).
     """
     peaks = _peak_table(chip)
-    bw = float(chip.hbm_bytes_per_s)
-    floor_ns = float(chip.launch_overhead_ns)
+    out = _with_peaks(ops, peaks)
+    out = _with_terms(out, chip)
+    # XLA async pairs (copy-start/copy-done, all-gather-start/-done): the transfer runs between
+    # the two halves, overlapped with other ops. The "-start" half only issues it and the
+    # "-done" half waits for what is not yet finished, so their durations are exposed transfer
+    # time, not bandwidth use: their expected time is 0 (fully overlapped) and all of their
+    # duration is gap. The roofline terms are kept for reference.
+    # one anchored regex over every name, kept in a column for the two uses below: cheaper
+    # than hashing each name to find the distinct ones (measured); any op can be an async half
+    out = out.with_columns(pl.col("name").str.contains(ASYNC_PAIR_RE).fill_null(False).alias("_async"))
+    is_async = pl.col("_async")
+    terms = [pl.col("compute_ns"), pl.col("memory_ns"), pl.col("comm_ns")]
+    known = pl.any_horizontal([t.is_not_null() for t in terms])
+    expected = pl.when(is_async).then(pl.lit(0.0)).when(known).then(pl.max_horizontal(terms))
+    out = out.with_columns(expected.alias("expected_ns"))
+    out = out.with_columns(
+        _bound(is_async, float(chip.launch_overhead_ns)).alias("bound"),
+        (pl.col("dur_ns") - pl.col("expected_ns")).alias("gap_ns"),
+        pl.when(pl.col("dur_ns") > 0).then(pl.col("expected_ns") / pl.col("dur_ns")).alias("efficiency"),
+    )
+    return out.drop("_async")
+
+
+def _with_peaks(ops: pl.DataFrame, peaks: dict[str, float]) -> pl.DataFrame:
+    """``ops`` with ``peak_dtype`` and ``peak_flops_per_s`` (FLOP/s): matrix ops the tensor
+    peak of their dtype (TF32 for fp32 ones the name or the achieved rate says are TF32),
+    other ops the fp32 vector peak; a dtype the chip has no peak for falls back to fp16, then
+    fp32 (only for ops with FLOPs)."""
     fp32 = peaks.get("fp32")
     tf32 = peaks.get("tf32")
-
     is_matrix = pl.col("kind").is_in(list(MATRIX_KINDS))  # Enum or String: compares labels
     dtype = pl.col("dtype").fill_null("fp32")
     fp32_matrix = is_matrix & (dtype == "fp32")
@@ -194,7 +199,15 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
                 .otherwise(pl.col("peak_dtype"))
                 .alias("peak_dtype"),
             )
+    return out
 
+
+def _with_terms(out: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
+    """``out`` with ``collective`` and the roofline terms ``compute_ns = F/P·1e9``,
+    ``memory_ns = B/W·1e9``, ``comm_ns = factor·comm_bytes/link·1e9`` (collectives; the
+    scale-up link for groups of up to :data:`GPUS_PER_NODE`, else scale-out) and
+    ``intensity = F/B`` (FLOP/byte, null when B is 0)."""
+    bw = float(chip.hbm_bytes_per_s)
     coll = pl.col("kind") == "collective"
     out = out.with_columns(_collective_types(out))
     factor = ring_factor_expr(pl.col("collective"), pl.col("group_size"))
@@ -203,27 +216,21 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     link = (
         pl.when(pl.col("group_size") <= GPUS_PER_NODE).then(pl.lit(intra)).otherwise(pl.lit(inter))
     ).cast(pl.Float64)
-
-    out = out.with_columns(
+    return out.with_columns(
         (pl.col("flops") / pl.col("peak_flops_per_s") * 1e9).alias("compute_ns"),
         (pl.col("bytes") / bw * 1e9).alias("memory_ns"),
         pl.when(coll).then(factor * pl.col("comm_bytes") / link * 1e9).alias("comm_ns"),
         pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).alias("intensity"),
     )
-    terms = [pl.col("compute_ns"), pl.col("memory_ns"), pl.col("comm_ns")]
-    # XLA async pairs (copy-start/copy-done, all-gather-start/-done): the transfer runs between
-    # the two halves, overlapped with other ops. The "-start" half only issues it and the
-    # "-done" half waits for what is not yet finished, so their durations are exposed transfer
-    # time, not bandwidth use: their expected time is 0 (fully overlapped) and all of their
-    # duration is gap. The roofline terms are kept for reference.
-    # one anchored regex over every name, kept in a column for the two uses below: cheaper
-    # than hashing each name to find the distinct ones (measured); any op can be an async half
-    out = out.with_columns(pl.col("name").str.contains(ASYNC_PAIR_RE).fill_null(False).alias("_async"))
-    is_async = pl.col("_async")
-    known = pl.any_horizontal([t.is_not_null() for t in terms])
-    expected = pl.when(is_async).then(pl.lit(0.0)).when(known).then(pl.max_horizontal(terms))
-    out = out.with_columns(expected.alias("expected_ns"))
-    bound = (
+
+
+def _bound(is_async: pl.Expr, floor_ns: float) -> pl.Expr:
+    """What limits each op: ``unknown`` (no expected time), async halves ``comm``/``memory``,
+    ``latency`` (roof under the kernel floor ``floor_ns`` and measured within
+    :data:`LATENCY_FACTOR` of it; never a collective), ``comm`` when the link term is the
+    largest, else ``compute`` or ``memory`` by the larger term (compute on a tie)."""
+    coll = pl.col("kind") == "collective"
+    return (
         pl.when(pl.col("expected_ns").is_null())
         .then(pl.lit("unknown"))
         .when(is_async)
@@ -240,12 +247,6 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
         .then(pl.lit("compute"))
         .otherwise(pl.lit("memory"))
     )
-    out = out.with_columns(
-        bound.alias("bound"),
-        (pl.col("dur_ns") - pl.col("expected_ns")).alias("gap_ns"),
-        pl.when(pl.col("dur_ns") > 0).then(pl.col("expected_ns") / pl.col("dur_ns")).alias("efficiency"),
-    )
-    return out.drop("_async")
 
 
 def above_roof(ops: pl.DataFrame, tolerance: float = ABOVE_ROOF_TOLERANCE) -> pl.DataFrame:

@@ -26,9 +26,6 @@ KINDS: tuple[str, ...] = (
 )
 KIND = pl.Enum(list(KINDS))
 
-#: Where an op's flops/bytes came from (DESIGN §4, in order of precedence).
-COST_SOURCES: tuple[str, ...] = ("trace", "shapes", "name", "unknown")
-
 #: Roofline verdicts (DESIGN §6).
 BOUNDS: tuple[str, ...] = ("compute", "memory", "comm", "latency", "unknown")
 

@@ -25,122 +25,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import UsageError
-
-#: ``Input type`` spelling (Kineto writes the C++ type name) → traceroof dtype name.
-_TORCH_TYPE_TO_DTYPE: dict[str, str] = {
-    "c10::BFloat16": "bf16",
-    "c10::Half": "fp16",
-    "float": "fp32",
-    "double": "fp64",
-    "c10::Float8_e4m3fn": "fp8",
-    "c10::Float8_e5m2": "fp8",
-    "c10::Float8_e4m3fnuz": "fp8",
-    "c10::Float8_e5m2fnuz": "fp8",
-    "c10::Float8_e8m0fnu": "fp8",
-    "c10::Float4_e2m1fn_x2": "fp4x2",
-    "signed char": "int8",
-    "c10::qint8": "int8",
-    "unsigned char": "uint8",
-    "c10::quint8": "uint8",
-    "short int": "int16",
-    "short": "int16",
-    "int": "int32",
-    "c10::qint32": "int32",
-    "long int": "int64",
-    "long": "int64",
-    "long long": "int64",
-    "unsigned short": "uint16",
-    "short unsigned int": "uint16",
-    "unsigned int": "uint32",
-    "unsigned long": "uint64",
-    "long unsigned int": "uint64",
-    "bool": "bool",
-    "c10::complex<c10::Half>": "complex32",
-    "c10::complex<float>": "complex64",
-    "c10::complex<double>": "complex128",
-}
-
-#: Bytes per element of each dtype name. ``fp4x2`` packs two fp4 values in one element.
-_ITEMSIZE: dict[str, int] = {
-    "fp64": 8,
-    "fp32": 4,
-    "tf32": 4,
-    "bf16": 2,
-    "fp16": 2,
-    "fp8": 1,
-    "fp4x2": 1,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "int16": 2,
-    "uint16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "complex32": 4,
-    "complex64": 8,
-    "complex128": 16,
-}
-
-#: ``c10::ScalarType`` enum values (c10/core/ScalarType.h), as Kineto writes a ``ScalarType``
-#: argument (``dtype=torch.bfloat16`` is recorded as the Scalar ``"15"``).
-_SCALAR_TYPE_CODE: dict[int, str] = {
-    0: "uint8",
-    1: "int8",
-    2: "int16",
-    3: "int32",
-    4: "int64",
-    5: "fp16",
-    6: "fp32",
-    7: "fp64",
-    8: "complex32",
-    9: "complex64",
-    10: "complex128",
-    11: "bool",
-    12: "int8",
-    13: "uint8",
-    14: "int32",
-    15: "bf16",
-    23: "fp8",
-    24: "fp8",
-    25: "fp8",
-    26: "fp8",
-    27: "uint16",
-    28: "uint32",
-    29: "uint64",
-    44: "fp8",
-    45: "fp4x2",
-}
-
-#: Promotion order used to pick an elementwise result dtype (a simplification of
-#: torch's type promotion: categories bool < integer < floating, wider wins).
-_RANK: dict[str, int] = {
-    "bool": 0,
-    "uint8": 1,
-    "int8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "int32": 3,
-    "uint32": 3,
-    "int64": 4,
-    "uint64": 4,
-    "fp4x2": 5,
-    "fp8": 6,
-    "fp16": 7,
-    "bf16": 7,
-    "fp32": 8,
-    "tf32": 8,
-    "fp64": 9,
-    "complex32": 10,
-    "complex64": 11,
-    "complex128": 12,
-}
-
-FLOATING: frozenset[str] = frozenset(
-    {"fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4x2", "complex32", "complex64", "complex128"}
-)
+from ..dtypes import ITEMSIZE, PROMOTION_RANK, SCALAR_TYPE_CODE, TORCH_TYPE_TO_DTYPE
 
 
 def dtype_of(torch_type: str | None) -> str | None:
@@ -154,37 +39,23 @@ def dtype_of(torch_type: str | None) -> str | None:
     """
     if not torch_type:
         return None
-    return _TORCH_TYPE_TO_DTYPE.get(torch_type.strip())
-
-
-def itemsize(dtype: str) -> int:
-    """Bytes per element of ``dtype`` (a name returned by :func:`dtype_of`).
-
-    Raises:
-        UsageError: ``dtype`` is not a known dtype name; the message lists the known ones.
-    """
-    try:
-        return _ITEMSIZE[dtype]
-    except KeyError:
-        raise UsageError(
-            f"unknown dtype {dtype!r}; known dtypes: {', '.join(sorted(_ITEMSIZE))}"
-        ) from None
+    return TORCH_TYPE_TO_DTYPE.get(torch_type.strip())
 
 
 def dtype_of_scalar_type(code: Any) -> str | None:
     """Map a recorded ``ScalarType`` argument (``"15"`` or ``15``) to a dtype name."""
     try:
-        return _SCALAR_TYPE_CODE.get(int(code))
+        return SCALAR_TYPE_CODE.get(int(code))
     except (TypeError, ValueError):
         return None
 
 
 def promote(dtypes: Sequence[str | None]) -> str | None:
     """The widest of ``dtypes`` (bool < ints < floats; bf16 with fp16 gives fp32)."""
-    known = [d for d in dtypes if d in _RANK]
+    known = [d for d in dtypes if d in PROMOTION_RANK]
     if not known:
         return None
-    best = max(known, key=lambda d: _RANK[d])
+    best = max(known, key=lambda d: PROMOTION_RANK[d])
     if best in ("bf16", "fp16") and {"bf16", "fp16"} <= set(known):
         return "fp32"
     return best
@@ -197,9 +68,9 @@ def numel(shape: Sequence[int]) -> int:
 
 def nbytes(shape: Sequence[int], dtype: str | None) -> float | None:
     """Bytes of a dense tensor of ``shape`` and ``dtype``; ``None`` when the dtype is unknown."""
-    if dtype is None or dtype not in _ITEMSIZE:
+    if dtype is None or dtype not in ITEMSIZE:
         return None
-    return float(numel(shape) * _ITEMSIZE[dtype])
+    return float(numel(shape) * ITEMSIZE[dtype])
 
 
 def broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:

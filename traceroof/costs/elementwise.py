@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .args import FLOATING, OpArgs, Tensor, broadcast, promote, total_bytes
+from ..dtypes import FLOATING
+from .args import OpArgs, Tensor, broadcast, promote, total_bytes
 from .registry import OpCost, register_cost
 
 

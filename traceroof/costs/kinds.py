@@ -1,6 +1,10 @@
 """Op kind from a name alone: the ``name`` level of DESIGN §4 (a kind, no numbers).
 
-Two ordered rule tables, first match wins. Order matters: a FlashAttention kernel name
+Every name -> kind rule of traceroof lives here: CUDA/HIP kernel names
+(:func:`kind_of_kernel`), framework op names (:func:`kind_of_op`), and XLA's HLO opcodes,
+xprof categories, custom-call targets and left-over XLA kernel names (:func:`kind_of_hlo`).
+
+Kernel names: two ordered rule tables, first match wins. Order matters: a FlashAttention kernel name
 contains ``cutlass`` (so attention is tested before matmul), an implicit-GEMM convolution
 contains ``gemm`` (conv before matmul), and vLLM's norm kernel names contain
 ``_typeConvert`` (``conv`` must not match ``convert``).
@@ -158,3 +162,99 @@ def kind_of_op(op: str) -> str | None:
         if pattern.search(op):
             return k
     return None
+
+
+# --------------------------------------------------------------------------- XLA / HLO
+# HLO opcodes as printed in HLO text (xla/hlo/ir/hlo_opcode.h), xprof ``hlo_category`` names,
+# and custom-call targets.
+
+COLLECTIVE_OPCODES = frozenset({
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+    "collective-permute", "collective-broadcast", "send", "recv",
+})
+ELEMENTWISE_OPCODES = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "exponential", "log",
+    "tanh", "rsqrt", "sqrt", "cbrt", "negate", "abs", "compare", "select", "convert", "power",
+    "logistic", "and", "or", "not", "xor", "clamp", "sine", "cosine", "tan", "erf",
+    "exponential-minus-one", "log-plus-one", "floor", "ceil", "round-nearest-even",
+    "round-nearest-afz", "sign", "remainder", "atan2", "is-finite", "real", "imag", "popcnt",
+    "shift-left", "shift-right-logical", "shift-right-arithmetic", "broadcast", "iota",
+    "reduce-precision", "bitcast-convert", "stochastic-convert", "transpose", "concatenate",
+    "pad", "slice", "reverse", "reshape", "map", "clz",
+})
+REDUCTION_OPCODES = frozenset({"reduce", "reduce-window", "select-and-scatter"})
+MEMCPY_OPCODES = frozenset({"copy", "copy-start", "copy-done"})
+#: xprof ``hlo_category`` -> kind, used when the opcode alone does not decide.
+CATEGORY_KIND = {
+    "convolution": "matmul", "convolution fusion": "matmul", "output fusion": "matmul",
+    "loop fusion": "elementwise", "non-fusion elementwise": "elementwise",
+    "broadcast": "elementwise", "data formatting": "elementwise", "input fusion": "reduction",
+    "reduce": "reduction", "all-reduce": "collective", "all-gather": "collective",
+    "reduce-scatter": "collective", "all-to-all": "collective",
+    "collective-permute": "collective", "send": "collective", "recv": "collective",
+    "copy-start": "memcpy", "copy-done": "memcpy", "copy": "memcpy",
+}
+#: custom-call targets (``__cudnn$fmha``, ``__cublas$gemm``, ``__cudnn$convForward``...).
+ATTENTION_TARGET = re.compile(r"attn|attention|fmha|flash|mha|sdpa", re.I)
+GEMM_TARGET = re.compile(r"gemm|matmul|cublas|hipblas|rocblas", re.I)
+CONV_TARGET = re.compile(r"conv", re.I)
+#: XLA profiles: kernel-name heuristics for kernels without an HLO instruction (TF ops,
+#: copies, fills). Narrower than :data:`_KERNEL_RULES` on purpose (an XLA kernel that
+#: has an instruction is kinded by it; these only catch what is left), first match wins.
+XLA_KERNEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^Memcpy|copyBuffer|memcpy", re.I), "memcpy"),
+    (re.compile(r"^Memset|fillBuffer|memset", re.I), "memset"),
+    (re.compile(r"nccl|rccl", re.I), "collective"),
+    (re.compile(r"gemm|Cijk_|cutlass|cublas|sm\d+_xmma|_mma_|matmul", re.I), "matmul"),
+)
+
+
+def kind_of_hlo(opcode: str | None, category: str | None = None,
+                fused: frozenset = frozenset(), targets: frozenset = frozenset(),
+                kernel_name: str | None = None) -> str:
+    """The op-table ``kind`` of an XLA op from its opcode, xprof category, the opcodes inside
+    a fusion, custom-call targets, or (last) its kernel name. See docs/xplane.md."""
+    base = (opcode or "").removesuffix("-start").removesuffix("-done")
+    for t in targets:
+        if ATTENTION_TARGET.search(t):
+            return "attention"
+    if base in COLLECTIVE_OPCODES:
+        return "collective"
+    if opcode in MEMCPY_OPCODES:
+        return "memcpy"
+    if opcode == "dot":
+        return "matmul"
+    if opcode == "convolution":
+        return "conv"
+    if opcode == "custom-call":
+        t = " ".join(targets)
+        if GEMM_TARGET.search(t):
+            return "matmul"
+        if CONV_TARGET.search(t):
+            return "conv"
+        return "other"
+    if opcode == "fusion":
+        if fused:
+            if "dot" in fused or any(GEMM_TARGET.search(t) for t in targets):
+                return "matmul"
+            if "convolution" in fused:
+                return "conv"
+            if fused & COLLECTIVE_OPCODES:
+                return "collective"
+            if "reduce" in fused:
+                return "norm" if "rsqrt" in fused else "reduction"
+            return "elementwise"
+        if category and category in CATEGORY_KIND:
+            return CATEGORY_KIND[category]
+        return "other"
+    if opcode in REDUCTION_OPCODES:
+        return "reduction"
+    if opcode in ELEMENTWISE_OPCODES:
+        return "elementwise"
+    if category and category in CATEGORY_KIND:
+        return CATEGORY_KIND[category]
+    if kernel_name:
+        for pattern, kind in XLA_KERNEL_RULES:
+            if pattern.search(kernel_name):
+                return kind
+    return "other"

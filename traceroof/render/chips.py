@@ -11,9 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import fmt
-
-_DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32")
+from .. import units
+from ..dtypes import CHIP_TABLE_DTYPES
 
 
 def _row(c: Any) -> dict[str, Any]:
@@ -35,18 +34,21 @@ def _row(c: Any) -> dict[str, Any]:
 
 
 def render_chips(chips: Sequence[Any], fmt_name: str = "table") -> str:
+    """The chip database as ``json`` (every field and source), ``markdown`` or a ``table``:
+    dense peaks in TFLOP/s (:data:`~traceroof.dtypes.CHIP_TABLE_DTYPES`), HBM in GB and TB/s,
+    the bf16 (else fp16) ridge point in FLOP/byte."""
     rows = [_row(c) for c in chips]
     if fmt_name == "json":
         return json.dumps(rows, indent=2)
-    headers = ["key", "name"] + [f"{d} (TFLOP/s)" for d in _DTYPES] + ["HBM (GB)", "HBM (TB/s)", "ridge bf16 (FLOP/B)"]
+    headers = ["key", "name"] + [f"{d} (TFLOP/s)" for d in CHIP_TABLE_DTYPES] + ["HBM (GB)", "HBM (TB/s)", "ridge bf16 (FLOP/B)"]
     body = []
     for r in rows:
         p = r["peak_flops_per_s"]
         body.append(
             [r["key"], r["name"]]
-            + [f"{p[d] / 1e12:.4g}" if p.get(d) else "—" for d in _DTYPES]
+            + [f"{p[d] / 1e12:.4g}" if p.get(d) else "—" for d in CHIP_TABLE_DTYPES]
             + [f"{r['hbm_bytes'] / 1e9:.4g}", f"{r['hbm_bytes_per_s'] / 1e12:.4g}",
-               fmt.ratio(r["ridge_point_flops_per_byte"])]
+               units.ratio(r["ridge_point_flops_per_byte"])]
         )
     if fmt_name == "markdown":
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

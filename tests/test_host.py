@@ -1,0 +1,37 @@
+"""traceroof.host.innermost_cpu_ops: which cpu_op names a kernel's framework op."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceroof.host import innermost_cpu_ops
+
+
+def host(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema={"rank": pl.Int32, "cat": pl.String, "start_ns": pl.Int64,
+                                      "external_id": pl.Int64, "name": pl.String}, orient="row")
+
+
+def test_the_innermost_op_is_the_one_that_started_last():
+    h = host([
+        (0, "cpu_op", 100, 7, "aten::linear"),
+        (0, "cpu_op", 120, 7, "aten::addmm"),  # nested in linear: started later
+        (0, "cuda_runtime", 130, 7, "cudaLaunchKernel"),  # not a cpu_op
+        (0, "cpu_op", 200, 8, "aten::relu"),
+        (0, "cpu_op", 90, None, "aten::empty"),  # no External id: never picked
+    ])
+    rows = innermost_cpu_ops(h, ["external_id"])
+    assert rows.to_list() == [1, 3]
+    assert h["name"].gather(rows).to_list() == ["aten::addmm", "aten::relu"]
+
+
+def test_a_tie_in_start_goes_to_the_later_row_whatever_the_order():
+    rows = [
+        (0, "cpu_op", 100, 7, "aten::linear"),
+        (0, "cpu_op", 100, 7, "aten::addmm"),  # same start: the later in table order wins
+        (1, "cpu_op", 100, 7, "aten::mm"),  # another rank, same External id
+    ]
+    for _ in range(20):  # the sort must not leave the tie to chance
+        picked = innermost_cpu_ops(host(rows), ["rank", "external_id"])
+        assert picked.to_list() == [1, 2]
+    assert innermost_cpu_ops(host(rows), ["external_id"]).to_list() == [2]
