@@ -17,7 +17,7 @@ from traceroof import analysis
 from traceroof.errors import TraceroofError, UnknownChipError
 from traceroof.io import read_trace
 from traceroof.render import RENDERERS, render
-from traceroof.render import fmt as rfmt
+from traceroof import units as rfmt
 from traceroof.report import Report
 from traceroof.report_schema import report_schema, validate_report
 

@@ -19,6 +19,7 @@ from typing import Any, ContextManager
 import polars as pl
 
 from . import steps as steps_mod
+from . import units
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs
 from .errors import UnknownChipError, UsageError
@@ -260,7 +261,7 @@ def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[
         unk = 1.0 - cov.costed_share
         msg = f"{unk:.0%} of device time has no cost model (no FLOPs/bytes)"
         if cov.uncosted_top:
-            msg += "; largest: " + ", ".join(f"{_short(n)} ({ns / 1e6:.3g} ms)" for n, ns in cov.uncosted_top[:3])
+            msg += "; largest: " + ", ".join(f"{units.short(n, 60)} ({ns / 1e6:.3g} ms)" for n, ns in cov.uncosted_top[:3])
         warnings.append(msg)
     hint = facts_for(meta.format).shapes_hint
     if hint and ops.height and not meta.record_shapes and cov.share("shapes") == 0:
@@ -481,7 +482,3 @@ def _no_device_ops(trace: Trace) -> Report:
         steps=pl.DataFrame(schema=steps_mod.STEP_SCHEMA), ranking=pl.DataFrame(),
         ops=trace.ops, warnings=warnings,
     )
-
-
-def _short(name: str, n: int = 60) -> str:
-    return name if len(name) <= n else name[: n - 1] + "…"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .dtypes import dtype_name, weight_bytes_per_element
 from .errors import UsageError
@@ -44,7 +44,6 @@ from .model import (
 __all__ = [
     "Estimate",
     "estimate",
-    "render_estimate",
     "kv_bytes_per_token",
     "kv_bytes_per_sequence",
     "max_concurrent_sequences",
@@ -286,11 +285,3 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
         prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
         prefill_intensity=prefill_intensity, prefill_floor_s=prefill_floor, notes=tuple(notes),
     )
-
-
-def render_estimate(est: Estimate, fmt: Literal["table", "markdown", "json"] = "table") -> str:
-    """Forwards to :func:`traceroof.render.estimate.render_estimate` (``cli.py`` calls it
-    here until it imports it from there). Raises ``UsageError`` for an unknown ``fmt``."""
-    from .render.estimate import render_estimate as render
-
-    return render(est, fmt)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import UsageError
+from . import units
 from .report import Report
 from .sections import Summary
 
@@ -65,8 +66,8 @@ class GateResult:
 
 def _fmt(metric: str, v: float) -> str:
     if metric.endswith("_ns") or "step time" in metric:
-        return f"{v / 1e6:.4g} ms"
-    return f"{100 * v:.2f} %"
+        return units.ms(v)
+    return units.pct(v, 2)
 
 
 #: the gated metrics: name → its value in a report's summary (None when unknown).

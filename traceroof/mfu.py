@@ -17,26 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import UsageError
+from . import units
 
 log = logging.getLogger(__name__)
 
 def _canon(dtype: str) -> str:
     """Canonical dtype key (``bfloat16`` → ``bf16``) via the chip database's mapping."""
-    from .chips import canonical_dtype
+    from .dtypes import canonical_dtype
 
     return canonical_dtype(str(dtype)) or str(dtype).strip().lower()
 
 
 __all__ = ["Peak", "peak_from_chip", "Utilization", "Inconsistency", "achieved_flops_per_s", "mfu", "hfu"]
-
-
-def _fmt_tflops(flops_per_s: float) -> str:
-    t = flops_per_s / 1e12
-    if abs(t) >= 100:
-        return f"{t:.0f}"
-    if abs(t) >= 10:
-        return f"{t:.1f}"
-    return f"{t:.3g}"
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ class Peak:
         source = self.source.split(";")[0].strip() if self.source else None
         where = "; ".join(x for x in (self.chip, source) if x)
         dt = f" {self.dtype}" if self.dtype else ""
-        return f"peak={_fmt_tflops(self.flops_per_s)} TFLOP/s{dt} {kind}" + (
+        return f"peak={units.tflops(self.flops_per_s)} TFLOP/s{dt} {kind}" + (
             f" ({where})" if where else "")
 
 
@@ -104,7 +96,7 @@ class Utilization:
 
     def describe(self) -> str:
         """``MFU 48.5 % (480 TFLOP/s per device; peak=989 TFLOP/s bf16 dense (...))``."""
-        ach = f"{_fmt_tflops(self.achieved_flops_per_s)} TFLOP/s per device"
+        ach = f"{units.tflops(self.achieved_flops_per_s)} TFLOP/s per device"
         if self.value is None or self.peak is None:
             return f"{self.kind} unknown ({ach}; {self.note or 'no peak for this chip'})"
         return f"{self.kind} {100 * self.value:.1f} % ({ach}; {self.peak.describe()})"
@@ -191,7 +183,7 @@ def _utilization(kind: Literal["MFU", "HFU"], flops: float, step_time_ns: float,
         )
         return Inconsistency(
             what=kind, value=value, limit=1.0,
-            message=(f"{kind} would be {100 * value:.1f} % ({_fmt_tflops(achieved)} TFLOP/s per "
+            message=(f"{kind} would be {100 * value:.1f} % ({units.tflops(achieved)} TFLOP/s per "
                      f"device against {peak.describe()}); above 100 % is impossible, so an "
                      "input is wrong."),
             suspects=suspects,

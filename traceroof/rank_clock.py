@@ -35,6 +35,8 @@ from typing import Any
 
 import polars as pl
 
+from .units import ns as duration_text
+
 #: Fewest matched collective instances an alignment is estimated from.
 MIN_MATCHED = 3
 #: Largest residual spread (MAD, ns) of a rank's end differences for an alignment to be applied.
@@ -238,15 +240,6 @@ def decide_alignment(offsets: pl.DataFrame, ranks: list[int], base_method: str) 
                 "reason": f"every offset is within {SIGNIFICANCE:g}× its uncertainty: the clocks already agree; {keep}"}
     return {**d, "method": "collectives", "applied": True,
             "reason": f"offsets from the ends of {n} matched collective instances (median; uncertainty = MAD)"}
-
-
-def duration_text(v: float) -> str:
-    """A duration for a message: ``21.3 ms``, ``20 µs``, ``150 ns``."""
-    a = abs(v)
-    for div, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
-        if a >= div:
-            return f"{v / div:.3g} {unit}"
-    return f"{v:.0f} ns"
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from .. import units
 from . import Finding, FindingContext
 
 #: Share of the rank's window (``wall_ns``) a finding must give back to be ``high`` / ``medium``.
@@ -218,27 +219,17 @@ def claim(kind: str, title: str, recoverable_ns: float, wall: float, explanation
 
 
 def fmt_ns(v: float | None) -> str:
-    """A duration with its unit (``3.1 ms``); ``?`` when unknown."""
-    from ..render.fmt import ns
-
-    return "?" if v is None else ns(v)
+    """A duration with its unit (``3.1 ms``, :func:`traceroof.units.ns`); ``?`` when unknown."""
+    return units.ns(v, none="?")
 
 
-def fmt_bytes(v: float | None) -> str:
-    """A byte count with a binary unit (``16 MiB``, 3 significant digits); ``? B`` when unknown."""
-    if v is None:
-        return "? B"
-    a = abs(float(v))
-    for div, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if a >= div:
-            return f"{v / div:.3g} {unit}"
-    return f"{v:.0f} B"
+#: a byte count with a binary unit (``16 MiB``, 3 significant digits); ``? B`` when unknown
+fmt_bytes = units.bytes_binary
 
 
 def short(name: str | None, n: int = 48) -> str:
-    """``name`` cut to at most ``n`` characters (the last one ``…`` when cut); ``""`` for None."""
-    s = "" if name is None else str(name)
-    return s if len(s) <= n else s[: n - 1] + "…"
+    """``name`` cut to at most ``n`` characters (:func:`traceroof.units.short`); ``""`` for None."""
+    return units.short(name, n, none="")
 
 
 def plain(v: Any) -> Any:

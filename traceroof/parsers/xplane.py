@@ -18,7 +18,7 @@ Which events become op rows (see docs/xplane.md for the evidence behind each cho
 Per-op costs: ``flops``/``bytes_accessed`` from the event *metadata* stats (``cost_source =
 "trace"``); otherwise, for ops with an HLO instruction (CPU, jax GPU), XLA's HloCostAnalysis of
 that instruction from the module's ``Hlo Proto`` in ``/host:metadata``
-(:mod:`traceroof.parsers.hlo_cost`, needs jax; ``cost_source = "shapes"``). When one HLO
+(:mod:`traceroof.costs.hlo`, needs jax; ``cost_source = "shapes"``). When one HLO
 instruction launched several kernels, its cost is spread over them by duration. Without jax,
 those ops have unknown cost (null, never 0) and a warning says so.
 

@@ -22,7 +22,7 @@ from ..errors import TraceFormatError
 from ..step_markers import marker_name
 from ..trace import DeviceInfo
 from . import xplane_proto as xp
-from .hlo_cost import Modules
+from .hlo_modules import Modules
 from .xplane import file_stem
 from .xplane_host import annotation_rows, assign_steps, device_step_spans, host_rows
 from .xplane_ops import cpu_thunk_ops, device_info, device_ops

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..report import Report
 from ..sections import ChipInfo, RanksInfo, StepStats
-from . import fmt
+from .. import units
 
 RANK_COLUMNS = (
     ("op", "label"),
@@ -37,22 +37,22 @@ def header(report: Report) -> list[tuple[str, str]]:
     rows += [
         ("ranks", ", ".join(str(r) for r in t.ranks) + (f" of world size {t.world_size}" if t.world_size else "")),
         ("steps", _steps_line(report)),
-        ("device ops", f"{t.device_ops:,} ops, {fmt.ns(t.device_time_ns)} of device time"),
+        ("device ops", f"{t.device_ops:,} ops, {units.ns(t.device_time_ns)} of device time"),
         ("chip", f"{c.name} ({c.reason})"),
-        ("peaks (dense)", ", ".join(f"{k} {fmt.flops_per_s(v)}" for k, v in _peaks(c))),
-        ("HBM bandwidth", f"{fmt.bytes_per_s(c.hbm_bytes_per_s)}"
+        ("peaks (dense)", ", ".join(f"{k} {units.flops_per_s(v)}" for k, v in _peaks(c))),
+        ("HBM bandwidth", f"{units.bytes_per_s(c.hbm_bytes_per_s)}"
          + (f"; ridge point {c.ridge_point_bf16:.0f} FLOP/byte (bf16)" if c.ridge_point_bf16 else "")),
         ("chip sources", _sources(c)),
     ]
     if c.trace_says:
         ts = c.trace_says
-        rows.append(("trace says", f"{ts.device}: {fmt.flops_per_s(ts.peak_flops_per_s)}, {fmt.bytes_per_s(ts.peak_hbm_bytes_per_s)}"))
+        rows.append(("trace says", f"{ts.device}: {units.flops_per_s(ts.peak_flops_per_s)}, {units.bytes_per_s(ts.peak_hbm_bytes_per_s)}"))
     cov_line = (
-        f"{fmt.pct(cov.costed_share)} of device time has FLOPs and bytes "
-        f"({fmt.pct(cov.shapes_share)} from shapes, {fmt.pct(cov.trace_share)} from the trace)"
+        f"{units.pct(cov.costed_share)} of device time has FLOPs and bytes "
+        f"({units.pct(cov.shapes_share)} from shapes, {units.pct(cov.trace_share)} from the trace)"
     )
     if cov.linked_device_time_ns and cov.linked_device_time_ns != t.device_time_ns:
-        cov_line += f"; {fmt.pct(cov.linked_costed_share)} of the kernel time linked to a framework op"
+        cov_line += f"; {units.pct(cov.linked_costed_share)} of the kernel time linked to a framework op"
     rows.append(("cost coverage", cov_line))
     return rows
 
@@ -107,17 +107,17 @@ def summary(report: Report) -> list[tuple[str, str]]:
         return [("summary", "no device ops to summarise")]
     st = s.step or StepStats()
     rows = [
-        ("step time", f"{fmt.ns(st.step_time_ns)} ({_step_mean_of(report)})"),
-        ("device busy", f"{fmt.pct(st.busy_fraction)} ({fmt.ns(st.busy_ns)} per step, union over streams)"),
-        ("breakdown", f"compute-bound {fmt.ns(st.compute_bound_ns)}, memory/latency-bound {fmt.ns(st.memory_bound_ns)}, "
-                      f"communication {fmt.ns(st.comm_ns)} ({fmt.ns(st.comm_exposed_ns)} exposed), idle {fmt.ns(st.idle_ns)}"),
+        ("step time", f"{units.ns(st.step_time_ns)} ({_step_mean_of(report)})"),
+        ("device busy", f"{units.pct(st.busy_fraction)} ({units.ns(st.busy_ns)} per step, union over streams)"),
+        ("breakdown", f"compute-bound {units.ns(st.compute_bound_ns)}, memory/latency-bound {units.ns(st.memory_bound_ns)}, "
+                      f"communication {units.ns(st.comm_ns)} ({units.ns(st.comm_exposed_ns)} exposed), idle {units.ns(st.idle_ns)}"),
     ]
     h = s.hfu
     if h is not None and h.value is not None:
         rows.append((
             "HFU",
-            f"{fmt.pct(h.value)}: {fmt.flops_per_s(h.achieved_flops_per_s)} achieved of "
-            f"{fmt.flops_per_s(h.peak_flops_per_s)} {h.peak_dtype} dense peak "
+            f"{units.pct(h.value)}: {units.flops_per_s(h.achieved_flops_per_s)} achieved of "
+            f"{units.flops_per_s(h.peak_flops_per_s)} {h.peak_dtype} dense peak "
             "(hardware FLOPs from the op table)",
         ))
     elif any("HFU" in i.what for i in report.inconsistencies):
@@ -125,7 +125,7 @@ def summary(report: Report) -> list[tuple[str, str]]:
     else:
         rows.append(("HFU", "unknown (no costed FLOPs)"))
     if s.mfu is not None and s.mfu.value is not None:
-        rows.append(("MFU", f"{fmt.pct(s.mfu.value)} (model FLOPs, {s.mfu.note or ''})"))
+        rows.append(("MFU", f"{units.pct(s.mfu.value)} (model FLOPs, {s.mfu.note or ''})"))
     return rows
 
 
@@ -133,15 +133,15 @@ def ranking_rows(report: Report, top: int) -> list[list[str]]:
     out = []
     for r in report.ranking.head(top).iter_rows(named=True):
         out.append([
-            fmt.short(r["label"], 60),
+            units.short(r["label"], 60),
             str(r["kind"]),
             f"{r['count']:,}",
-            fmt.ns(r["measured_ns"]),
-            fmt.ns(r["expected_ns"]),
-            fmt.ns(r["gap_ns"]),
+            units.ns(r["measured_ns"]),
+            units.ns(r["expected_ns"]),
+            units.ns(r["gap_ns"]),
             _efficiency(r["efficiency"]),
             str(r["bound"]),
-            fmt.ratio(r["intensity"]),
+            units.ratio(r["intensity"]),
         ])
     return out
 
@@ -153,7 +153,7 @@ def _efficiency(v: Any) -> str:
 
     if v is not None and v > ABOVE_ROOF_TOLERANCE:
         return "above roof (!)"
-    return fmt.pct(v)
+    return units.pct(v)
 
 
 def findings_rows(report: Report, top: int) -> list[list[str]]:
@@ -168,8 +168,8 @@ def findings_rows(report: Report, top: int) -> list[list[str]]:
         out.append([
             str(f.kind),
             str(f.severity),
-            fmt.ns(f.recoverable_ns),
-            fmt.short(title, 90),
+            units.ns(f.recoverable_ns),
+            units.short(title, 90),
         ])
     return out
 
@@ -179,7 +179,7 @@ def inconsistency_lines(report: Report) -> list[str]:
     for i in report.inconsistencies:
         what = i.what
         if i.op is not None:
-            what += f": {fmt.short(i.op, 60)} ×{i.count} (up to {fmt.pct(i.max_efficiency)} of roofline)"
+            what += f": {units.short(i.op, 60)} ×{i.count} (up to {units.pct(i.max_efficiency)} of roofline)"
         lines.append(what + " — suspects: " + "; ".join(i.suspects))
     return lines
 
@@ -200,19 +200,19 @@ def ranks_lines(report: Report) -> list[tuple[str, str]]:
             f"r{p['rank']} {_signed_ns(p.get('offset_ns'))}" for p in r.per_rank if p["rank"] != al.get("reference_rank")
         )
         align = (f"clocks aligned on {al['matched_collectives']} matched collectives (median end difference to rank "
-                 f"{al['reference_rank']}), uncertainty ±{fmt.ns(al.get('uncertainty_ns'))} (MAD); offsets: {offs}")
+                 f"{al['reference_rank']}), uncertainty ±{units.ns(al.get('uncertainty_ns'))} (MAD); offsets: {offs}")
     else:
         align = f"not aligned ({al.get('clock')} clock): {al.get('reason')}"
     rows = [("ranks", f"{len(r.ranks)} ranks compared: " + _rank_list(r.ranks)), ("alignment", align)]
     line = f"{coll['matched']} matched, {coll['compared']} compared"
     if coll.get("total_wait_ns") is not None:
-        line += f"; ranks waited {fmt.ns(coll['total_wait_ns'])} in total at them"
+        line += f"; ranks waited {units.ns(coll['total_wait_ns'])} in total at them"
     rows.append(("collectives", line + f" ({coll.get('note')})"))
     st = r.straggler
     if st:
         rows.append(("straggler", f"rank {st['rank']}: last at {st['last_arrivals']} of {st['instances']} compared collectives; "
-                                  f"others waited {fmt.ns(st['wait_caused_ns'])} ({fmt.ns(st['wait_caused_per_step_ns'])} per step, "
-                                  f"{fmt.ns(st['mean_wait_per_rank_ns'])} per waiting rank)"
+                                  f"others waited {units.ns(st['wait_caused_ns'])} ({units.ns(st['wait_caused_per_step_ns'])} per step, "
+                                  f"{units.ns(st['mean_wait_per_rank_ns'])} per waiting rank)"
                                   + ("" if st.get("sufficient", True) else
                                      f" — only {st['instances']} compared instance(s): too few to call it a straggler")))
     rows.append(("per step", _per_step_line(r)))
@@ -235,11 +235,11 @@ def ranks_rows(report: Report, top: int) -> tuple[list[list[str]], str | None]:
     for p in per:
         out.append([
             str(p["rank"]),
-            fmt.ns(p.get("step_time_ns")),
-            fmt.pct(p.get("busy_fraction")),
-            fmt.ns(p.get("comm_exposed_ns")),
-            fmt.ns(p.get("wait_ns")),
-            fmt.ns(p.get("wait_caused_ns")),
+            units.ns(p.get("step_time_ns")),
+            units.pct(p.get("busy_fraction")),
+            units.ns(p.get("comm_exposed_ns")),
+            units.ns(p.get("wait_ns")),
+            units.ns(p.get("wait_caused_ns")),
             "—" if p.get("last_arrivals") is None else str(p["last_arrivals"]),
             _signed_ns(p.get("offset_ns")) + ("" if r.alignment.get("applied") else " (not applied)")
             if p.get("offset_ns") is not None else "—",
@@ -250,7 +250,7 @@ def ranks_rows(report: Report, top: int) -> tuple[list[list[str]], str | None]:
 def _signed_ns(v: Any) -> str:
     if v is None:
         return "—"
-    return ("+" if v > 0 else "−" if v < 0 else "") + fmt.ns(abs(v))
+    return ("+" if v > 0 else "−" if v < 0 else "") + units.ns(abs(v))
 
 
 def _rank_list(ranks: list[int]) -> str:

@@ -17,8 +17,9 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
+from .. import units
+from ..dtypes import LOW_PRECISION_FIRST
 from ..findings import Finding
-from ..render import fmt
 from ..sections import ChipInfo
 from . import views
 
@@ -38,7 +39,7 @@ KIND_COLORS: dict[str, str] = {
 SELECT_COLOR = "#111111"
 FINDING_FILL = "rgba(214, 39, 40, 0.10)"
 FOCUS_FILL = "rgba(214, 39, 40, 0.28)"
-DTYPE_ORDER = ["fp8", "int8", "bf16", "fp16", "tf32", "fp32", "fp64"]
+DTYPE_ORDER = list(LOW_PRECISION_FIRST)
 _BASE_LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
     "margin": {"l": 70, "r": 30, "t": 70, "b": 60},
@@ -133,8 +134,8 @@ def _add_roofs(fig: go.Figure, roof_list: list[tuple[list[str], float]], W: floa
     ridges = [ridge_point(p, W) for _, p in roof_list]
     fig.add_trace(go.Scatter(
         x=[x_lo, max(ridges)], y=[W * x_lo, W * max(ridges)], mode="lines",
-        line={"color": "#444", "width": 2}, name=f"HBM {fmt.bytes_per_s(W)}", legendgroup="roofs",
-        hovertemplate=f"HBM slope: {fmt.bytes_per_s(W)} × intensity<extra></extra>",
+        line={"color": "#444", "width": 2}, name=f"HBM {units.bytes_per_s(W)}", legendgroup="roofs",
+        hovertemplate=f"HBM slope: {units.bytes_per_s(W)} × intensity<extra></extra>",
         meta={"role": "hbm", "hbm_bytes_per_s": W},
     ))
     for dtypes, peak in roof_list:
@@ -144,17 +145,17 @@ def _add_roofs(fig: go.Figure, roof_list: list[tuple[list[str], float]], W: floa
         fig.add_trace(go.Scatter(
             x=[r, x_hi], y=[peak, peak], mode="lines",
             line={"color": "#444" if on else "#9a9a9a", "width": 2 if on else 1, "dash": "solid" if on else "dot"},
-            name=f"{name} roof {fmt.flops_per_s(peak)}", legendgroup="roofs",
-            hovertemplate=f"{name} dense peak {fmt.flops_per_s(peak)}<extra></extra>",
+            name=f"{name} roof {units.flops_per_s(peak)}", legendgroup="roofs",
+            hovertemplate=f"{name} dense peak {units.flops_per_s(peak)}<extra></extra>",
             meta={"role": "roof", "dtypes": dtypes, "peak_flops_per_s": peak, "used": on},
         ))
-        fig.add_annotation(x=math.log10(x_hi), y=math.log10(peak), text=f"{name} {fmt.flops_per_s(peak)}",
+        fig.add_annotation(x=math.log10(x_hi), y=math.log10(peak), text=f"{name} {units.flops_per_s(peak)}",
                            xanchor="right", yanchor="bottom", showarrow=False,
                            font={"size": 10, "color": "#333" if on else "#888"})
     fig.add_trace(go.Scatter(
         x=ridges, y=[p for _, p in roof_list], mode="markers",
         marker={"symbol": "diamond", "size": 9, "color": "#444"}, name="ridge points", legendgroup="roofs",
-        text=[f"ridge point {'/'.join(d)}: {ridge_point(p, W):.0f} FLOP/byte ({fmt.flops_per_s(p)} ÷ {fmt.bytes_per_s(W)})"
+        text=[f"ridge point {'/'.join(d)}: {ridge_point(p, W):.0f} FLOP/byte ({units.flops_per_s(p)} ÷ {units.bytes_per_s(W)})"
               for d, p in roof_list],
         hovertemplate="%{text}<extra></extra>",
         meta={"role": "ridge", "ridges": ridges},
@@ -195,14 +196,14 @@ def _roof_hover(r: dict[str, Any], chip: ChipInfo, W: float) -> str:
     peak = chip.peak_flops_per_s.get(r["peak_dtype"]) if r["peak_dtype"] else None
     attain = min(peak, W * r["roof_intensity"]) if peak else None
     lines = [
-        f"<b>{_esc(fmt.short(r['label'], 90))}</b>",
-        f"{r['kind']} · {r['count']:,} ops · {fmt.ns(r['measured_ns'])} ({fmt.pct(r['share'])} of device time)",
-        f"intensity {r['roof_intensity']:.3g} FLOP/byte · achieved {fmt.flops_per_s(r['achieved_flops_per_s'])}",
-        f"FLOPs {fmt.count(r['roof_flops'])} · bytes {fmt.count(r['roof_bytes'], 'B')}",
+        f"<b>{_esc(units.short(r['label'], 90))}</b>",
+        f"{r['kind']} · {r['count']:,} ops · {units.ns(r['measured_ns'])} ({units.pct(r['share'])} of device time)",
+        f"intensity {r['roof_intensity']:.3g} FLOP/byte · achieved {units.flops_per_s(r['achieved_flops_per_s'])}",
+        f"FLOPs {units.count(r['roof_flops'])} · bytes {units.count(r['roof_bytes'], 'B')}",
     ]
     if attain:
-        lines.append(f"roof here ({r['peak_dtype']}): {fmt.flops_per_s(attain)} → {fmt.pct(r['achieved_flops_per_s'] / attain)} of it")
-    lines.append(f"roofline {fmt.ns(r['expected_ns'])} · gap {fmt.ns(r['gap_ns'])} · efficiency {fmt.pct(r['efficiency'])} · {r['bound']}-bound")
+        lines.append(f"roof here ({r['peak_dtype']}): {units.flops_per_s(attain)} → {units.pct(r['achieved_flops_per_s'] / attain)} of it")
+    lines.append(f"roofline {units.ns(r['expected_ns'])} · gap {units.ns(r['gap_ns'])} · efficiency {units.pct(r['efficiency'])} · {r['bound']}-bound")
     return "<br>".join(lines)
 
 
@@ -325,10 +326,10 @@ def _add_selected(fig: go.Figure, sel: pl.DataFrame, selected: str, multi: bool)
         return
     fig.add_trace(go.Scatter(
         x=[(s + d / 2) / 1e6 for s, d in zip(sel["start_ns"].to_list(), sel["dur_ns"].to_list())],
-        y=_row_values(sel, multi), mode="markers", name=f"selected: {fmt.short(selected, 40)}",
+        y=_row_values(sel, multi), mode="markers", name=f"selected: {units.short(selected, 40)}",
         marker={"symbol": "diamond", "size": 11, "color": "#ffd400", "line": {"width": 1.5, "color": SELECT_COLOR}},
         customdata=sel["label"].to_list(),
-        text=[f"<b>selected</b>: {_esc(fmt.short(n, 90))}<br>{fmt.ns(d)}" for n, d in
+        text=[f"<b>selected</b>: {_esc(units.short(n, 90))}<br>{units.ns(d)}" for n, d in
               zip(sel["name"].to_list(), sel["dur_ns"].to_list())],
         hovertemplate="%{text}<extra></extra>",
         meta={"role": "selected", "label": selected, "ops": sel.height},
@@ -348,7 +349,7 @@ def _add_findings(fig: go.Figure, in_view: list[tuple[int, Finding]], order: lis
         fig.add_annotation(x=f.start_ns / 1e6, y=1 + 0.035 * (n_marked % 3), yref="paper", xanchor="left",
                            yanchor="bottom", text=f"#{i + 1}", showarrow=False, font={"size": 10, "color": "#b22222"},
                            hovertext=_esc(f"#{i + 1} {f.title or f.kind} · recoverable "
-                                          f"{fmt.ns(f.recoverable_ns)}"))
+                                          f"{units.ns(f.recoverable_ns)}"))
 
 
 def _row_expr(multi: bool) -> pl.Expr:
@@ -379,7 +380,7 @@ def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: bool, max_bars: int,
         x=[max(e - s, 1) / 1e6 for s, e in zip(b["start_ns"].to_list(), b["end_ns"].to_list())],
         marker={"color": "#555555", "line": {"width": 0}}, width=0.5,
         customdata=b["label"].to_list(),
-        text=[f"launch of {_esc(fmt.short(r['name'], 80))}<br>{fmt.ns(r['busy_ns'])}" + (f" ({r['count']:,} launches)" if r["count"] > 1 else "")
+        text=[f"launch of {_esc(units.short(r['name'], 80))}<br>{units.ns(r['busy_ns'])}" + (f" ({r['count']:,} launches)" if r["count"] > 1 else "")
               for r in b.iter_rows(named=True)],
         textposition="none", hovertemplate="%{text}<extra></extra>",
         meta={"role": "launches", "launches": int(b["count"].sum())},
@@ -388,15 +389,15 @@ def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: bool, max_bars: int,
 
 def _bar_hover(r: dict[str, Any], aggregated: bool) -> str:
     if aggregated and r["count"] > 1:
-        return (f"<b>{r['count']:,} ops</b> {r['start_ns'] / 1e6:.3f}–{r['end_ns'] / 1e6:.3f} ms, busy {fmt.ns(r['busy_ns'])}"
-                f"<br>most time: {_esc(fmt.short(r['name'], 90))} ({r['kind']})")
-    lines = [f"<b>{_esc(fmt.short(r['name'], 90))}</b>"]
+        return (f"<b>{r['count']:,} ops</b> {r['start_ns'] / 1e6:.3f}–{r['end_ns'] / 1e6:.3f} ms, busy {units.ns(r['busy_ns'])}"
+                f"<br>most time: {_esc(units.short(r['name'], 90))} ({r['kind']})")
+    lines = [f"<b>{_esc(units.short(r['name'], 90))}</b>"]
     if r.get("label") and r["label"] != r["name"]:
-        lines.append(f"op: {_esc(fmt.short(r['label'], 60))}")
-    lines.append(f"{r['kind']} · start {r['start_ns'] / 1e6:.4f} ms · {fmt.ns(r['dur_ns'] if 'dur_ns' in r else r['busy_ns'])}")
+        lines.append(f"op: {_esc(units.short(r['label'], 60))}")
+    lines.append(f"{r['kind']} · start {r['start_ns'] / 1e6:.4f} ms · {units.ns(r['dur_ns'] if 'dur_ns' in r else r['busy_ns'])}")
     if r.get("bound") is not None:
-        lines.append(f"{r['bound']}-bound · roofline {fmt.ns(r.get('expected_ns'))} · gap {fmt.ns(r.get('gap_ns'))} · "
-                     f"efficiency {fmt.pct(r.get('efficiency'))}")
+        lines.append(f"{r['bound']}-bound · roofline {units.ns(r.get('expected_ns'))} · gap {units.ns(r.get('gap_ns'))} · "
+                     f"efficiency {units.pct(r.get('efficiency'))}")
     return "<br>".join(lines)
 
 
@@ -441,9 +442,9 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
     exposed = v["comm_exposed_ns"].to_list()
     for col, name, color in BREAKDOWN:
         vals = v[col].to_list()
-        text = [f"{name}: {fmt.ns(x)} ({fmt.pct((x or 0) / w if w else None)} of the step)" for x, w in zip(vals, wall)]
+        text = [f"{name}: {units.ns(x)} ({units.pct((x or 0) / w if w else None)} of the step)" for x, w in zip(vals, wall)]
         if col == "comm_only_ns":
-            text = [t + f"<br>exposed communication (not hidden by compute): {fmt.ns(e)}" for t, e in zip(text, exposed)]
+            text = [t + f"<br>exposed communication (not hidden by compute): {units.ns(e)}" for t, e in zip(text, exposed)]
         fig.add_trace(go.Bar(
             x=labels, y=[(x or 0) / 1e6 for x in vals], name=name, marker={"color": color},
             text=text, textposition="none", hovertemplate="%{x}<br>%{text}<extra></extra>",

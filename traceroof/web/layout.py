@@ -12,7 +12,8 @@ from typing import Any
 from dash import dash_table, dcc, html
 
 from ..findings import Finding
-from ..render import fmt, sections
+from .. import units
+from ..render import sections
 from ..report import Report
 from . import views
 
@@ -205,11 +206,11 @@ def steps_table(report: Report) -> html.Div:
         for c in cols:
             v = r[c]
             if c.endswith("_ns"):
-                row[c] = fmt.ns(v)
+                row[c] = units.ns(v)
             elif c in ("hfu", "mfu"):
-                row[c] = fmt.pct(v)
+                row[c] = units.pct(v)
             elif c == "flops":
-                row[c] = fmt.count(v)
+                row[c] = units.count(v)
             else:
                 row[c] = "—" if v is None else str(v)
         data.append(row)
@@ -230,7 +231,7 @@ def findings_list(report: Report) -> html.Div:
     total = sum(f.recoverable_ns or 0 for f in report.findings)
     return html.Div([
         html.P(f"{len(report.findings)} findings, largest recoverable time first (estimates overlap; their sum, "
-               f"{fmt.ns(total)}, is an upper bound).", className="tr-note"),
+               f"{units.ns(total)}, is an upper bound).", className="tr-note"),
         *cards,
     ])
 
@@ -263,7 +264,7 @@ def _finding_card(i: int, f: Finding) -> html.Div:
     return html.Div(className=f"tr-card {f.severity}", id=f"finding-{i}", children=[
         html.H3(f"#{i + 1} {f.title}"),
         html.Div([
-            html.Span(f"recoverable {fmt.ns(f.recoverable_ns)}", className="tr-rec"),
+            html.Span(f"recoverable {units.ns(f.recoverable_ns)}", className="tr-rec"),
             f" · {f.kind} · severity {f.severity}"
             + (f" · {f.occurrences} occurrences" if f.occurrences > 1 else "")
             + (f" · {', '.join(where)}" if where else ""),

@@ -425,30 +425,30 @@ def steps_view(steps: pl.DataFrame, rank: str | int | None = ALL) -> pl.DataFram
 # --------------------------------------------------------------------- findings
 def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:
     """A finding's evidence as (key, formatted value) rows, units read from the key suffix."""
-    from ..render import fmt
+    from .. import units
 
     rows = []
     for k, v in evidence.items():
         if isinstance(v, float) and (k.endswith("_ns")):
-            txt = fmt.ns(v)
+            txt = units.ns(v)
         elif isinstance(v, int) and k.endswith("_ns"):
-            txt = fmt.ns(v)
+            txt = units.ns(v)
         elif isinstance(v, float) and (k.endswith("share") or k.endswith("fraction") or k.endswith("_pct")):
-            txt = fmt.pct(v) if not k.endswith("_pct") else f"{v:.1f} %"
+            txt = units.pct(v) if not k.endswith("_pct") else f"{v:.1f} %"
         elif isinstance(v, float) and k.endswith("bytes_per_s"):
-            txt = fmt.bytes_per_s(v)
+            txt = units.bytes_per_s(v)
         elif isinstance(v, float) and k.endswith("flops_per_s"):
-            txt = fmt.flops_per_s(v)
+            txt = units.flops_per_s(v)
         elif isinstance(v, float) and k.endswith("bytes"):
-            txt = fmt.count(v, "B")
+            txt = units.count(v, "B")
         elif isinstance(v, float):
             txt = f"{v:.4g}"
         elif isinstance(v, (list, tuple)):
-            txt = ", ".join(fmt.short(x, 60) for x in v[:12]) + (f", … ({len(v)})" if len(v) > 12 else "")
+            txt = ", ".join(units.short(x, 60) for x in v[:12]) + (f", … ({len(v)})" if len(v) > 12 else "")
         elif v is None:
             txt = "—"
         else:
-            txt = fmt.short(v, 120)
+            txt = units.short(v, 120)
         rows.append((k, txt))
     return rows
 
