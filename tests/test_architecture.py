@@ -21,17 +21,26 @@ from conftest import REPO
 
 PKG = REPO / "traceroof"
 
-#: lowest first; a module belongs to the first layer with a prefix that matches its dotted
-#: name (``traceroof.`` left out); a prefix ending in "." matches a whole package.
+#: lowest first; each module is named (dotted, ``traceroof.`` left out), or its whole package
+#: by a name ending in "." — so a new module must be placed here, on purpose.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("vocabulary", ("errors", "units", "dtypes", "schema", "progress", "intervals")),
-    ("tables", ("trace", "chips", "chip_", "costs.kinds", "kernel_names")),
-    ("readers", ("parsers.", "merge", "parallel", "markers", "fsutil", "files")),
-    ("costs", ("costs.", "host", "costing", "roofline", "model", "mfu")),
-    ("inputs", ("cache", "io", "ingest", "steps")),
-    ("estimate", ("estimate",)),
-    ("findings", ("findings.", "ranks")),
-    ("analysis", ("sections", "report", "analysis", "pipeline", "gate", "capture", "load")),
+    # words and numbers everything shares; no traceroof imports (errors aside)
+    ("vocabulary", ("errors", "units", "dtypes", "sections", "progress", "intervals", "step_markers",
+                    "host")),
+    # the op and host tables, and putting several of them together
+    ("tables", ("schema", "trace", "merge", "parallel")),
+    # what an op costs on a chip: chips, cost formulas, roofline, model FLOPs, MFU/HFU, estimate
+    ("cost model", ("chip_table", "chip_detect", "chips", "costs.", "costing", "roofline", "mfu",
+                    "model_config", "model", "estimate")),
+    # one module per input format behind the registry, and the cache they can be stored in
+    ("readers", ("parsers.", "cache")),
+    # the one input door, ingest above the cache, step segmentation
+    ("inputs", ("io", "ingest", "steps")),
+    # the detectors and the cross-rank view
+    ("findings", ("rank_clock", "ranks", "findings.")),
+    # the analysis pipeline and what it produces
+    ("report", ("report", "report_schema", "analysis", "gate", "capture")),
+    # the faces: text renderers, dashboard, command line
     ("faces", ("render.", "web.", "cli", "__main__")),
 ]
 
@@ -57,12 +66,9 @@ MODULES = _modules()
 
 
 def _layer(mod: str) -> int:
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for pre in prefixes:
-            if pre.endswith("."):
-                if mod == pre[:-1] or mod.startswith(pre):
-                    return i
-            elif mod == pre or mod.startswith(pre + ".") or (pre.endswith("_") and mod.startswith(pre)):
+    for i, (_, names) in enumerate(LAYERS):
+        for name in names:
+            if mod == name or (name.endswith(".") and (mod == name[:-1] or mod.startswith(name))):
                 return i
     raise AssertionError(f"traceroof.{mod} is in no layer: add it to LAYERS in {__file__}")
 
