@@ -77,6 +77,14 @@ def test_a_toy_renderer_is_one_function_and_one_entry(example):
         assert len(out.splitlines()) == 3
         first_col = report.ranking.columns[0]
         assert out.splitlines()[0] == str(report.ranking[first_col][0])
+        # the command line offers it with no change of its own
+        from click.testing import CliRunner
+
+        from traceroof.cli import cli
+
+        res = CliRunner().invoke(cli, ["analyze", str(example.meta.sources[0]), "-q", "--format", "toy", "--top", "2"])
+        assert res.exit_code == 0, res.output
+        assert res.output.splitlines() == out.splitlines()[:2]
     finally:
         del R.RENDERERS["toy"]
 
@@ -102,3 +110,47 @@ def test_a_toy_chip_from_a_toml_file(example, tmp_path):
 
 def _get(f, key):
     return f[key] if isinstance(f, dict) else getattr(f, key)
+
+
+def _doc_snippet(marker: str) -> str:
+    """The python block of docs/extending.md whose first line is ``# <marker>``."""
+    import re
+
+    from conftest import REPO
+
+    text = (REPO / "docs" / "extending.md").read_text()
+    for block in re.findall(r"```python\n(.+?)\n```", text, re.S):
+        if block.startswith(f"# {marker}"):
+            return block
+    raise AssertionError(f"docs/extending.md has no python block starting '# {marker}'")
+
+
+def test_the_docs_cost_formula_and_detector_work_as_written(example):
+    """The page's examples, run as written (relative imports made absolute)."""
+    import types
+
+    from traceroof.costs import cost_of
+
+    def load(marker: str, package: str) -> types.ModuleType:
+        mod = types.ModuleType(f"{package}._doc_example")
+        mod.__package__ = package
+        exec(compile(_doc_snippet(marker), marker, "exec"), mod.__dict__)
+        return mod
+
+    if cost_of("aten::toy_scale", [[4, 8]], ["c10::BFloat16"], [""]) is None:
+        load("traceroof/costs/toy.py", "traceroof.costs")
+    c = cost_of("aten::toy_scale", [[4, 8]], ["c10::BFloat16"], [""])
+    # 4·8 = 32 elements: 32 FLOPs; 32 · 2 B read and written
+    assert (c.flops, c.bytes_read, c.bytes_written, c.kind) == (32.0, 64.0, 64.0, "elementwise")
+
+    load("traceroof/findings/long_kernels.py", "traceroof.findings")
+    try:
+        report = traceroof.analyze(example, chip="h100", findings=["long_kernels"])
+        ops = report.ops.filter(pl.col("gap_ns") > 20_000)
+        assert ops.height, "the example has ops losing over 20 µs"
+        worst = ops.sort("gap_ns", descending=True).row(0, named=True)
+        found = report.findings
+        assert len(found) == 1 and found[0].ops == [worst["name"]]
+        assert found[0].recoverable_ns == pytest.approx(worst["gap_ns"])
+    finally:
+        F.DETECTORS.pop("long_kernels", None)

@@ -207,10 +207,29 @@ def _analyzing(trace: Any) -> Any:
     return _stage(f"analyzing {n}", f"analyzed {n}")
 
 
+class _RendererChoice(click.Choice):
+    """``--format``'s choices: the names in :data:`traceroof.render.RENDERERS`, looked up when
+    click first needs them (parsing the option, ``--help``). So a new renderer is one module
+    plus its registry entry, and the command line starts without importing the renderers."""
+
+    def __init__(self) -> None:
+        super().__init__((), case_sensitive=True)
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        from .render import RENDERERS
+
+        return tuple(RENDERERS)
+
+    @choices.setter
+    def choices(self, value: Any) -> None:  # click.Choice.__init__ assigns it
+        pass
+
+
 @cli.command()
 @click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path(path_type=str))
 @chip_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "csv"]),
+@click.option("--format", "fmt", type=_RendererChoice(),
               help="Output format (default: from -o's suffix, else table).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str),
               help="Write to FILE. A .json FILE gets the full report (with the op table) for gate/serve.")
