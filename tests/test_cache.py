@@ -101,7 +101,7 @@ def test_cache_round_trip_is_exact(rel, tmp_path):
 
 def assert_same_costs(cached, fresh) -> None:
     """The costs stored at ingest are what the costing of a fresh parse computes, exactly."""
-    assert cached.costed is not None and cached.costed.model_id == cost_model_id()
+    assert cached.stored_costs is not None and cached.stored_costs.model_id == cost_model_id()
     ops_c, cov_c = apply_costs(cached)
     ops_f, cov_f = compute_costs(fresh)
     assert_frame_equal(ops_c, ops_f, check_exact=True, check_dtypes=True, check_row_order=True)
@@ -386,8 +386,10 @@ def test_stored_costs_are_not_used_for_a_replaced_op_table(cache_dir):
     import polars as pl
 
     t = read_cache(cache_dir)
+    assert t.stored_costs is not None
     t.ops = t.ops.filter(pl.col("dur_ns") > 0)
-    ops, cov = apply_costs(t)  # costed afresh: the stored columns belong to the old table
+    assert t.stored_costs is None  # they belonged to the old table
+    ops, cov = apply_costs(t)  # costed afresh
     assert_frame_equal(ops, compute_costs(t)[0], check_exact=True)
     assert cov.device_ns == int(t.ops["dur_ns"].sum())
 
@@ -413,6 +415,21 @@ def test_a_cache_without_costs_still_reads_and_is_costed(cache_dir):
     (cache_dir / "meta.json").write_text(json.dumps(doc))
     t = read_cache(cache_dir)
     fresh = read_trace(fixture(KINETO[0]))
-    assert t.costed is None
+    assert t.stored_costs is None
     assert_same_trace(t, fresh)
     assert_frame_equal(apply_costs(t)[0], compute_costs(fresh)[0], check_exact=True)
+
+
+def test_stored_costs_are_used_without_costing_again(cache_dir, monkeypatch):
+    """Re-analysis of a cache takes its stored costs as data: the costing does not run."""
+    import traceroof.costing as C
+
+    t = read_cache(cache_dir)
+    assert t.stored_costs is not None and t.stored_costs.columns.height == t.ops.height
+
+    def boom(trace):
+        raise AssertionError("costed again although stored costs were there")
+
+    monkeypatch.setattr(C, "compute_costs", boom)
+    ops, cov = C.apply_costs(t)
+    assert ops.height == t.ops.height and cov.device_ns == int(t.ops["dur_ns"].sum())

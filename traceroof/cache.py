@@ -34,7 +34,7 @@ The op parts also hold the op's costs (``__cost_kind``, ``__cost_dtype``, ``__co
 :func:`traceroof.costing.apply_costs` fills them), and the manifest or fragment a ``costs``
 entry (the cost model's identifier and the :class:`~traceroof.costing.Coverage`). They are
 chip-independent, so they are computed once at ingest; the trace read back carries them in
-``Trace.costed`` (its op table is the parsed one, unchanged), and the analysis uses them
+``Trace.stored_costs`` (its op table is the parsed one, unchanged), and the analysis uses them
 when the cost model is still the same.
 """
 
@@ -50,7 +50,7 @@ import polars as pl
 from .errors import InputNotFoundError, TraceFormatError
 from .merge import merge
 from .schema import HOST_SCHEMA, OP_SCHEMA
-from .trace import DeviceInfo, Trace, TraceMeta
+from .trace import DeviceInfo, StoredCosts, Trace, TraceMeta
 
 CACHE_FORMAT = "traceroof-cache"
 CACHE_VERSION = 1  #: the single-cache layout written by write_cache
@@ -198,7 +198,7 @@ def _read_table(p: Path, name: str, entry: Any, manifest: Path | None = None) ->
 
 
 def _split_costs(trace: Trace, entries: list[Any], where: Path) -> Trace:
-    """Move the stored ``__cost_*`` columns of ``trace.ops`` into ``trace.costed``.
+    """Move the stored ``__cost_*`` columns of ``trace.ops`` into ``trace.stored_costs``.
 
     ``entries`` are the ``costs`` entries of the manifest or of every fragment merged; the
     costs are kept only when every one of them is there under one cost model (their
@@ -207,7 +207,7 @@ def _split_costs(trace: Trace, entries: list[Any], where: Path) -> Trace:
     Raises:
         TraceFormatError: a ``costs`` entry that is not a cost model id and a coverage.
     """
-    from .costing import COST_COLUMNS, Costed, Coverage
+    from .costing import COST_COLUMNS, Coverage
 
     stored = [c for c in trace.ops.columns if c.startswith(COST_PREFIX)]
     if not stored:
@@ -223,7 +223,7 @@ def _split_costs(trace: Trace, entries: list[Any], where: Path) -> Trace:
         coverage = Coverage.merge([Coverage.from_json(e["coverage"]) for e in entries])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise TraceFormatError(where, "costs", f"a cost model id and a coverage ({type(exc).__name__}: {exc})") from exc
-    trace.costed = Costed(model_id=str(models.pop()), columns=columns, coverage=coverage, ops=trace.ops)
+    trace.stored_costs = StoredCosts(model_id=str(models.pop()), columns=columns, coverage=coverage.to_json())
     return trace
 
 

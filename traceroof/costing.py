@@ -10,7 +10,6 @@ proportion to their durations (and the coverage summary says how many ops were s
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import hashlib
@@ -110,7 +109,7 @@ def cost_model_id() -> str:
     module -- the formulas, the kind rules, the HLO cost model -- and
     :mod:`traceroof.parsers.hlo_modules`, which finds the HLO an XLA op is costed from).
 
-    Costs stored by ``traceroof ingest`` (:class:`Costed`) are used only under the same
+    Costs stored by ``traceroof ingest`` (:class:`traceroof.trace.StoredCosts`) are used only under the same
     identifier, so a changed formula never meets costs computed by the old one.
     """
     here = Path(__file__).parent
@@ -120,24 +119,6 @@ def cost_model_id() -> str:
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
-
-
-@dataclass
-class Costed:
-    """Costs computed earlier for a trace's op table (``traceroof ingest`` stores them).
-
-    Attributes:
-        model_id: the :func:`cost_model_id` that computed them.
-        columns: :data:`COST_COLUMNS` of every op, in the op table's row order.
-        coverage: the :class:`Coverage` of that costing.
-        ops: the op table they belong to; :func:`apply_costs` uses them only for that very
-            table (a trace whose ``ops`` was replaced is costed afresh).
-    """
-
-    model_id: str
-    columns: pl.DataFrame
-    coverage: Coverage
-    ops: pl.DataFrame
 
 
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
@@ -227,9 +208,10 @@ def shape_keys(host: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     """Return the op table with costs filled, and the coverage summary.
 
-    When ``trace.costed`` holds costs stored by ``traceroof ingest`` for this very op table
-    under the current :func:`cost_model_id`, they are used as they are (re-analysis of a
-    cache skips the costing); otherwise :func:`compute_costs` computes them.
+    When ``trace.stored_costs`` holds costs stored by ``traceroof ingest`` (for this op
+    table: a trace drops them when its ``ops`` is replaced) under the current
+    :func:`cost_model_id`, they are used as they are (re-analysis of a cache skips the
+    costing); otherwise :func:`compute_costs` computes them.
 
     Args:
         trace: a parsed trace. Rows that already have ``cost_source == "trace"`` keep their
@@ -238,11 +220,11 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     Returns:
         ``(ops, coverage)``: the op table with :data:`COST_COLUMNS` filled.
     """
-    pre = trace.costed
-    if pre is not None and pre.ops is trace.ops and pre.model_id == cost_model_id():
+    pre = trace.stored_costs
+    if pre is not None and pre.model_id == cost_model_id():
         # one chunk, as compute_costs leaves it: float sums then add in the same order
         ops = trace.ops.with_columns(pre.columns.select(COST_COLUMNS)).rechunk()
-        return ops, copy.deepcopy(pre.coverage)
+        return ops, Coverage.from_json(pre.coverage)
     return compute_costs(trace)
 
 

@@ -68,23 +68,51 @@ class TraceMeta:
         self.stats[key] = self.stats.get(key, 0) + n
 
 
+@dataclass(frozen=True)
+class StoredCosts:
+    """Chip-independent costs stored with a trace (``traceroof ingest`` writes them), as data.
+
+    Attributes:
+        model_id: the cost model that computed them (``traceroof.costing.cost_model_id()``);
+            the analysis uses them only under the same id.
+        columns: the cost columns (``kind``, ``dtype``, ``flops``, ``bytes``, ``cost_source``)
+            of every op of the trace's op table, in its row order.
+        coverage: that costing's coverage, in its JSON form (``Coverage.to_json()``).
+    """
+
+    model_id: str
+    columns: pl.DataFrame
+    coverage: dict[str, Any]
+
+
 @dataclass
 class Trace:
     """A parsed trace: ``ops`` (OP_SCHEMA), ``host`` (HOST_SCHEMA) and ``meta``.
 
     Tables are conformed to their schemas on construction, so downstream code can rely on
-    every declared column being present with its dtype.
+    every declared column being present with its dtype. ``stored_costs`` belong to the op
+    table the trace was read with: assigning a new ``ops`` drops them (the new table is
+    costed afresh).
     """
 
     ops: pl.DataFrame
     host: pl.DataFrame
     meta: TraceMeta
-    #: costs stored with a cache (:class:`traceroof.costing.Costed`), else None
-    costed: Any = field(default=None, compare=False, repr=False)
+    #: costs stored with a cache for exactly this op table, else None
+    stored_costs: StoredCosts | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        stored = self.stored_costs
         self.ops = validate(conform(self.ops, OP_SCHEMA), OP_SCHEMA, what="op table")
         self.host = validate(conform(self.host, HOST_SCHEMA), HOST_SCHEMA, what="host table")
+        if stored is not None and stored.columns.height != self.ops.height:
+            raise ValueError(f"stored costs for {stored.columns.height} ops, the op table has {self.ops.height}")
+        object.__setattr__(self, "stored_costs", stored)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "ops":  # a new op table: the stored costs were for the old one
+            object.__setattr__(self, "stored_costs", None)
+        object.__setattr__(self, name, value)
 
     @property
     def device_time_ns(self) -> int:
