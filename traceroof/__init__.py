@@ -29,6 +29,7 @@ _EXPORTS = {
     "detect_chip": "traceroof.chips",
     "list_chips": "traceroof.chips",
     "analyze": "traceroof.analysis",
+    "load_report": "traceroof.analysis",
     "Report": "traceroof.report",
     "TraceroofError": "traceroof.errors",
     "TraceFormatError": "traceroof.errors",
