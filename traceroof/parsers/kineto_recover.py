@@ -34,6 +34,14 @@ def _event_pieces(buf: bytes, start: int, end: int | None = None) -> list[tuple[
 
 
 def recover(data: bytes, on_chunk: OnChunk, stats: DecodeStats) -> Decoded:
+    """Decode a whole Kineto file that is not valid JSON: the header keys before the event
+    array (empty when they do not decode), its events one by one (repaired, or dropped and
+    counted in ``stats`` with their byte offsets), handed to ``on_chunk`` in batches, and
+    the header keys after it.
+
+    Raises:
+        ValueError: ``data`` holds no ``"traceEvents": [`` at all.
+    """
     m = EVENTS_KEY.search(data)
     if m is None:
         raise ValueError("no 'traceEvents' array found")

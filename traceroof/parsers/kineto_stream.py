@@ -35,7 +35,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 #: what follows the ``]`` that closes the event array: ``, "key"`` or the closing ``}``
 _AFTER_CLOSE = re.compile(rb'\]\s*(?:,\s*"|\})')
-#: ``}`` ``]`` ``, "`` or ``}``: the event array may end here (see :func:`find_array_end`)
+#: ``}`` ``]`` ``, "`` or ``}``: the event array may end here (see
+#: :func:`~.kineto_recover.find_array_end`)
 _ARRAY_END_OPEN = re.compile(rb'\}\s*\]\s*(?:,\s*"|\})')
 
 
@@ -396,9 +397,9 @@ def decode_stream(
     strict decode stops with ``trailing characters`` right after a ``]`` followed by
     ``, "key"`` or ``}``: everything from there to the end of the stream is the header tail
     (it may hold arrays of objects, e.g. ``deviceProperties``). A piece that does not decode
-    is recovered event by event (the array's end found by :func:`find_array_end` when it
-    lies in the piece); a stream cut mid-event keeps every complete event and records
-    ``truncated_at``. A header prefix that is not valid JSON, or no events key, in a stream
+    is recovered event by event (the array's end found by
+    :func:`~.kineto_recover.find_array_end` when it lies in the piece); a stream cut
+    mid-event keeps every complete event and records ``truncated_at``. A header prefix that is not valid JSON, or no events key, in a stream
     of at most ``STREAM_FALLBACK_BYTES``: decoded in memory by :func:`decode`.
 
     Args:

@@ -119,8 +119,12 @@ ARGS: tuple[Arg, ...] = (
         Spelling("Input Dims", "PyTorch 1.9+ (record_shapes)"),
         Spelling("Input dims", "PyTorch 1.8 (lower case)"),
     )),
-    Arg("cpu_op::input_type", "input_type", JSON_TEXT, (Spelling("Input type", "PyTorch 1.8+ (record_shapes)"),)),
-    Arg("cpu_op::concrete_inputs", "concrete", JSON_TEXT, (Spelling("Concrete Inputs", "PyTorch 2.0+ (record_shapes)"),)),
+    Arg("cpu_op::input_type", "input_type", JSON_TEXT, (
+        Spelling("Input type", "PyTorch 1.8+ (record_shapes)"),
+    )),
+    Arg("cpu_op::concrete_inputs", "concrete", JSON_TEXT, (
+        Spelling("Concrete Inputs", "PyTorch 2.0+ (record_shapes)"),
+    )),
     Arg("data::bytes", "nbytes", NUMBER, (Spelling("bytes", "memcpy/memset events, PyTorch 1.8+"),)),
     Arg("nccl::collective_name", "coll_name", NUMBER, (
         Spelling("Collective name", "NCCL kernels and record_param_comms, PyTorch 2.1+"),

@@ -68,6 +68,7 @@ class PlaneScan:
 
     @property
     def name(self) -> str:
+        """The plane's name (``/device:GPU:0``, ``/host:CPU``), invalid UTF-8 replaced."""
         return text(self.meta.name)
 
     def line(self, i: int, want=None) -> LineScan:
