@@ -50,10 +50,10 @@ def generated_inputs() -> list[Path]:
 
 def make_sets(tmp: Path) -> list[tuple[str, list[str]]]:
     """Multi-rank sets and caches, made fresh in ``tmp`` (deterministic content)."""
+    from click.testing import CliRunner
     from tracegen import Kernel, TraceBuilder
 
     from traceroof.cli import cli
-    from click.testing import CliRunner
 
     ranks = tmp / "ranks8"
     ranks.mkdir()

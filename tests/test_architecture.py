@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from conftest import REPO
 
 PKG = REPO / "traceroof"

@@ -348,8 +348,8 @@ def test_missing_dataset_part_exits_4_naming_it(dataset):
 
 
 def test_ingest_file_refuses_a_single_cache(cache_dir):
-    from traceroof.ingest import ingest_file
     from traceroof.errors import UsageError
+    from traceroof.ingest import ingest_file
 
     with pytest.raises(UsageError, match="single-trace cache"):
         ingest_file(fixture(SAMPLED[0]), cache_dir)

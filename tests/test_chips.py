@@ -663,9 +663,8 @@ def test_pg509_board_memsets_outrun_the_40gb_part():
     """Why 'NVIDIA A100-PG509-200' maps to the 80GB-class part despite reporting 39.4 GiB:
     its memsets write faster than the 40GB part's HBM allows (1,555 GB/s), within the 80GB
     part's 2,039 GB/s."""
-    import json as _json
     import gzip as _gzip
-
+    import json as _json
     from decimal import Decimal
 
     p = REAL / "HolisticTraceAnalysis/tests/data/nccl_parser_config/nccl_data.json.gz"

@@ -16,14 +16,14 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from distributed import Client, LocalCluster
-
 from conftest import real
+from distributed import Client, LocalCluster
 from test_many_ranks import assert_same, write_ranks
+
 from traceroof.cache import read_cache
-from traceroof.ingest import finalize, fragment_key, ingest_file
 from traceroof.cli import cli
 from traceroof.errors import TraceFormatError
+from traceroof.ingest import finalize, fragment_key, ingest_file
 from traceroof.io import read_trace
 
 HTA = ("HolisticTraceAnalysis", "tests", "data", "trace_filter")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
+import make_example as mx
 import polars as pl
 import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES
 
-import make_example as mx
 from traceroof import analyze, read_trace
 from traceroof.cli import cli
 from traceroof.gate import check

@@ -11,10 +11,10 @@ import json
 import random
 from pathlib import Path
 
+import make_faults  # fixtures/ is on sys.path (conftest)
 import pytest
 from conftest import FIXTURES, kineto, write
 
-import make_faults  # fixtures/ is on sys.path (conftest)
 from traceroof import analyze, read_trace
 from traceroof.findings import Finding, FindingContext, _cap_to_window
 from traceroof.findings import _common as C

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES, REPO, real
 
 import traceroof
 from traceroof.cli import cli
@@ -20,8 +21,6 @@ from traceroof.io import detect_format, read_trace, resolve_inputs
 from traceroof.parsers import registry
 from traceroof.schema import HOST_SCHEMA, OP_SCHEMA, conform, empty
 from traceroof.trace import Trace, TraceMeta
-
-from conftest import FIXTURES, REPO, real
 
 TPU = ("xprof", "xprof", "convert", "test_xplanes", "tpu_inference_2.xplane.pb")
 MANGLED = ("xprof", "xprof", "convert", "test_xplanes", "tpu_inference_2.xplane.pb.HEAD-bfd424c-utf8-mangled")

@@ -203,8 +203,8 @@ def _step_trace(with_steps: bool, lost_launch: bool = False) -> bytes:
 
 
 def test_bc14_no_step_markers_is_one_unsegmented_step():
-    from traceroof.chips import get_chip
     from traceroof import analyze
+    from traceroof.chips import get_chip
 
     t = K.read_bytes(_step_trace(False), path="nosteps.json")
     assert t.ops["step"].null_count() == t.ops.height == 12
@@ -214,8 +214,8 @@ def test_bc14_no_step_markers_is_one_unsegmented_step():
 
 
 def test_bc14_cut_last_step_is_partial_and_excluded():
-    from traceroof.chips import get_chip
     from traceroof import analyze
+    from traceroof.chips import get_chip
 
     t = K.read_bytes(_step_trace(True, lost_launch=True), path="steps.json")
     assert sorted(t.ops["step"].unique().to_list()) == [3, 4, 5, 6]

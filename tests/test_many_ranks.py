@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
-
 from tracegen import Kernel, TraceBuilder
+
 from traceroof.cli import cli
 from traceroof.errors import InputNotFoundError, TraceFormatError
 from traceroof.io import read_trace, resolve_inputs

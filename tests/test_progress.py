@@ -12,8 +12,8 @@ import re
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import real
+
 from traceroof import progress as progress_mod
 from traceroof.cli import cli
 from traceroof.io import read_trace

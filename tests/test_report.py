@@ -14,10 +14,10 @@ import pytest
 from conftest import FIXTURES, REAL, real
 
 from traceroof import analysis
+from traceroof import units as rfmt
 from traceroof.errors import TraceroofError, UnknownChipError
 from traceroof.io import read_trace
 from traceroof.render import RENDERERS, render
-from traceroof import units as rfmt
 from traceroof.report import Report
 from traceroof.report_schema import report_schema, validate_report
 

@@ -19,7 +19,8 @@ from test_kineto_cases import _thousand, kernel
 
 from traceroof.errors import TraceFormatError
 from traceroof.parsers import kineto as K
-from traceroof.parsers.kineto_decode import decode, decode_stream
+from traceroof.parsers.kineto_decode import decode
+from traceroof.parsers.kineto_stream import decode_stream
 
 #: every real Kineto trace (the tar's members are compared one by one)
 REAL_KINETO = sorted(

@@ -14,6 +14,8 @@ import pytest
 from google.protobuf import descriptor_pool
 
 from traceroof.parsers import xplane_proto as xp
+from traceroof.parsers import xplane_proto_events as xpe
+from traceroof.parsers import xplane_proto_messages as xpm
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 OWN = Path(__file__).resolve().parents[1] / "fixtures" / "jax_cpu" / "train_step.xplane.pb"
@@ -126,8 +128,8 @@ def _line_bytes(line: xp.XLine) -> bytes:
 
 @pytest.mark.parametrize("chunk", [1 << 18, 64, 23])
 def test_decoder_edge_cases(monkeypatch, chunk):
-    monkeypatch.setattr(xp, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(xp, "_SMALL_CHUNK", max(8, chunk // 4))
+    monkeypatch.setattr(xpe, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(xpe, "_SMALL_CHUNK", max(8, chunk // 4))
     line = _edge_line()
     data = _line_bytes(line)
     got = xp.scan_line(data, 0, len(data))
@@ -163,8 +165,8 @@ def test_bulk_slow_path_for_string_heavy_lines(monkeypatch):
         e.stats.add(metadata_id=2, str_value=f"s{i}")
     data = line.SerializeToString()
     calls = []
-    real = xp._part_from_messages
-    monkeypatch.setattr(xp, "_part_from_messages", lambda evs: calls.append(len(evs)) or real(evs))
+    real = xpe._part_from_messages
+    monkeypatch.setattr(xpe, "_part_from_messages", lambda evs: calls.append(len(evs)) or real(evs))
     got = xp.scan_line(data, 0, len(data))
     _assert_line_equal(got.events, line)
     assert calls[:xp.SLOW_RUN_LIMIT - 1] == [1] * (xp.SLOW_RUN_LIMIT - 1)
@@ -185,7 +187,7 @@ def test_private_pool_leaves_default_pool_alone():
         descriptor_pool.Default().FindMessageTypeByName("tensorflow.profiler.XSpace")
     assert xp.XSpace.DESCRIPTOR.file.pool is xp.POOL
     # TensorFlow/TensorBoard can still register the same names in the default pool
-    fdp = xp._file_descriptor()
+    fdp = xpm._file_descriptor()
     fdp.name = "tensorflow/tsl/profiler/protobuf/xplane.proto"
     other = descriptor_pool.DescriptorPool()
     other.Add(fdp)

@@ -27,10 +27,27 @@ from .findings import Finding
 from .mfu import Inconsistency, Peak, achieved_flops_per_s, hfu, mfu
 from .parsers.registry import facts_for
 from .report import Report
-from .roofline import ABOVE_ROOF_TOLERANCE, MATRIX_KINDS, above_roof, add_roofline, rank_ops
+from .roofline import (
+    ABOVE_ROOF_TOLERANCE,
+    MATRIX_KINDS,
+    above_roof,
+    add_roofline,
+    rank_ops,
+)
 from .sections import (
-    ChipInfo, CoverageInfo, Filters, HfuInfo, InconsistencyInfo, MfuInfo, RanksInfo, RooflineInfo,
-    StepStats, Summary, TraceInfo, TraceSays, section_from_dict,
+    ChipInfo,
+    CoverageInfo,
+    Filters,
+    HfuInfo,
+    InconsistencyInfo,
+    MfuInfo,
+    RanksInfo,
+    RooflineInfo,
+    StepStats,
+    Summary,
+    TraceInfo,
+    TraceSays,
+    section_from_dict,
 )
 from .trace import Trace, TraceMeta
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .chip_table import ChipSpec, chip_table, close_matches, known_chips_text, norm_name, token_candidates
+from .chip_table import (
+    ChipSpec,
+    chip_table,
+    close_matches,
+    known_chips_text,
+    norm_name,
+    token_candidates,
+)
 from .errors import UnknownChipError
 from .trace import DeviceInfo
 

@@ -13,13 +13,14 @@ import functools
 import math
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import tomllib
 
 from .dtypes import PEAK_DTYPES, canonical_dtype
 from .errors import UnknownChipError

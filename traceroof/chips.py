@@ -22,7 +22,14 @@ candidates; nothing ever falls back to a default chip.
 from __future__ import annotations
 
 from .chip_detect import detect_chip
-from .chip_table import ChipMatch, ChipSpec, get_chip, list_chips, load_chip_file, references
+from .chip_table import (
+    ChipMatch,
+    ChipSpec,
+    get_chip,
+    list_chips,
+    load_chip_file,
+    references,
+)
 from .dtypes import canonical_dtype
 
 __all__ = [

@@ -381,8 +381,8 @@ def estimate(model_path: str, chip: str | None, seq_len: int, batch: int, dtype:
       traceroof estimate --model config.json --chip h100 --seq 4096 --batch 8
     """
     from .estimate import estimate as run_estimate
-    from .render.estimate import render_estimate
     from .model import load_model_config
+    from .render.estimate import render_estimate
 
     if not chip:
         raise click.UsageError("estimate needs --chip NAME (see `traceroof chips`)")

@@ -34,9 +34,9 @@ from .model import (
     ModelConfig,
     ParamCounts,
     Peak,
-    mlp_params,
     crossover_context_len,
     flops_per_token,
+    mlp_params,
     param_counts,
     peak_from_chip,
 )

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import UsageError
 from . import units
+from .errors import UsageError
 from .report import Report
 from .sections import Summary
 

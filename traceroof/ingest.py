@@ -23,8 +23,20 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .cache import (
-    CACHE_FORMAT, CACHE_VERSION, COST_PREFIX, DATASET_VERSION, FRAGMENT_FORMAT, FRAGMENT_VERSION,
-    FRAGMENTS_DIR, META_FILE, ROW_COLUMN, TABLES, fragment_files, is_cache, load_fragment, meta_from_json,
+    CACHE_FORMAT,
+    CACHE_VERSION,
+    COST_PREFIX,
+    DATASET_VERSION,
+    FRAGMENT_FORMAT,
+    FRAGMENT_VERSION,
+    FRAGMENTS_DIR,
+    META_FILE,
+    ROW_COLUMN,
+    TABLES,
+    fragment_files,
+    is_cache,
+    load_fragment,
+    meta_from_json,
 )
 from .errors import InputNotFoundError, TraceFormatError, TraceroofError, UsageError
 from .io import read_one, resolve_inputs

@@ -10,7 +10,6 @@ from typing import Any
 
 import polars as pl
 
-
 #: Below every (shifted) time: the running maximum before a group's first row.
 _NEG = -(2**62)
 

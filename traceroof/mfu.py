@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import UsageError
 from . import units
+from .errors import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,15 @@ import polars as pl
 from . import __version__
 from .errors import InputNotFoundError, ReportVersionError
 from .findings import Finding
-from .sections import ChipInfo, CoverageInfo, Filters, InconsistencyInfo, RanksInfo, Summary, TraceInfo
+from .sections import (
+    ChipInfo,
+    CoverageInfo,
+    Filters,
+    InconsistencyInfo,
+    RanksInfo,
+    Summary,
+    TraceInfo,
+)
 
 SCHEMA_VERSION = 1
 

@@ -21,7 +21,13 @@ from typing import Any, Union
 import polars as pl
 
 from .sections import (
-    ChipInfo, CoverageInfo, Filters, InconsistencyInfo, RanksInfo, Summary, TraceInfo,
+    ChipInfo,
+    CoverageInfo,
+    Filters,
+    InconsistencyInfo,
+    RanksInfo,
+    Summary,
+    TraceInfo,
 )
 
 __all__ = ["RANKING_COLUMNS", "report_schema", "validate_report"]

@@ -13,8 +13,18 @@ See ``docs/costs.md`` for every formula, its shape convention and its source.
 
 from __future__ import annotations
 
-from . import attention, conv, elementwise, matmul, memory, norm, optimizer, reduction, triton
 from ..dtypes import itemsize
+from . import (
+    attention,
+    conv,
+    elementwise,
+    matmul,
+    memory,
+    norm,
+    optimizer,
+    reduction,
+    triton,
+)
 from .args import OpArgs, Tensor, dtype_of
 from .kinds import kind_of_kernel, kind_of_op
 from .registry import OpCost, cost_of, formula_for, register_cost, registered_ops

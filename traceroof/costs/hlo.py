@@ -39,8 +39,15 @@ import polars as pl
 
 from ..schema import KIND
 from .hlo_text import (
-    InstrInfo, collective_size, first_array_shape, gemm_custom_call_flops, one_instruction_module,
-    parse_hlo_text, parse_instructions, shape_bytes, xla_dtype,
+    InstrInfo,
+    collective_size,
+    first_array_shape,
+    gemm_custom_call_flops,
+    one_instruction_module,
+    parse_hlo_text,
+    parse_instructions,
+    shape_bytes,
+    xla_dtype,
 )
 from .kinds import GEMM_TARGET, kind_of_hlo
 

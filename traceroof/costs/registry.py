@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
 from ..errors import DuplicateFormulaError, UsageError
 from ..schema import KINDS
 from .args import OpArgs

@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import by_rank, busy_ns, claim, fmt_ns, name_tests, short, wall_ns
+from ._common import busy_ns, by_rank, claim, fmt_ns, name_tests, short, wall_ns
 
 #: Report a group when it gives back at least this share of the rank's device busy time.
 MIN_SHARE_OF_BUSY = 0.005

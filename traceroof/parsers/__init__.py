@@ -7,7 +7,17 @@ modules themselves are imported on first use, and their decoders only when a fil
 """
 
 from .registry import (
-    CONTENT, HINT, SUFFIX, FormatFacts, Head, InputFormat, detect, facts_for, formats, get, register,
+    CONTENT,
+    HINT,
+    SUFFIX,
+    FormatFacts,
+    Head,
+    InputFormat,
+    detect,
+    facts_for,
+    formats,
+    get,
+    register,
     unregister,
 )
 

@@ -17,21 +17,23 @@ import gzip
 import logging
 import os
 import re
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import polars as pl
 
 from ..errors import InputNotFoundError, TraceFormatError
-from ..schema import HOST_SCHEMA, OP_SCHEMA, empty
 from ..trace import DeviceInfo, Trace, TraceMeta
 from . import kineto_vocab as V
-from .kineto_decode import STREAM_BLOCK_BYTES, Event, StreamFormatError, decode, decode_stream, raw_us_to_ns
+from .kineto_columns import as_int, device_frame, host_frame
+from .kineto_decode import decode
+from .kineto_events import Event
+from .kineto_stream import STREAM_BLOCK_BYTES, StreamFormatError, decode_stream
+from .kineto_times import raw_us_to_ns
 
 logger = logging.getLogger(__name__)
 
-_STREAM_RE = re.compile(r"(\d+)")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.I)
 
 
@@ -140,29 +142,6 @@ def _gunzip_partial(data: bytes) -> bytes:
         return b""
 
 
-def _as_int(v: Any) -> int | None:
-    if v is None or isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        return int(v)
-    try:
-        return int(str(v).strip())
-    except ValueError:
-        m = _STREAM_RE.search(str(v))
-        return int(m.group(1)) if m else None
-
-
-def _raw_text(r: Any) -> str | None:
-    if r is None:
-        return None
-    b = bytes(r)
-    if not b or b == b"null":
-        return None
-    return b.decode("utf-8", "replace")
-
-
 class _Builder:
     """Accumulates column chunks; no per-event objects survive a chunk."""
 
@@ -182,17 +161,30 @@ class _Builder:
         self.profiler_ranges = 0
 
     # ------------------------------------------------------------------ chunk
-    from .kineto_decode import Args as _Args
-
-    #: stands in for a missing ``args`` object: every field at its default (None / empty Raw)
-    _NO_ARGS = _Args()
-
     def add_chunk(self, events: list[Event]) -> None:
         """Turn one decoded chunk into a device and a host column frame.
 
         One pass sorts the events (and counts the ones that are not kept); the columns are
-        then built field by field with list comprehensions and converted in bulk, falling
-        back to the per-value conversions only when a column holds something unusual.
+        then built field by field (:mod:`.kineto_columns`) and converted in bulk.
+        """
+        dev, d_cat, host, h_cat = self._sort(events)
+        # all the times of the chunk in one conversion (it works value by value): one query
+        # instead of four, each with its fixed cost
+        nd, nh = len(dev), len(host)
+        if not (nd or nh):
+            return
+        times = raw_us_to_ns([e.ts for e in dev] + [e.dur for e in dev] + [e.ts for e in host] + [e.dur for e in host])
+        if dev:
+            self.dev_frames.append(device_frame(dev, d_cat, times.slice(0, nd), times.slice(nd, nd)))
+        if host:
+            self.host_frames.append(host_frame(host, h_cat, times.slice(2 * nd, nh), times.slice(2 * nd + nh, nh)))
+
+    def _sort(self, events: list[Event]) -> tuple[list[Event], list[str], list[Event], list[str]]:
+        """Sort a chunk's events into device ops and host events, each with its normalised
+        category (:mod:`.kineto_vocab`); count the rest (per category, per phase, empty
+        events, flows, samples) and keep the process/thread names of ``M`` events.
+
+        Returns ``(device events, their kinds, host events, their host categories)``.
         """
         counts = self.counts
         dev_cats = V.DEVICE_CATEGORIES
@@ -243,8 +235,6 @@ class _Builder:
                         mem += 1
                 elif ph == "C":
                     counters += 1
-                elif ph in ("B", "E", "b", "e", "n"):
-                    self.unknown_phases[ph] = self.unknown_phases.get(ph, 0) + 1
                 else:
                     self.unknown_phases[str(ph)] = self.unknown_phases.get(str(ph), 0) + 1
         self.empty_events += empty
@@ -253,72 +243,7 @@ class _Builder:
         self.flows += flows
         self.mem_samples += mem
         self.counter_samples += counters
-
-        ints, strs, texts = self._ints, self._strs, self._texts
-        no_args = self._NO_ARGS
-        # all the times of the chunk in one conversion (it works value by value): one query
-        # instead of four, each with its fixed cost
-        nd, nh = len(dev), len(host)
-        times = raw_us_to_ns(
-            [e.ts for e in dev] + [e.dur for e in dev] + [e.ts for e in host] + [e.dur for e in host]
-        ) if nd or nh else None
-        if dev:
-            args = [e.args or no_args for e in dev]
-            self.dev_frames.append(
-                pl.DataFrame(
-                    {
-                        "name": pl.Series([e.name for e in dev], dtype=pl.String, strict=False),
-                        "cat": pl.Series(d_cat, dtype=pl.String),
-                        "pid": strs([e.pid for e in dev]),
-                        "tid": strs([e.tid for e in dev]),
-                        "ts_ns": times.slice(0, nd),
-                        "dur_ns": times.slice(nd, nd),
-                        "device_arg": ints([a.device for a in args]),
-                        "stream_arg": ints([a.stream for a in args]),
-                        "correlation": ints([a.correlation for a in args]),
-                        "external_id": ints(
-                            [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
-                        ),
-                        "nbytes": ints([a.nbytes for a in args]),
-                        "coll_name": strs([a.coll_name for a in args]),
-                        "coll_in_nelems": ints([a.in_nelems for a in args]),
-                        "coll_out_nelems": ints([a.out_nelems for a in args]),
-                        "coll_group_size": ints([a.group_size for a in args]),
-                        "coll_dtype": strs([a.dtype for a in args]),
-                    }
-                )
-            )
-        if host:
-            args = [e.args or no_args for e in host]
-            # PyTorch 1.8 wrote ``Input dims`` (lowercase): read when ``Input Dims`` is absent
-            shapes = texts(
-                [a.input_dims if len(a.input_dims) else a.input_dims_lc for a in args]
-                + [a.input_type for a in args] + [a.concrete for a in args]
-            )
-            self.host_frames.append(
-                pl.DataFrame(
-                    {
-                        "name": pl.Series([e.name for e in host], dtype=pl.String, strict=False),
-                        "cat": pl.Series(h_cat, dtype=pl.String),
-                        "pid": strs([e.pid for e in host]),
-                        "thread": strs([e.tid for e in host]),
-                        "ts_ns": times.slice(2 * nd, nh),
-                        "dur_ns": times.slice(2 * nd + nh, nh),
-                        "correlation": ints([a.correlation for a in args]),
-                        "external_id": ints(
-                            [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
-                        ),
-                        "input_dims": shapes.slice(0, nh),
-                        "input_types": shapes.slice(nh, nh),
-                        "concrete_inputs": shapes.slice(2 * nh, nh),
-                        "coll_name": strs([a.coll_name for a in args]),
-                        "coll_in_nelems": ints([a.in_nelems for a in args]),
-                        "coll_out_nelems": ints([a.out_nelems for a in args]),
-                        "coll_group_size": ints([a.group_size for a in args], pl.Int32),
-                        "coll_dtype": strs([a.dtype for a in args]),
-                    }
-                )
-            )
+        return dev, d_cat, host, h_cat
 
     @staticmethod
     def _take(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
@@ -328,43 +253,6 @@ class _Builder:
         df = pl.concat(frames, how="vertical_relaxed")
         frames.clear()
         return df
-
-    # bulk conversions; each equals the per-value conversion it replaces
-    @staticmethod
-    def _ints(vals: list[Any], dtype: Any = pl.Int64) -> pl.Series:
-        """``[_as_int(v) for v in vals]`` as a Series; in bulk when all are ints or None."""
-        try:
-            return pl.Series(vals, dtype=dtype)  # strict: floats and strings raise
-        except Exception:  # noqa: BLE001 - any oddity: the exact per-value path decides
-            return pl.Series([_as_int(v) for v in vals], dtype=dtype)
-
-    @staticmethod
-    def _strs(vals: list[Any]) -> pl.Series:
-        """``[None if v is None else str(v) for v in vals]`` as a String Series."""
-        try:
-            return pl.Series(vals, dtype=pl.Int64).cast(pl.String)  # all ints (or None)
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            return pl.Series(vals, dtype=pl.String)  # all strings (or None)
-        except Exception:  # noqa: BLE001
-            return pl.Series([None if v is None else str(v) for v in vals], dtype=pl.String)
-
-    @staticmethod
-    def _texts(raws: list[Any]) -> pl.Series:
-        """``[_raw_text(r) for r in raws]`` (raw JSON text; empty or ``null`` → None)."""
-        joined = b"\x00".join(raws)  # JSON text never holds a raw NUL
-        try:
-            text = joined.decode("utf-8")
-        except UnicodeDecodeError:
-            text = joined.decode("utf-8", "replace")
-        s = pl.Series([text], dtype=pl.String).str.split("\x00").explode()
-        if len(s) != len(raws):
-            s = pl.Series([_raw_text(r) for r in raws], dtype=pl.String)
-        # drop pretty-printing (a newline and its indentation; never inside a JSON string):
-        # torch's exporter indents every list element, which tripled the memory of these columns
-        s = s.str.replace_all(r"[\r\n]\s*", "")
-        return s.set(s.is_in(["", "null"]), None)
 
     # ------------------------------------------------------------------ finish
     def finish(self, decoded: Any, *, rank: int | None) -> Trace:
@@ -453,21 +341,21 @@ def _read_header(header: Any, meta: TraceMeta, path: str) -> None:
         meta.devices.append(
             DeviceInfo(
                 name=str(p.get("name", "") or ""),
-                index=_as_int(p.get("id")),
-                compute_major=_as_int(p.get("computeMajor", p.get("major"))),
-                compute_minor=_as_int(p.get("computeMinor", p.get("minor"))),
-                num_sms=_as_int(p.get("numSms")),
-                memory_bytes=_as_int(p.get("totalGlobalMem")),
+                index=as_int(p.get("id")),
+                compute_major=as_int(p.get("computeMajor", p.get("major"))),
+                compute_minor=as_int(p.get("computeMinor", p.get("minor"))),
+                num_sms=as_int(p.get("numSms")),
+                memory_bytes=as_int(p.get("totalGlobalMem")),
                 extra={k: v for k, v in p.items() if isinstance(v, (int, float, str))},
             )
         )
     di = header.distributedInfo
     if isinstance(di, dict):
-        ws = _as_int(di.get("world_size"))
+        ws = as_int(di.get("world_size"))
         meta.world_size = ws
         if di.get("backend"):
             meta.versions["distributed_backend"] = str(di["backend"])
-    base = _as_int(header.baseTimeNanoseconds)
+    base = as_int(header.baseTimeNanoseconds)
     meta.base_time_ns = base
     for key in ("cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "roctracer_version"):
         v = getattr(header, key)
@@ -485,8 +373,8 @@ def _read_header(header: Any, meta: TraceMeta, path: str) -> None:
 
 def _rank_from(header: Any, path: str, meta: TraceMeta) -> int:
     di = header.distributedInfo
-    if isinstance(di, dict) and _as_int(di.get("rank")) is not None:
-        return int(_as_int(di.get("rank")))  # type: ignore[arg-type]
+    if isinstance(di, dict) and as_int(di.get("rank")) is not None:
+        return int(as_int(di.get("rank")))  # type: ignore[arg-type]
     m = _RANK_IN_NAME.search(Path(path).name)
     if m:
         meta.warn(f"{path}: no distributedInfo; rank {m.group(1)} taken from the file name")

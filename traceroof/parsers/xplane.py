@@ -39,7 +39,6 @@ and lines, with :mod:`.xplane_planes`, :mod:`.xplane_ops`, :mod:`.xplane_host`) 
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from ..errors import InputNotFoundError, TraceFormatError

@@ -16,7 +16,6 @@ from ..step_markers import STEP_MARKER, steps_containing
 from . import xplane_proto as xp
 from .xplane_planes import Plane, aligned, masked, nulls, times
 
-
 _HOST_OP = re.compile(r"^PjitFunction\(|^PmapFunction\(")
 
 

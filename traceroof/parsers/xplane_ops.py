@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..schema import KIND
-from ..trace import DeviceInfo
-from . import xplane_proto as xp
 from ..costs.hlo import attach_hlo_costs
 from ..costs.hlo_text import collective_size, parse_hlo_expression, xla_dtype
 from ..costs.kinds import kind_of_hlo as op_kind
+from ..schema import KIND
+from ..trace import DeviceInfo
+from . import xplane_proto as xp
 from .hlo_modules import Modules
 from .xplane_planes import Parts, Plane, factorize, masked, nulls, times
 

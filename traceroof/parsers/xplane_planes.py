@@ -15,7 +15,15 @@ import polars as pl
 
 from ..trace import DeviceInfo
 from . import xplane_proto as xp
-from .xplane_proto import STAT_BYTES, STAT_DOUBLE, STAT_INT64, STAT_REF, STAT_STR, STAT_UINT64, text
+from .xplane_proto import (
+    STAT_BYTES,
+    STAT_DOUBLE,
+    STAT_INT64,
+    STAT_REF,
+    STAT_STR,
+    STAT_UINT64,
+    text,
+)
 
 if TYPE_CHECKING:
     from .xplane_convert import LineFeed

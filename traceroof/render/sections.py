@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import units
 from ..report import Report
 from ..sections import ChipInfo, RanksInfo, StepStats
-from .. import units
 
 RANK_COLUMNS = (
     ("op", "label"),

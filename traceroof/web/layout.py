@@ -11,12 +11,11 @@ from typing import Any
 
 from dash import dash_table, dcc, html
 
-from ..findings import Finding
 from .. import units
+from ..findings import Finding
 from ..render import sections
 from ..report import Report
 from . import views
-
 
 CSS = """
 body { margin: 0; font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; font-size: 14px;

@@ -1,0 +1,94 @@
+"""The protobuf wire format: varints, a field iterator and a structural walker that locates
+where bytes break the XSpace structure (protobuf's own error, "Wire format was corrupt",
+has no byte offset)."""
+
+from __future__ import annotations
+
+from .xplane_proto_messages import WIRE_SCHEMA
+
+VARINT, I64, LEN, I32 = 0, 1, 2, 5
+
+
+class WireError(ValueError):
+    """The bytes break the protobuf wire format at ``offset`` (absolute, in the buffer)."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"byte {offset}: {reason}")
+
+
+def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+    """Decode one base-128 varint at ``pos``; returns (value, position after it)."""
+    result = shift = 0
+    start = pos
+    while True:
+        if pos >= end:
+            raise WireError(start, "varint runs past the end of its message")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise WireError(start, "varint longer than 10 bytes")
+
+
+def iter_fields(buf, start: int, end: int):
+    """Yield ``(field_number, wire_type, value, tag_offset, field_end)`` for each field in
+    ``buf[start:end]``; ``value`` is an int for varint/fixed fields and a ``(begin, end)``
+    byte range for length-delimited ones. Raises :class:`WireError` where the bytes break."""
+    pos = start
+    while pos < end:
+        tag_pos = pos
+        tag, pos = read_varint(buf, pos, end)
+        field, wt = tag >> 3, tag & 7
+        if field == 0:
+            raise WireError(tag_pos, f"field number 0 (tag byte 0x{buf[tag_pos]:02x})")
+        if wt == VARINT:
+            value, pos = read_varint(buf, pos, end)
+        elif wt == LEN:
+            len_pos = pos
+            n, pos = read_varint(buf, pos, end)
+            if n > end - pos:
+                raise WireError(
+                    len_pos,
+                    f"field {field} (tag at byte {tag_pos}) declares a length of {n} bytes "
+                    f"but only {end - pos} remain in its message (which ends at byte {end})",
+                )
+            value = (pos, pos + n)
+            pos += n
+        elif wt == I64:
+            if pos + 8 > end:
+                raise WireError(tag_pos, f"fixed64 field {field} runs past the end")
+            value = int.from_bytes(bytes(buf[pos : pos + 8]), "little")
+            pos += 8
+        elif wt == I32:
+            if pos + 4 > end:
+                raise WireError(tag_pos, f"fixed32 field {field} runs past the end")
+            value = int.from_bytes(bytes(buf[pos : pos + 4]), "little")
+            pos += 4
+        else:
+            raise WireError(tag_pos, f"invalid wire type {wt} (tag byte 0x{buf[tag_pos]:02x})")
+        yield field, wt, value, tag_pos, pos
+
+
+def find_break(buf, start: int, end: int, message: str = "XSpace") -> WireError | None:
+    """Walk ``buf[start:end]`` as ``message`` (descending into the nested XSpace messages)
+    and return the first :class:`WireError`, or None when the structure is sound.
+    String fields are not UTF-8-checked (see the module docstring)."""
+    schema = WIRE_SCHEMA.get(message, {})
+    try:
+        for field, wt, value, tag_pos, _end in iter_fields(buf, start, end):
+            nested = schema.get(field)
+            if nested and wt == LEN:
+                err = find_break(buf, value[0], value[1], nested)
+                if err is not None:
+                    return err
+            elif nested and wt != LEN:
+                return WireError(tag_pos, f"{message} field {field} should be a message, "
+                                          f"found wire type {wt}")
+    except WireError as err:
+        return err
+    return None
