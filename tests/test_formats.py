@@ -250,9 +250,9 @@ def test_toy_format_read_and_analyzed(tmp_path, toy_format):
     assert trace.ops["dur_ns"].to_list() == [120_000, 15_000, 100_000, 40_000]
     assert registry.facts_for("toycsv").default_group_by == "kernel"
     report = traceroof.analyze(trace, chip="h100")
-    assert report.trace["format"] == "toycsv"
-    assert report.trace["device_ops"] == 4
-    assert report.trace["device_time_ns"] == 275_000
+    assert report.trace.format == "toycsv"
+    assert report.trace.device_ops == 4
+    assert report.trace.device_time_ns == 275_000
     rows = {r["label"]: r for r in report.ranking.iter_rows(named=True)}
     assert set(rows) == {"sm90_xmma_gemm_bf16bf16_bf16f32", "vectorized_elementwise_kernel",
                          "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"}  # grouped by kernel, as its facts say
