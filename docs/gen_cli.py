@@ -17,7 +17,7 @@ Generated from `--help` by `docs/gen_cli.py`; do not edit by hand.
 
 Exit codes: 0 ok, 1 gate failed, 2 usage, 3 input not found, 4 invalid or unsupported trace
 or report, 5 unknown or ambiguous chip, 6 capture: no server, 7 capture: empty, 8 capture:
-timeout, 70 internal error (a bug: re-run with `--debug` and report it). Errors are one line
+timeout, 9 an output (`-o`) that cannot be written, 70 internal error (a bug: re-run with `--debug` and report it). Errors are one line
 on stderr (`traceroof: error: …`); `--debug` shows the traceback.
 """
 

@@ -24,7 +24,7 @@ PKG = REPO / "traceroof"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # words and numbers everything shares; no traceroof imports (errors aside)
     ("vocabulary", ("errors", "units", "dtypes", "sections", "progress", "intervals", "step_markers",
-                    "host")),
+                    "host", "outputs")),
     # the op and host tables, and putting several of them together
     ("tables", ("schema", "trace", "merge", "parallel")),
     # what an op costs on a chip: chips, cost formulas, roofline, model FLOPs, MFU/HFU, estimate

@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -245,3 +246,39 @@ def test_the_cli_sets_the_allocator_to_return_memory_and_a_user_setting_wins():
     assert "dirty_decay_ms:100" in JEMALLOC_CONF and "background_thread:true" in JEMALLOC_CONF
     theirs = _allocator_conf_seen_by_cli("narenas:1")
     assert theirs.endswith("narenas:1") and JEMALLOC_CONF not in theirs, theirs
+
+
+@pytest.mark.parametrize("where", ["missing-folder", "sysfs"])
+def test_an_unwritable_output_is_exit_9_before_any_parsing(tmp_path, monkeypatch, example_trace, where):
+    """-o into a missing folder, or onto a file system that refuses new files, is the user's
+    mistake: one line naming the path, exit 9, and the trace is never parsed."""
+    import traceroof.analysis as A
+
+    def no_parse(*a, **k):
+        raise AssertionError("parsed although the output cannot be written")
+
+    monkeypatch.setattr(A, "load_report", no_parse)
+    out = tmp_path / "no-such-folder" / "report.json" if where == "missing-folder" else Path("/sys/report.json")
+    res = CliRunner().invoke(cli, ["analyze", str(example_trace), "-o", str(out)])
+    assert res.exit_code == 9, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(out) in lines[0] and lines[0].startswith("traceroof: error: -o ")
+    assert not out.exists()
+
+
+def test_an_output_check_leaves_nothing_behind(tmp_path, example_trace):
+    """The check creates no file of its own: a report written where none was is the report."""
+    out = tmp_path / "r.md"
+    res = CliRunner().invoke(cli, ["analyze", str(example_trace), "-q", "-o", str(out), "--top", "2"])
+    assert res.exit_code == 0, res.output
+    assert out.read_text().startswith("# traceroof report")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]
+
+
+def test_ingest_into_an_unwritable_place_is_exit_9_before_parsing(monkeypatch, example_trace):
+    import traceroof.io as io
+
+    monkeypatch.setattr(io, "read_trace", lambda *a, **k: (_ for _ in ()).throw(AssertionError("parsed")))
+    res = CliRunner().invoke(cli, ["ingest", str(example_trace), "-o", "/sys/x.cache"])
+    assert res.exit_code == 9, res.output
+    assert "/sys/x.cache" in res.output and "cannot write in /sys" in res.output

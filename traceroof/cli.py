@@ -10,6 +10,7 @@ Exit codes (DESIGN §9; also in ``docs/cli.md``):
 4     invalid or unsupported trace / report
 5     unknown or ambiguous chip
 6-8   capture: no server / empty capture / timeout
+9     an output (-o) that cannot be written (missing folder, no permission, in the way)
 70    internal error (a bug: please report it, with --debug output)
 ====  =====================================================
 
@@ -267,8 +268,11 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
       traceroof analyze trace.json.gz --model config.json --tokens-per-step 16384
     """
     from .analysis import load_report
+    from .outputs import check_output_file
     from .render import SUFFIXES, render
 
+    if output:
+        check_output_file(output)
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
     names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
 
@@ -321,7 +325,9 @@ def ingest(traces: tuple[str, ...], out_dir: str, jobs: int | None) -> None:
     from .cache import describe
     from .ingest import ingest_files, write_cache
     from .io import read_trace, resolve_inputs
+    from .outputs import check_output_dir
 
+    check_output_dir(out_dir)
     t0 = time.perf_counter()
     units = resolve_inputs(list(traces))
     if len(units) == 1:

@@ -71,6 +71,14 @@ class ReportVersionError(TraceroofError, ValueError):
     exit_code = 4
 
 
+class OutputError(TraceroofError, OSError):
+    """An output (``-o FILE``, ``ingest -o DIR``) that cannot be written: its folder is
+    missing, a file or folder is in the way, or there is no permission. Checked before any
+    parsing, so a user's mistake costs no parse. Exit code 9."""
+
+    exit_code = 9
+
+
 class UsageError(TraceroofError, ValueError):
     """Invalid option values or combinations passed by the caller."""
 
