@@ -12,6 +12,7 @@ Terminal/markdown renderers (:mod:`traceroof.render`), findings messages, the da
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "bytes_exact",
     "gigabytes",
     "flop",
+    "short_name",
+    "plural",
 ]
 
 NONE = "—"
@@ -181,3 +184,72 @@ def bytes_exact(b: float) -> str:
 def gigabytes(b: float) -> str:
     """Bytes in GB and GiB, 2 decimals each: ``13.48 GB (12.55 GiB)``."""
     return f"{b / 1e9:.2f} GB ({b / 2**30:.2f} GiB)"
+
+
+# --------------------------------------------------------------------------- names
+
+_TEMPLATE_GROUP = re.compile(r"<[^<>]*>")
+_HOLE = "\x00"  # a collapsed template group while collapsing its enclosing ones
+_BREAKS = "_:, (./-"
+
+
+def _top_level_paren(t: str) -> int:
+    """Index of the first ``(`` outside every ``<…>`` of ``t``, or -1."""
+    depth = 0
+    for i, ch in enumerate(t):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(" and depth == 0:
+            return i
+    return -1
+
+
+def short_name(name: Any, n: int, *, none: str = NONE) -> str:
+    """A kernel or op name shortened to at most ``n`` characters at sensible points, each
+    step only while it is still too long: a leading ``void `` goes; a demangled signature's
+    arguments become ``(…)``; template arguments collapse to ``<…>`` (innermost, leftmost
+    first); the namespaces of a signature go
+    (``void at::native::vectorized_elementwise_kernel<4, …>(int, …)`` →
+    ``vectorized_elementwise_kernel<…>(…)``); last, the name is cut after the last word
+    boundary (``_``, ``::``, ``,``, space …) that fits, with ``…``. Only a name with no boundary
+    in its second half is cut inside a word. ``none`` for ``None``."""
+    if name is None:
+        return none
+    t = str(name)
+    if len(t) <= n:
+        return t
+    if t.startswith("void "):
+        t = t[5:]
+    paren = _top_level_paren(t)
+    if " " in t[:paren].split("<", 1)[0]:
+        paren = -1  # words before the "(" ("Memcpy DtoD (Device -> Device)"): not a signature
+    if len(t) > n and paren > 0:
+        t = t[:paren] + "(…)"
+    while len(t) > n:
+        m = _TEMPLATE_GROUP.search(t)
+        if m is None:
+            break
+        t = t[: m.start()] + _HOLE + t[m.end():]
+    t = t.replace(_HOLE, "<…>")
+    if len(t) > n and paren > 0:
+        base = t.split("<", 1)[0].split("(", 1)[0]
+        if "::" in base:
+            t = t[base.rindex("::") + 2:]
+    if len(t) <= n:
+        return t
+    if n <= 1:
+        return "…"[:n]
+    for i in range(min(n, len(t)) - 1, (n - 1) // 2 - 1, -1):
+        if t[i] in _BREAKS:  # cut before "_", ":", …; after ",", "(", " "
+            head = t[: i + 1 if t[i] in ",( " else i].rstrip()
+            if len(head) + 1 <= n:
+                return head + "…"
+    return t[: n - 1] + "…"
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``1 op``, ``2 ops``, ``1,707 ops`` (thousands separated): the count and the word that
+    agrees with it (``words`` for an irregular plural)."""
+    return f"{count:,} {word if count == 1 else (words or word + 's')}"

@@ -7,12 +7,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from .. import units
 from ..dtypes import CHIP_TABLE_DTYPES
+from . import terminal
 
 
 def _row(c: Any) -> dict[str, Any]:
@@ -33,7 +33,11 @@ def _row(c: Any) -> dict[str, Any]:
     }
 
 
-def render_chips(chips: Sequence[Any], fmt_name: str = "table") -> str:
+#: table columns dropped first on a narrow terminal
+_DROP_ORDER = ("fp16\nTFLOP/s", "tf32\nTFLOP/s", "fp8\nTFLOP/s", "HBM\nGB", "fp32\nTFLOP/s", "name")
+
+
+def render_chips(chips: Sequence[Any], fmt_name: str = "table", *, width: int | None = None) -> str:
     """The chip database as ``json`` (every field and source), ``markdown`` or a ``table``:
     dense peaks in TFLOP/s (:data:`~traceroof.dtypes.CHIP_TABLE_DTYPES`), HBM in GB and TB/s,
     the bf16 (else fp16) ridge point in FLOP/byte."""
@@ -54,12 +58,24 @@ def render_chips(chips: Sequence[Any], fmt_name: str = "table") -> str:
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         lines += ["| " + " | ".join(b) + " |" for b in body]
         return "\n".join(lines)
+    cols = terminal.width(width)
+    headers = [h.replace(" (", "\n").rstrip(")") for h in headers]  # two-line headers: narrower
+    kept, room = terminal.fit_columns(headers, body, cols, drop_order=_DROP_ORDER, flexible="name",
+                                      flexible_min=20)
+    idx = [headers.index(h) for h in kept]
     buf = io.StringIO()
-    con = Console(file=buf, width=200, color_system=None, highlight=False)
-    t = Table(title="Chip database (dense peaks; sources: `traceroof chips --format json`, docs/chips.md)", title_justify="left")
-    for h in headers:
-        t.add_column(h, justify="left" if h in ("key", "name") else "right")
+    con = terminal.console(buf, cols)
+    t = Table(title="Chip database (dense peaks; sources: `traceroof chips --format json`, docs/chips.md)",
+              title_justify="left")
+    for h in kept:
+        t.add_column(h, justify="left" if h in ("key", "name") else "right", no_wrap=True)
     for b in body:
-        t.add_row(*(escape(c) for c in b))
+        if room is not None:
+            b = [units.short_name(b[0], 10_000), units.short_name(b[1], room), *b[2:]]
+        t.add_row(*(escape(b[i]) for i in idx))
     con.print(t)
-    return buf.getvalue()
+    if len(kept) < len(headers):
+        left = ", ".join(h.replace("\n", " ") for h in headers if h not in kept)
+        con.print(terminal.wrap(f"(left out at {cols} columns: {left}; --format markdown or json has them)",
+                                cols, "", ""))
+    return terminal.finish(buf.getvalue())

@@ -67,7 +67,8 @@ def _rows(e: Estimate) -> list[tuple[str, str, str]]:
     return rows
 
 
-def render_estimate(est: Estimate, fmt: Literal["table", "markdown", "json"] = "table") -> str:
+def render_estimate(est: Estimate, fmt: Literal["table", "markdown", "json"] = "table", *,
+                    width: int | None = None) -> str:
     """Render an :class:`Estimate` as a terminal ``table``, ``markdown`` or ``json``.
 
     Every number carries its unit; the table and markdown add how each one is computed.
@@ -87,20 +88,22 @@ def render_estimate(est: Estimate, fmt: Literal["table", "markdown", "json"] = "
             out += ["", *[f"- note: {n}" for n in est.notes]]
         return "\n".join(out) + "\n"
     if fmt == "table":
-        from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title=title, title_justify="left")
+        from . import terminal
+
+        cols = terminal.width(width)
+        table = Table(title=escape(title), title_justify="left")
         table.add_column("quantity")
         table.add_column("value", justify="right")
         table.add_column("how")
         for r in rows:
-            table.add_row(*r)
+            table.add_row(*(escape(c) for c in r))
         buf = io.StringIO()
-        console = Console(file=buf, width=160, color_system=None, force_terminal=False,
-                          highlight=False, soft_wrap=False)
+        console = terminal.console(buf, cols)
         console.print(table)
         for n in est.notes:
-            console.print(f"note: {n}")
-        return buf.getvalue()
+            console.print(escape(terminal.wrap(n, cols, "note: ", "      ")))
+        return terminal.finish(buf.getvalue())
     raise UsageError(f"unknown format {fmt!r}; expected table, markdown or json")

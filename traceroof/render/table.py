@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import io
-import shutil
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .. import units
 from ..report import Report
-from . import sections
+from . import sections, terminal
+
+#: ranking columns dropped first when the terminal is narrow (the op, its gap and its
+#: measured time stay)
+RANK_DROP_ORDER = ("intensity (FLOP/B)", "count", "bound", "expected", "kind", "efficiency")
+#: the longest op label shown, however wide the terminal
+MAX_LABEL = 60
 
 
 def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
-    """Trace values are escaped: kernel names and chip keys contain ``[...]``, which rich
-    would otherwise read as markup and drop."""
-    width = width or max(shutil.get_terminal_size((160, 40)).columns, 100)
+    """The report as terminal text, ``width`` columns wide (default: the terminal's, see
+    :mod:`traceroof.render.terminal`). Trace values are escaped: kernel names and chip keys
+    contain ``[...]``, which rich would otherwise read as markup and drop."""
+    width = terminal.width(width)
     buf = io.StringIO()
-    con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
+    con = terminal.console(buf, width)
     kv = Table.grid(padding=(0, 2))
     kv.add_column(style="bold")
     kv.add_column()
@@ -28,16 +35,37 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
     con.print()
     _ranks(con, report, top)
     if report.ranking.height == 0:
-        _tail(con, report)
-        return buf.getvalue()
-    t = Table(title=f"Top {min(top, report.ranking.height)} ops by time lost against the roofline (gap = measured − expected)", title_justify="left")
-    for name, _ in sections.RANK_COLUMNS:
-        t.add_column(name, justify="right" if name not in ("op", "kind", "bound") else "left", overflow="fold")
-    for row in sections.ranking_rows(report, top):
-        t.add_row(*(escape(c) for c in row))
+        _tail(con, report, width)
+        return terminal.finish(buf.getvalue())
+    _ranking(con, report, top, width)
+    _tail(con, report, width, top)
+    return terminal.finish(buf.getvalue())
+
+
+def _ranking(con: Console, report: Report, top: int, width: int) -> None:
+    """The ranked ops, with the columns that fit and op labels shortened at sensible points."""
+    headers = [name for name, _ in sections.RANK_COLUMNS]
+    rows = sections.ranking_rows(report, top)
+    labels = report.ranking.head(top)["label"].to_list()
+    for row, label in zip(rows, labels):
+        row[0] = units.short_name(label, MAX_LABEL)
+    kept, room = terminal.fit_columns(headers, rows, width, drop_order=RANK_DROP_ORDER, flexible="op",
+                                      flexible_min=24)
+    if room is not None:
+        for row, label in zip(rows, labels):
+            row[0] = units.short_name(label, room)
+    idx = [headers.index(h) for h in kept]
+    t = Table(title=f"Top {min(top, report.ranking.height)} ops by time lost against the roofline "
+                    "(gap = measured − expected)", title_justify="left")
+    for h in kept:
+        t.add_column(h, justify="left" if h in ("op", "kind", "bound") else "right", no_wrap=True)
+    for row in rows:
+        t.add_row(*(escape(row[i]) for i in idx))
     con.print(t)
-    _tail(con, report, top)
-    return buf.getvalue()
+    if len(kept) < len(headers):
+        left = ", ".join(h for h in headers if h not in kept)
+        con.print(terminal.wrap(f"(left out at {width} columns: {left}; widen the terminal or use "
+                                "--format markdown/json)", width, "", ""))
 
 
 def _ranks(con: Console, report: Report, top: int) -> None:
@@ -63,20 +91,33 @@ def _ranks(con: Console, report: Report, top: int) -> None:
     con.print()
 
 
-def _tail(con: Console, report: Report, top: int = 20) -> None:
+def _tail(con: Console, report: Report, width: int, top: int = 20) -> None:
     if report.findings:
-        f = Table(title="Findings (largest recoverable time first)", title_justify="left")
-        for c in ("finding", "severity", "recoverable", "what"):
-            f.add_column(c, overflow="fold")
-        for row in sections.findings_rows(report, top):
-            f.add_row(*(escape(c) for c in row))
-        con.print(f)
+        _findings(con, report, width, top)
     inc = sections.inconsistency_lines(report)
     if inc:
         con.print("[bold]Inconsistencies (not results):[/bold]")
         for line in inc:
-            con.print(f"  ! {escape(line)}", soft_wrap=True)
+            con.print(escape(terminal.wrap(line, width, "  ! ")))
     if report.warnings:
         con.print("[bold]Warnings:[/bold]")
         for w in report.warnings:
-            con.print(f"  - {escape(w)}", soft_wrap=True)
+            con.print(escape(terminal.wrap(w, width)))
+
+
+def _findings(con: Console, report: Report, width: int, top: int) -> None:
+    headers = ["finding", "severity", "recoverable", "what"]
+    rows = sections.findings_rows(report, top)
+    kept, _ = terminal.fit_columns(headers, [r[:3] + [""] for r in rows], width,
+                                   drop_order=("severity",), flexible="what", flexible_min=24)
+    idx = [headers.index(h) for h in kept]
+    f = Table(title="Findings (largest recoverable time first)", title_justify="left")
+    for h in kept:
+        f.add_column(h, no_wrap=h != "what", overflow="fold" if h == "what" else "ellipsis")
+    for row in rows:
+        f.add_row(*(escape(row[i]) for i in idx))
+    con.print(f)
+    n = len(report.findings)
+    if n > len(rows):
+        con.print(terminal.wrap(f"{len(rows)} of {units.plural(n, 'finding')} shown; --top {n} shows "
+                                "them all, --format json gives every number", width, "", ""))
