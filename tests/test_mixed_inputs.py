@@ -47,8 +47,8 @@ def test_two_chips_are_not_merged(tmp_path: Path) -> None:
 
 
 def test_same_device_per_rank_files_still_merge(tmp_path: Path) -> None:
-    a = kineto(tmp_path / "rank0.json", "NVIDIA H100 80GB HBM3", 0, kernel_us=5.0)
-    b = kineto(tmp_path / "rank1.json", "NVIDIA H100 80GB HBM3", 1, kernel_us=7.0)
+    kineto(tmp_path / "rank0.json", "NVIDIA H100 80GB HBM3", 0, kernel_us=5.0)
+    kineto(tmp_path / "rank1.json", "NVIDIA H100 80GB HBM3", 1, kernel_us=7.0)
     t = read_trace(tmp_path, jobs=1)
     assert t.meta.ranks == [0, 1]
     # one kernel per rank: 5 µs and 7 µs, in ns

@@ -101,7 +101,8 @@ def test_linked_share_words_match_the_linked_number() -> None:
 @pytest.mark.skipif(not QWEN.exists(), reason="real fixtures not present")
 @pytest.mark.parametrize("frac", [0.3, 0.6])
 def test_truncated_file_says_truncated_first(tmp_path: Path, frac: float) -> None:
-    raw = gzip.open(QWEN).read()
+    with gzip.open(QWEN) as f:
+        raw = f.read()
     cut = tmp_path / "cut.json"
     cut.write_bytes(raw[: int(len(raw) * frac)])
     rep = analyze(read_trace(cut))
@@ -125,3 +126,20 @@ def test_truncated_with_ops_but_no_device_names_says_truncated(tmp_path: Path) -
     code, out = _out(cut)
     assert code == 5
     assert "truncated" in out.splitlines()[0] and "names no device" in out
+
+
+CUPTI_RANGES = REAL / "HolisticTraceAnalysis/tests/data/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz"
+
+
+@pytest.mark.skipif(not CUPTI_RANGES.exists(), reason="real fixtures not present")
+def test_real_launches_in_profiler_range_mode_are_not_cpu_only() -> None:
+    tr = read_trace(CUPTI_RANGES)
+    names = dict(tr.host.filter(tr.host["cat"] == "runtime").group_by("name").len().iter_rows())
+    # by name, as the trace has them: 77 cudaLaunchKernel + 16 cudaMemcpyAsync + 1 cudaMemcpy
+    # + 10 cudaMemsetAsync = 104
+    assert [names[n] for n in ("cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemcpy", "cudaMemsetAsync")] == [77, 16, 1, 10]
+    rep = analyze(tr, "h100")
+    assert rep.summary.step is None and rep.steps.height == 0
+    assert "104 kernel launches / copies recorded" in rep.warnings[0]
+    assert "profiler-range mode" in rep.warnings[0]
+    assert not any("CPU-only" in w for w in rep.warnings)

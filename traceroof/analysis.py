@@ -518,14 +518,21 @@ def _no_device_ops(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None 
     meta = trace.meta
     launches = device_launches(trace.host)
     cut = truncation(meta)
-    reason = ("the file is truncated: the device ops may be in the part that is lost" if cut
-              else no_device_ops_reason(trace.host))
+    ranges = any("profiler-range mode" in w for w in meta.warnings)
+    if cut:
+        reason = "the file is truncated: the device ops may be in the part that is lost"
+    elif ranges and launches:
+        reason = (f"{launches:,} kernel launches / copies recorded, but the kernels were recorded in CUPTI "
+                  "profiler-range mode (counters, no execution times)")
+    else:
+        reason = no_device_ops_reason(trace.host)
     msg = f"no device ops (kernels, memcpy, memset) in the trace; {reason}"
     if chip is not None:
         msg += f"; --chip {chip} is not used: nothing to put against its roofline, no step time, busy or idle"
     warnings = _truncated_first([msg] + [w for w in meta.warnings if "no device ops (kernels, memcpy, memset)" not in w])
     info = describe_trace(meta, trace.ops, trace.host)
-    info = dataclasses.replace(info, stats={**info.stats, "device_launches": launches, "truncated": int(cut is not None)})
+    info = dataclasses.replace(info, stats={**info.stats, "device_launches": launches,
+                                               "truncated": int(cut is not None), "profiler_ranges": int(ranges)})
     return Report(
         trace=info, chip=None,
         coverage=CoverageInfo(device_time_ns=0), summary=Summary(steps=0),

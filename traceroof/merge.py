@@ -146,4 +146,4 @@ def merge(traces: list[Trace]) -> Trace:
     )
 
 
-__all__ = ["merge", "merge_meta", "check_mergeable", "renumber", "event_count"]
+__all__ = ["check_mergeable", "event_count", "merge", "merge_meta", "renumber"]

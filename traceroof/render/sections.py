@@ -64,6 +64,8 @@ def _no_device_ops_line(t: TraceInfo) -> str:
     launches = int(t.stats.get("device_launches", 0) or 0)
     if t.stats.get("truncated"):
         kind = "the file is truncated (see the first warning); the device ops may be in the lost part"
+    elif launches and t.stats.get("profiler_ranges"):
+        kind = f"{launches:,} kernel launches / copies recorded, kernels in CUPTI profiler-range mode (no times)"
     elif launches:
         kind = (f"{launches:,} kernel launches / copies recorded but no device activity "
                 "(the GPU activity was not recorded)")
