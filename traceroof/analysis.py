@@ -10,6 +10,7 @@ them, each once. :func:`load_report` is the one door from "a path, a trace or a 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs
 from .errors import UnknownChipError, UsageError
 from .findings import Finding
+from .host import device_launches, no_device_ops_reason
 from .mfu import Inconsistency, Peak, achieved_flops_per_s, hfu, mfu
 from .parsers.registry import facts_for
 from .report import Report
@@ -87,6 +89,10 @@ def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -
         spec = get_chip(str(chip))
         return spec, f"--chip {chip}"
     if not trace.meta.devices:
+        cut = truncation(trace.meta)
+        if cut:
+            raise UnknownChipError(f"{cut}; it names no device (deviceProperties may be in the lost part): "
+                                   "pass --chip NAME (see `traceroof chips`)")
         raise UnknownChipError(
             "the trace names no device (no deviceProperties / device plane stats): pass "
             "--chip NAME (see `traceroof chips`)"
@@ -271,9 +277,23 @@ def describe_coverage(cov: Coverage) -> CoverageInfo:
     )
 
 
+def truncation(meta: TraceMeta) -> str | None:
+    """The reader's warning that a file is truncated (the first, when several are), or None."""
+    return next((w for w in meta.warnings if _TRUNCATED in w), None)
+
+
+_TRUNCATED = ": trace is truncated at byte "
+
+
+def _truncated_first(warnings: list[str]) -> list[str]:
+    """``warnings`` with the truncation warnings first: every other number stands on them."""
+    return [w for w in warnings if _TRUNCATED in w] + [w for w in warnings if _TRUNCATED not in w]
+
+
 def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[str]:
-    """The parse warnings, plus what the costing could not cover and how to get more."""
-    warnings = list(meta.warnings)
+    """The parse warnings (a truncated file's first), plus what the costing could not cover
+    and how to get more."""
+    warnings = _truncated_first(list(meta.warnings))
     if ops.height and cov.costed_share < 0.999:
         unk = 1.0 - cov.costed_share
         msg = f"{unk:.0%} of device time has no cost model (no FLOPs/bytes)"
@@ -328,8 +348,8 @@ def analyze(
         UnknownChipError: the chip cannot be resolved.
         UsageError: ``rank``/``step`` not present in the trace.
     """
-    if trace.ops.height == 0 and chip is None:
-        return _no_device_ops(trace)
+    if trace.ops.height == 0:
+        return _no_device_ops(trace, chip)
     meta = trace.meta
     spec, reason = resolve_chip(trace, chip)
     costed = cost_ops(trace, rank)
@@ -487,14 +507,34 @@ def _per_step_utilization(steps: pl.DataFrame, peak: float | None, model_flops: 
     )
 
 
-def _no_device_ops(trace: Trace) -> Report:
-    """A CPU-only (or metadata-only) trace: nothing to put against a roofline."""
-    warnings = list(trace.meta.warnings)
-    msg = "no device ops (kernels, memcpy, memset) in the trace: nothing to put against a roofline"
-    if msg not in warnings:
-        warnings.insert(0, msg)
+def _no_device_ops(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None = None) -> Report:
+    """A trace without device ops: nothing to put against a roofline, and no step time,
+    busy or idle figure (zero device ops say nothing about the device; rule 5). Says which
+    kind it is: kernel launches recorded without device activity (the GPU activity was not
+    recorded), a CPU-only trace (no launch either), or metadata only. A ``--chip`` given is
+    checked (an unknown name still raises :class:`UnknownChipError`) and otherwise unused."""
+    if chip is not None:
+        resolve_chip(trace, chip)
+    meta = trace.meta
+    launches = device_launches(trace.host)
+    cut = truncation(meta)
+    ranges = any("profiler-range mode" in w for w in meta.warnings)
+    if cut:
+        reason = "the file is truncated: the device ops may be in the part that is lost"
+    elif ranges and launches:
+        reason = (f"{launches:,} kernel launches / copies recorded, but the kernels were recorded in CUPTI "
+                  "profiler-range mode (counters, no execution times)")
+    else:
+        reason = no_device_ops_reason(trace.host)
+    msg = f"no device ops (kernels, memcpy, memset) in the trace; {reason}"
+    if chip is not None:
+        msg += f"; --chip {chip} is not used: nothing to put against its roofline, no step time, busy or idle"
+    warnings = _truncated_first([msg] + [w for w in meta.warnings if "no device ops (kernels, memcpy, memset)" not in w])
+    info = describe_trace(meta, trace.ops, trace.host)
+    info = dataclasses.replace(info, stats={**info.stats, "device_launches": launches,
+                                               "truncated": int(cut is not None), "profiler_ranges": int(ranges)})
     return Report(
-        trace=describe_trace(trace.meta, trace.ops, trace.host), chip=None,
+        trace=info, chip=None,
         coverage=CoverageInfo(device_time_ns=0), summary=Summary(steps=0),
         steps=pl.DataFrame(schema=steps_mod.STEP_SCHEMA), ranking=pl.DataFrame(),
         ops=trace.ops, warnings=warnings,

@@ -7,7 +7,7 @@ Exit codes (DESIGN §9; also in ``docs/cli.md``):
 1     gate failed
 2     usage error (bad option value or combination)
 3     input not found
-4     invalid or unsupported trace / report
+4     invalid or unsupported trace / report; inputs of different formats or devices (never merged)
 5     unknown or ambiguous chip
 6-8   capture: no server / empty capture / timeout
 9     an output (-o) that cannot be written (missing folder, no permission, in the way)

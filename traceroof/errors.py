@@ -43,6 +43,15 @@ class TraceFormatError(TraceroofError, ValueError):
         return (type(self), (self.path, self.where, self.expected), dict(self.__dict__))
 
 
+class MixedInputsError(TraceroofError, ValueError):
+    """Several inputs that are not the per-rank traces of one job: different formats (a
+    Kineto trace and an ``.xplane.pb``) or different devices (an H100 and an MI300X trace).
+    They are never merged (one chip's peaks would cost both); analyze them one at a time.
+    Exit code 4, as for any input traceroof cannot read as given."""
+
+    exit_code = 4
+
+
 class SchemaError(TraceroofError, ValueError):
     """A table does not match its declared schema (missing/extra columns, wrong dtypes)."""
 

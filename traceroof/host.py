@@ -34,3 +34,31 @@ def innermost_cpu_ops(host: pl.DataFrame, by: list[str]) -> pl.Series:
         .sort("_h")
         .collect()
     )["_h"]
+
+
+# runtime calls that put work on a device: a kernel launch (CUDA, HIP, the driver API, a graph
+# launch) or an asynchronous copy/fill; each is expected to produce a device op
+_DEVICE_WORK_CALL = r"(?i)launch|memcpy|memset"
+
+
+def device_launches(host: pl.DataFrame) -> int:
+    """The runtime calls in ``host`` that put work on a device (kernel and graph launches,
+    memcpy, memset: ``cat == 'runtime'`` with such a name). With no device op in the trace,
+    a count above 0 means device activity was not recorded (CUPTI / roctracer activity
+    off), not a CPU-only program."""
+    if host.height == 0:
+        return 0
+    return host.filter(pl.col("cat") == "runtime", pl.col("name").str.contains(_DEVICE_WORK_CALL)).height
+
+
+def no_device_ops_reason(host: pl.DataFrame) -> str:
+    """Why a trace has no device op, in words: launches recorded without device activity, a
+    CPU-only trace (host events, no launch), or metadata only (no host event either)."""
+    if host.height == 0:
+        return "no timed host event either: a metadata-only trace"
+    n = device_launches(host)
+    if n:
+        return (f"{n:,} kernel launches / copies recorded but no device activity: the GPU "
+                "activity (CUPTI / roctracer) was not recorded; re-record with "
+                "ProfilerActivity.CUDA among the activities")
+    return "no kernel launch either: a CPU-only trace"

@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from .errors import InputNotFoundError
+from .errors import InputNotFoundError, MixedInputsError
 from .trace import Trace, TraceMeta
 
 
@@ -24,6 +24,38 @@ def _rank_key(m: TraceMeta, i: int) -> tuple[Any, ...]:
     return (min(m.ranks) if m.ranks else i, list(m.sources), i)
 
 
+def _label(m: TraceMeta, i: int) -> str:
+    return m.sources[0] if m.sources else f"trace {i}"
+
+
+def _device_names(m: TraceMeta) -> tuple[str, ...]:
+    return tuple(sorted({d.name for d in m.devices if d.name}))
+
+
+def check_mergeable(metas: Sequence[TraceMeta]) -> None:
+    """Raise unless ``metas`` can be merged as the per-rank traces of one job: one format,
+    and the same device names wherever a trace names its devices (a trace naming none is
+    not compared). Never merges traces of different chips under one chip's peaks.
+
+    Raises:
+        MixedInputsError: two inputs differ in format or device names (exit code 4); the
+            message names both inputs, what differs, and asks to analyze them one at a time.
+    """
+    for i, m in enumerate(metas[1:], start=1):
+        a, b = metas[0], m
+        what = None
+        if a.format != b.format:
+            what = f"format {a.format} vs {b.format}"
+        elif _device_names(a) and _device_names(b) and _device_names(a) != _device_names(b):
+            what = f"device {', '.join(_device_names(a))!r} vs {', '.join(_device_names(b))!r}"
+        if what:
+            raise MixedInputsError(
+                f"{_label(a, 0)} and {_label(b, i)} are not traces of one job ({what}): "
+                "they are not merged; analyze them one at a time (one traceroof analyze each) "
+                "and compare the reports"
+            )
+
+
 def merge_meta(metas: Sequence[TraceMeta]) -> tuple[TraceMeta, list[int], list[dict[int, int]]]:
     """The metadata half of :func:`merge`, without the tables.
 
@@ -34,9 +66,11 @@ def merge_meta(metas: Sequence[TraceMeta]) -> tuple[TraceMeta, list[int], list[d
 
     Raises:
         InputNotFoundError: ``metas`` is empty.
+        MixedInputsError: the inputs differ in format or device (:func:`check_mergeable`).
     """
     if not metas:
         raise InputNotFoundError("no traces to merge")
+    check_mergeable(metas)
     order = sorted(range(len(metas)), key=lambda i: _rank_key(metas[i], i))
     first = metas[order[0]]
     meta = TraceMeta(format=first.format)
@@ -97,6 +131,8 @@ def merge(traces: list[Trace]) -> Trace:
 
     Raises:
         InputNotFoundError: ``traces`` is empty.
+        MixedInputsError: the traces differ in format or device (:func:`check_mergeable`):
+            traces of different chips are never costed under one chip's peaks.
     """
     if len(traces) == 1:
         return traces[0]
@@ -110,4 +146,4 @@ def merge(traces: list[Trace]) -> Trace:
     )
 
 
-__all__ = ["merge", "merge_meta", "renumber", "event_count"]
+__all__ = ["check_mergeable", "event_count", "merge", "merge_meta", "renumber"]

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import polars as pl
 
 from ..errors import InputNotFoundError, TraceFormatError
+from ..host import no_device_ops_reason
 from ..trace import DeviceInfo, Trace, TraceMeta
 from . import kineto_vocab as V
 from .kineto_columns import as_int, device_frame, host_frame
@@ -316,7 +317,7 @@ class _Builder:
             if host_tbl.height == 0 and st.events > 0:
                 meta.warn(f"{self.path}: no timed events (metadata only)")
             else:
-                meta.warn(f"{self.path}: no device ops (kernels, memcpy, memset): a CPU-only trace")
+                meta.warn(f"{self.path}: no device ops (kernels, memcpy, memset); {no_device_ops_reason(host_tbl)}")
         if self.profiler_ranges:
             meta.warn(
                 f"{self.path}: recorded in CUPTI profiler-range mode: {self.profiler_ranges} "

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import units
 from ..report import Report
-from ..sections import ChipInfo, RanksInfo, StepStats
+from ..sections import ChipInfo, RanksInfo, StepStats, TraceInfo
 
 RANK_COLUMNS = (
     ("op", "label"),
@@ -32,7 +32,7 @@ def header(report: Report) -> list[tuple[str, str]]:
     if not c:
         return rows + [
             ("ranks", ", ".join(str(r) for r in t.ranks)),
-            ("device ops", "none: a CPU-only (or metadata-only) trace, nothing to put against a roofline"),
+            ("device ops", _no_device_ops_line(t)),
         ]
     rows += [
         ("ranks", ", ".join(str(r) for r in t.ranks) + (f" of world size {t.world_size}" if t.world_size else "")),
@@ -52,9 +52,28 @@ def header(report: Report) -> list[tuple[str, str]]:
         f"({units.pct(cov.shapes_share)} from shapes, {units.pct(cov.trace_share)} from the trace)"
     )
     if cov.linked_device_time_ns and cov.linked_device_time_ns != t.device_time_ns:
-        cov_line += f"; {units.pct(cov.linked_costed_share)} of the kernel time linked to a framework op"
+        linked_share = cov.linked_device_time_ns / cov.device_time_ns if cov.device_time_ns else 0.0
+        cov_line += (f"; {units.pct(linked_share)} of device time is kernels linked to a framework op, "
+                     f"{units.pct(cov.linked_costed_share)} of that linked time costed")
     rows.append(("cost coverage", cov_line))
     return rows
+
+
+def _no_device_ops_line(t: TraceInfo) -> str:
+    """The header's words for a trace without device ops: which kind it is."""
+    launches = int(t.stats.get("device_launches", 0) or 0)
+    if t.stats.get("truncated"):
+        kind = "the file is truncated (see the first warning); the device ops may be in the lost part"
+    elif launches and t.stats.get("profiler_ranges"):
+        kind = f"{launches:,} kernel launches / copies recorded, kernels in CUPTI profiler-range mode (no times)"
+    elif launches:
+        kind = (f"{launches:,} kernel launches / copies recorded but no device activity "
+                "(the GPU activity was not recorded)")
+    elif t.host_events:
+        kind = "a CPU-only trace (no kernel launch)"
+    else:
+        kind = "a metadata-only trace (no timed events)"
+    return f"none: {kind}; nothing to put against a roofline, no step time, busy or idle"
 
 
 def _peaks(c: ChipInfo) -> list[tuple[str, float]]:
