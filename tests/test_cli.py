@@ -210,7 +210,7 @@ def test_ingest_of_a_directory_of_ranks_writes_a_dataset(tmp_path):
     res = run("ingest", str(tmp_path / "run"), "-o", str(tmp_path / "c"), "--jobs", "2", "-q")
     assert res.exit_code == 0, res.output
     first = res.stdout.splitlines()[0]
-    assert "(dataset)" in first and "12 rank(s)" in first and "37 files" in first
+    assert "(dataset)" in first and "12 ranks" in first and "37 files" in first
     assert res.stdout.splitlines()[-1] == "  ... and 17 more"
     t = read_cache(tmp_path / "c")
     ref = read_trace(tmp_path / "run", jobs=1)
@@ -282,3 +282,15 @@ def test_ingest_into_an_unwritable_place_is_exit_9_before_parsing(monkeypatch, e
     res = CliRunner().invoke(cli, ["ingest", str(example_trace), "-o", "/sys/x.cache"])
     assert res.exit_code == 9, res.output
     assert "/sys/x.cache" in res.output and "cannot write in /sys" in res.output
+
+
+def test_a_closed_pipe_is_a_normal_end(tmp_path, example_trace):
+    """`traceroof analyze … | head`: a reader that leaves early (here `true`, which reads
+    nothing and exits before the report is written) ends the run normally, exit 0, no
+    "internal error: BrokenPipeError"."""
+    for args in (f"analyze {example_trace} -q", f"ingest {example_trace} -o {tmp_path / 'c'} -q"):
+        cmd = f"{sys.executable} -m traceroof.cli {args} | true"
+        res = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True,
+                             cwd=REPO, timeout=120)
+        assert "internal error" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
+        assert res.returncode == 0, res.stderr

@@ -109,6 +109,11 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             click.echo("traceroof: interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # the reader went away (`traceroof analyze … | head`): a normal end, not a bug.
+            # stdout is pointed at devnull so that the interpreter's final flush stays quiet.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
         except Exception as exc:  # noqa: BLE001 - the last line of defence for users
             if _State.debug:
                 raise
@@ -322,6 +327,7 @@ def ingest(traces: tuple[str, ...], out_dir: str, jobs: int | None) -> None:
       traceroof ingest 'run/rank-*.json.gz' -o run.cache --jobs 16
       traceroof analyze trace.cache --chip h100
     """
+    from . import units
     from .cache import describe
     from .ingest import ingest_files, write_cache
     from .io import read_trace, resolve_inputs
@@ -329,17 +335,18 @@ def ingest(traces: tuple[str, ...], out_dir: str, jobs: int | None) -> None:
 
     check_output_dir(out_dir)
     t0 = time.perf_counter()
-    units = resolve_inputs(list(traces))
-    if len(units) == 1:
-        trace = read_trace(units[0], jobs=jobs, progress=_progress_bar())
+    inputs = resolve_inputs(list(traces))
+    if len(inputs) == 1:
+        trace = read_trace(inputs[0], jobs=jobs, progress=_progress_bar())
         out = write_cache(trace, out_dir, source_paths=list(traces))
     else:
-        out = ingest_files(units, out_dir, jobs=jobs, progress=_progress_bar(), source_paths=list(traces))
+        out = ingest_files(inputs, out_dir, jobs=jobs, progress=_progress_bar(), source_paths=list(traces))
     d = describe(out)
     files = d["files"]
     size = sum((out / f).stat().st_size for f in files)
-    click.echo(f"wrote {out} ({d['layout']}): {d['rows']['ops']:,} ops, {d['rows']['host']:,} host events, "
-               f"{len(d['ranks']) or 1} rank(s), {len(files)} files, {size / 1e6:.2f} MB "
+    click.echo(f"wrote {out} ({d['layout']}): {units.plural(d['rows']['ops'], 'op')}, "
+               f"{units.plural(d['rows']['host'], 'host event')}, {units.plural(len(d['ranks']) or 1, 'rank')}, "
+               f"{units.plural(len(files), 'file')}, {size / 1e6:.2f} MB "
                f"in {time.perf_counter() - t0:.1f} s")
     shown = 20
     for f in files[:shown]:

@@ -37,7 +37,7 @@ def header(report: Report) -> list[tuple[str, str]]:
     rows += [
         ("ranks", ", ".join(str(r) for r in t.ranks) + (f" of world size {t.world_size}" if t.world_size else "")),
         ("steps", _steps_line(report)),
-        ("device ops", f"{t.device_ops:,} ops, {units.ns(t.device_time_ns)} of device time"),
+        ("device ops", f"{units.plural(t.device_ops, 'op')}, {units.ns(t.device_time_ns)} of device time"),
         ("chip", f"{c.name} ({c.reason})"),
         ("peaks (dense)", ", ".join(f"{k} {units.flops_per_s(v)}" for k, v in _peaks(c))),
         ("HBM bandwidth", f"{units.bytes_per_s(c.hbm_bytes_per_s)}"
@@ -117,7 +117,7 @@ def _step_mean_of(report: Report) -> str:
     ranks = report.steps["rank"].n_unique() if report.steps is not None and report.steps.height else 1
     if ranks > 1:
         return f"mean of {n} complete (rank, step) rows over {ranks} ranks"
-    return f"mean of {n} complete step(s), per rank"
+    return f"mean of {units.plural(n, 'complete step')}, per rank"
 
 
 def summary(report: Report) -> list[tuple[str, str]]:
@@ -289,7 +289,7 @@ def _per_step_line(r: RanksInfo) -> str:
             last[s["last_rank"]] = last.get(s["last_rank"], 0) + 1
     def top3(d: dict[int, int]) -> str:
         return ", ".join(f"rank {k} ×{v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
-    line = f"{len(steps)} step(s)"
+    line = units.plural(len(steps), "step")
     if ratios:
         line += f"; step time max/median {min(ratios):.4f}–{max(ratios):.4f}"
     line += f"; longest step: {top3(longest)}"
