@@ -83,6 +83,20 @@ def test_1x_launch_starting_with_the_op_is_enclosed_and_one_past_its_end_is_not(
     assert k["past"]["op"] is None
 
 
+def test_1x_collective_under_a_bare_record_param_comms_is_named_by_its_kernel():
+    # PyTorch 1.x record_param_comms carries no "Collective name": the NCCL kernel's own name
+    # says which collective it is, as it did before the link was made
+    evs = [cpu_op("c10d::allreduce_", 1, ts=0, dur=100), cpu_op("record_param_comms", 2, ts=10, dur=50),
+           runtime(900, ts=20), kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", 900, ts=200),
+           runtime(901, ts=70), kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", 901, ts=400)]
+    k = _by_name(K.read_bytes(kineto(evs), path="comms.json"))
+    ar = k["ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"]
+    assert ar["kind"] == "collective" and ar["op"] == "nccl:AllReduce" and ar["external_id"] == 2
+    # launched from the c10d op itself (outside record_param_comms): that op's name is kept
+    sr = k["ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)"]
+    assert sr["op"] == "c10d::allreduce_" and sr["external_id"] == 1
+
+
 # --------------------------------------------------------------------------- rule 8, id era
 def test_id_era_links_that_do_not_enclose_the_launch_on_its_thread_are_refused():
     evs = [

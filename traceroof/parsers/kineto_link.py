@@ -22,6 +22,8 @@ from .kineto_enclose import consistent_links, enclosing_cpu_ops, is_nesting_era
 
 _COLLECTIVE_RE = r"(?i)(nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|all_to_all|sendrecv)"
 _NCCL_RE = r"(?i)(nccl|rccl)"
+#: the collective a NCCL/RCCL kernel name spells (``ncclKernel_SendRecv_RING_…``, ``ncclDevKernel_AllGather_…``)
+_NCCL_KERNEL_OP_RE = r"^[nr]ccl(?:Dev)?Kernel_([A-Za-z]+)"
 
 
 def build_tables(
@@ -181,12 +183,16 @@ def _classify(ops: pl.DataFrame) -> pl.DataFrame:
         .alias("kind")
     )
 
-    # --- collectives: the framework op is the c10d collective, not record_param_comms
+    # --- collectives: the framework op is the c10d collective, not record_param_comms; a
+    # record_param_comms without "Collective name" (PyTorch 1.x) takes the kernel's own word
+    # for it (ncclKernel_AllReduce_… -> nccl:AllReduce), as the kernel name said before linking
+    bare_comms = pl.when(pl.col("op") == "record_param_comms").then(
+        pl.concat_str(pl.lit("nccl:"), pl.col("name").str.extract(_NCCL_KERNEL_OP_RE)))
     ops = ops.with_columns(
         pl.when(pl.col("kind") == "collective")
         .then(
             pl.coalesce(
-                pl.concat_str(pl.lit("nccl:"), pl.coalesce("coll_name", "op_coll_name")), pl.col("op")
+                pl.concat_str(pl.lit("nccl:"), pl.coalesce("coll_name", "op_coll_name")), bare_comms, pl.col("op")
             )
         )
         .otherwise(pl.col("op"))
