@@ -236,9 +236,11 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))
 
+    # copies and fills the trace costed are in ``todo`` too: they take their op's dtype (never
+    # its numbers) whatever other ranks hold, so a rank costed alone matches the whole
+    is_copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
     todo = ops.filter(
-        ~pl.col("_pre"),
-        pl.col("cost_source") != "trace",
+        ~pl.col("_pre") | is_copy,
         pl.col("op").is_not_null(),
         pl.col("kind").cast(pl.String) != "collective",
         ~pl.col("graph").fill_null(False),

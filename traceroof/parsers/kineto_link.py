@@ -2,8 +2,10 @@
 
 Links (all scoped to one file, so two ranks' correlation ids never meet, BC-06):
 kernel ``correlation`` → runtime/driver call (launch start and duration, its
-``External id``) → innermost ``cpu_op`` with that ``External id`` (the framework op and,
-with ``record_shapes=True``, its input shapes). A ``*GraphLaunch`` call whose correlation
+``External id``) → the framework op (and, with ``record_shapes=True``, its input shapes):
+the innermost ``cpu_op`` with that ``External id``, or in PyTorch 1.x traces (``External
+id == correlation``) the innermost ``cpu_op`` enclosing the launch on its thread; a link
+inconsistent with that rule is refused and counted (rule 8, :mod:`.kineto_enclose`). A ``*GraphLaunch`` call whose correlation
 is shared by several kernels marks them ``graph`` (BC-13).
 """
 
@@ -16,9 +18,12 @@ from ..schema import HOST_SCHEMA, OP_SCHEMA, conform, empty
 from ..step_markers import DEVICE_MARKER_CAT, HOST_MARKER_CAT, step_windows
 from ..trace import TraceMeta
 from . import kineto_vocab as V
+from .kineto_enclose import consistent_links, enclosing_cpu_ops, is_nesting_era
 
 _COLLECTIVE_RE = r"(?i)(nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|all_to_all|sendrecv)"
 _NCCL_RE = r"(?i)(nccl|rccl)"
+#: the collective a NCCL/RCCL kernel name spells (``ncclKernel_SendRecv_RING_…``, ``ncclDevKernel_AllGather_…``)
+_NCCL_KERNEL_OP_RE = r"^[nr]ccl(?:Dev)?Kernel_([A-Za-z]+)"
 
 
 def build_tables(
@@ -48,7 +53,7 @@ def build_tables(
 
     ops = _device_columns(dev, rank, origin)
     ops = _link_launches(ops, host_tbl)
-    ops = _link_framework_ops(ops, host_tbl)
+    ops = _link_framework_ops(ops, host_tbl, meta)
     ops = _classify(ops)
     ops = conform(ops, OP_SCHEMA).select(list(OP_SCHEMA))
     ops = ops.sort(["device", "stream", "start_ns"])
@@ -85,6 +90,8 @@ def _link_launches(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
         pl.col("dur_ns").first().alias("launch_dur_ns"),
         pl.col("name").first().fill_null("").str.contains("|".join(V.GRAPH_LAUNCH_SUBSTRINGS)).alias("_graph_launch"),
         pl.col("external_id").first().alias("launch_ext"),
+        pl.col("pid").first().alias("launch_pid"),
+        pl.col("thread").first().alias("launch_thread"),
     )
     ops = ops.join(launches, on="correlation", how="left")
     ops = ops.with_columns(
@@ -100,27 +107,65 @@ def _link_launches(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
     return ops
 
 
-def _link_framework_ops(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
-    """The framework op of each kernel: ``External id`` → innermost ``cpu_op`` (the last to
-    start), with its collective arguments (``op_*`` columns)."""
-    # --- framework op: External id -> innermost cpu_op (the last to start). The winners are
-    # picked on integer columns only; the text columns are gathered once, for them alone.
-    winners = innermost_cpu_ops(host_tbl, ["external_id"])
-    cpu_ops = (
-        host_tbl.select(
-            "external_id", "name", "coll_name", "coll_in_nelems", "coll_out_nelems", "coll_group_size", "coll_dtype",
-        )[winners]
-        .select(
-            "external_id",
-            pl.col("name").alias("op"),
-            pl.col("coll_name").alias("op_coll_name"),
-            pl.col("coll_in_nelems").alias("op_in"),
-            pl.col("coll_out_nelems").alias("op_out"),
-            pl.col("coll_group_size").cast(pl.Int64).alias("op_gs"),
-            pl.col("coll_dtype").alias("op_cdt"),
-        )
+def _link_framework_ops(ops: pl.DataFrame, host_tbl: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """The framework op of each kernel, with its collective arguments (``op_*`` columns).
+
+    Id era: ``External id`` → innermost ``cpu_op`` with that id (the last to start). Nesting
+    era (PyTorch 1.x: every launch's ``External id`` is its correlation): the innermost
+    ``cpu_op`` enclosing the launch on its thread, whose ``External id`` the kernel takes.
+    Either way the link must pass rule 8 (:func:`~.kineto_enclose.consistent_links`); one
+    that does not is dropped (no op, no ``External id``) and counted."""
+    nesting = is_nesting_era(host_tbl)
+    if nesting:
+        ops = ops.with_columns(enclosing_cpu_ops(host_tbl, ops).alias("_op_row"))
+        meta.stats["links_by_nesting"] = 1
+    else:
+        # winners are picked on integer columns only; text columns are gathered for them alone
+        winners = innermost_cpu_ops(host_tbl, ["external_id"])
+        by_id = host_tbl.select("external_id")[winners].with_columns(winners.alias("_op_row"))
+        ops = ops.join(by_id, on="external_id", how="left", maintain_order="left")
+    ok = consistent_links(host_tbl, ops)
+    _count_dropped(ops, ok, meta)
+    refused = ok.eq(False).fill_null(False)
+    ops = ops.with_columns(pl.when(ok.fill_null(False)).then(pl.col("_op_row")).alias("_op_row"), refused.alias("_refused"))
+    cpu_ops = host_tbl.select(
+        "external_id", "name", "coll_name", "coll_in_nelems", "coll_out_nelems", "coll_group_size", "coll_dtype",
+    )[ops["_op_row"].fill_null(0)] if host_tbl.height else None
+    linked = pl.col("_op_row").is_not_null()
+    cols = {"_op_ext": "external_id", "op": "name", "op_coll_name": "coll_name", "op_in": "coll_in_nelems",
+            "op_out": "coll_out_nelems", "op_gs": "coll_group_size", "op_cdt": "coll_dtype"}
+    if cpu_ops is None:
+        ops = ops.with_columns([pl.lit(None, dtype=pl.Int64 if k in ("_op_ext", "op_in", "op_out", "op_gs")
+                                       else pl.String).alias(k) for k in cols])
+    else:
+        ops = ops.with_columns([cpu_ops[v].alias(k) for k, v in cols.items()])
+        ops = ops.with_columns([pl.when(linked).then(pl.col(k)).alias(k) for k in cols])
+    ops = ops.with_columns(
+        pl.col("op_gs").cast(pl.Int64),
+        # a kernel whose link was refused keeps no id that would fetch another op's shapes
+        pl.when(linked).then(pl.col("_op_ext")).when(pl.col("_refused")).then(None)
+        .otherwise(pl.col("external_id")).alias("external_id"),
     )
-    return ops.join(cpu_ops, on="external_id", how="left")
+    return ops.drop("_op_ext", "_op_row", "_refused")
+
+
+def _count_dropped(ops: pl.DataFrame, ok: pl.Series, meta: TraceMeta) -> None:
+    """Rule 8: count and warn about links refused because the op does not enclose the launch
+    on the launch's thread (or no launch was recorded to check against)."""
+    bad = ok.eq(False).fill_null(False)
+    n = int(bad.sum())
+    if not n:
+        return
+    no_launch = int((bad & ops["launch_start_ns"].is_null()).sum())
+    share = ops.filter(bad)["dur_ns"].sum() / max(ops["dur_ns"].sum(), 1)
+    meta.stats["links_dropped_rule8"] = n
+    meta.stats["links_dropped_rule8_no_launch"] = no_launch
+    meta.warn(
+        f"{n} kernel-to-framework-op links ({share:.1%} of device time) were refused: the op "
+        "does not enclose the kernel's launch on the launching thread"
+        + (f" ({no_launch} with no launch recorded to check against)" if no_launch else "")
+        + "; those kernels have no framework op (accounting rule 8)"
+    )
 
 
 def _classify(ops: pl.DataFrame) -> pl.DataFrame:
@@ -138,12 +183,16 @@ def _classify(ops: pl.DataFrame) -> pl.DataFrame:
         .alias("kind")
     )
 
-    # --- collectives: the framework op is the c10d collective, not record_param_comms
+    # --- collectives: the framework op is the c10d collective, not record_param_comms; a
+    # record_param_comms without "Collective name" (PyTorch 1.x) takes the kernel's own word
+    # for it (ncclKernel_AllReduce_… -> nccl:AllReduce), as the kernel name said before linking
+    bare_comms = pl.when(pl.col("op") == "record_param_comms").then(
+        pl.concat_str(pl.lit("nccl:"), pl.col("name").str.extract(_NCCL_KERNEL_OP_RE)))
     ops = ops.with_columns(
         pl.when(pl.col("kind") == "collective")
         .then(
             pl.coalesce(
-                pl.concat_str(pl.lit("nccl:"), pl.coalesce("coll_name", "op_coll_name")), pl.col("op")
+                pl.concat_str(pl.lit("nccl:"), pl.coalesce("coll_name", "op_coll_name")), bare_comms, pl.col("op")
             )
         )
         .otherwise(pl.col("op"))
