@@ -70,6 +70,7 @@ STAGES = (
     "describe_chip",      # chip,
     "describe_coverage",  # coverage,
     "collect_warnings",   # warnings
+    "check_accounting",   # the accounting rules (docs/accounting.md), violations as warnings
 )
 
 
@@ -306,6 +307,15 @@ def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[
     return warnings
 
 
+def check_accounting(report: Report) -> Report:
+    """``report`` with one warning per accounting violation (:func:`traceroof.accounting.check`,
+    a few lines per rule with a count; docs/accounting.md) appended to its warnings."""
+    from .accounting import check, warnings_for
+
+    report.warnings.extend(w for w in warnings_for(check(report)) if w not in report.warnings)
+    return report
+
+
 # --------------------------------------------------------------------------- analyze
 
 
@@ -362,14 +372,14 @@ def analyze(
     above = check_roofs(ops, spec)
     ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
     found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings)
-    return Report(
+    return check_accounting(Report(
         trace=describe_trace(meta, ops, costed.host), chip=describe_chip(spec, reason, meta),
         coverage=describe_coverage(costed.coverage), summary=util.summary, steps=util.steps,
         ranking=ranking, ops=ops, warnings=collect_warnings(meta, ops, costed.coverage),
         inconsistencies=util.inconsistencies + above, findings=found,
         filters=Filters(rank=rank, step=step, group_by=group_by),
         ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,
-    )
+    ))
 
 
 def load_report(

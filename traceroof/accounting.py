@@ -1,0 +1,347 @@
+"""The accounting check: the rules of ``docs/accounting.md``, checked on a finished report.
+
+:func:`check` reads a :class:`~traceroof.report.Report` (its typed sections, the steps and
+ranking tables and the op table) and returns one :class:`Violation` per broken rule
+instance; :func:`warnings_for` turns them into warnings, a few lines per rule with a count.
+:func:`traceroof.analysis.analyze` runs it on every analysis (stage ``check_accounting``).
+
+Rules 2 and 8 are not checked here: the report holds no bucket of ops outside steps and no
+launch links to validate (see ``docs/accounting.md``). All times are int64 ns; a relative
+slack of :data:`REL_TOL` (plus :data:`ABS_TOL_NS`) absorbs the rounding of per-device means.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from . import intervals as iv
+from . import units
+
+if TYPE_CHECKING:
+    from .report import Report
+
+#: relative slack of every comparison (float sums, rounded per-device means)
+REL_TOL = 1e-6
+#: absolute slack, ns: per-device means are rounded to whole ns
+ABS_TOL_NS = 2
+#: warning lines per rule before the rest is counted
+LINES_PER_RULE = 3
+
+#: per detector, the evidence key that bounds its recoverable time (rule 6)
+EVIDENCE_BOUND = {
+    "device_idle": "idle_claimed_ns",
+    "exposed_collectives": "exposed_ns",
+    "fp32_matmul": "measured_ns",
+    "unfused_elementwise": "measured_ns",
+    "straggler": "wait_caused_ns",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken accounting rule.
+
+    Attributes:
+        rule: the rule number of ``docs/accounting.md`` (1, 3, 4, 5, 6 or 7).
+        text: one line: where and the numbers (``step 7 rank 0: busy 12.1 ms > wall 11.8 ms``).
+        rank, device, step: where it applies (None when it does not).
+        numbers: the numbers compared, unit-suffixed keys (ns, fractions).
+    """
+
+    rule: int
+    text: str
+    rank: int | None = None
+    device: int | None = None
+    step: int | None = None
+    numbers: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """The warning line: ``accounting rule N: <text>``."""
+        return f"accounting rule {self.rule}: {self.text}"
+
+
+def _over(a: float, b: float) -> bool:
+    """``a > b`` beyond the slack."""
+    return a > b + ABS_TOL_NS + REL_TOL * abs(b)
+
+
+def _ms(v: float) -> str:
+    return units.ms(v)
+
+
+def _where(rank: Any, step: Any) -> str:
+    return (f"step {step} " if step is not None else "unsegmented step ") + f"rank {rank}"
+
+
+# --------------------------------------------------------------------------- rule 1
+
+
+def check_windows(steps: pl.DataFrame, ops: pl.DataFrame | None) -> list[Violation]:
+    """Rule 1: per rank, step windows (``start_ns``, ``end_ns``) never overlap, and their
+    walls sum to at most the rank's recorded span (its steps and device ops, first start to
+    last end). The step table is per rank: a rank's devices share its windows."""
+    out: list[Violation] = []
+    if steps.height == 0 or "start_ns" not in steps.columns:
+        return out
+    spans = _op_spans(ops)
+    for (rank,), w in steps.filter(pl.col("step").is_not_null()).sort("start_ns").group_by(["rank"], maintain_order=True):
+        rows = w.select("step", "start_ns", "end_ns").rows()
+        for (s0, a0, e0), (s1, a1, e1) in zip(rows, rows[1:]):
+            if a1 < e0:
+                out.append(Violation(1, f"rank {rank}: step {s0} [{_ms(a0)}, {_ms(e0)}] overlaps step {s1} "
+                                        f"by {_ms(e0 - a1)}", rank=rank, step=s1,
+                                     numbers={"overlap_ns": float(e0 - a1)}))
+        lo = min([r[1] for r in rows] + ([spans[rank][0]] if rank in spans else []))
+        hi = max([r[2] for r in rows] + ([spans[rank][1]] if rank in spans else []))
+        wall = sum(e - s for _, s, e in rows)
+        if _over(wall, hi - lo):
+            out.append(Violation(1, f"rank {rank}: step walls sum to {_ms(wall)} > recorded span {_ms(hi - lo)}",
+                                 rank=rank, numbers={"walls_ns": float(wall), "span_ns": float(hi - lo)}))
+    return out
+
+
+def _op_spans(ops: pl.DataFrame | None) -> dict[Any, tuple[int, int]]:
+    """Per rank: (first device-op start, last end) ns."""
+    if ops is None or ops.height == 0:
+        return {}
+    g = ops.group_by("rank").agg(pl.col("start_ns").min().alias("s"),
+                                 (pl.col("start_ns") + pl.col("dur_ns")).max().alias("e"))
+    return {r: (int(s), int(e)) for r, s, e in g.iter_rows()}
+
+
+# --------------------------------------------------------------------------- rule 3
+
+
+def check_steps(steps: pl.DataFrame) -> list[Violation]:
+    """Rule 3, per step row (per device of the rank: the breakdown is a per-device mean):
+    busy + idle = wall, 0 ≤ busy ≤ wall, 0 ≤ exposed comm ≤ comm."""
+    out: list[Violation] = []
+    need = {"rank", "step", "wall_ns", "busy_ns", "idle_ns", "comm_ns", "comm_exposed_ns"}
+    if steps.height == 0 or not need <= set(steps.columns):
+        return out
+    for r in steps.select(*sorted(need)).iter_rows(named=True):
+        rank, step = r["rank"], r["step"]
+        wall, busy, idle = (int(r[k] or 0) for k in ("wall_ns", "busy_ns", "idle_ns"))
+        comm, exp = int(r["comm_ns"] or 0), int(r["comm_exposed_ns"] or 0)
+        nums = {"wall_ns": float(wall), "busy_ns": float(busy), "idle_ns": float(idle)}
+        where = _where(rank, step)
+        if abs(busy + idle - wall) > ABS_TOL_NS:
+            out.append(Violation(3, f"{where}: busy {_ms(busy)} + idle {_ms(idle)} != wall {_ms(wall)}",
+                                 rank=rank, step=step, numbers=nums))
+        if busy < 0 or _over(busy, wall):
+            out.append(Violation(3, f"{where}: busy {_ms(busy)} not in [0, wall {_ms(wall)}]",
+                                 rank=rank, step=step, numbers=nums))
+        if exp < 0 or _over(exp, comm):
+            out.append(Violation(3, f"{where}: exposed communication {_ms(exp)} not in [0, communication {_ms(comm)}]",
+                                 rank=rank, step=step, numbers={"comm_ns": float(comm), "comm_exposed_ns": float(exp)}))
+    return out
+
+
+# --------------------------------------------------------------------------- rule 4
+
+
+def _bad_share(v: Any) -> bool:
+    return v is not None and not (-REL_TOL <= float(v) <= 1.0 + REL_TOL)
+
+
+def check_shares(report: Report) -> list[Violation]:
+    """Rule 4: busy share, HFU, MFU, roofline efficiency (summary and per step) in [0, 1];
+    a ranking row or op with efficiency > 1 is a violation unless the report lists its label
+    as an inconsistency (an op above its roof)."""
+    out: list[Violation] = []
+    s = report.summary
+    heads = {
+        "busy share": s.step.busy_fraction if s.step else None,
+        "HFU": s.hfu.value if s.hfu else None,
+        "MFU": s.mfu.value if s.mfu else None,
+        "roofline efficiency": s.roofline.efficiency if s.roofline else None,
+    }
+    for name, v in heads.items():
+        if _bad_share(v):
+            out.append(Violation(4, f"summary: {name} {float(v):.4g} not in [0, 1]", numbers={"value": float(v)}))
+    st = report.steps
+    for col in ("hfu", "mfu"):
+        if st.height and col in st.columns:
+            for rank, step, v in st.select("rank", "step", col).iter_rows():
+                if _bad_share(v):
+                    out.append(Violation(4, f"{_where(rank, step)}: {col.upper()} {v:.4g} not in [0, 1]",
+                                         rank=rank, step=step, numbers={"value": float(v)}))
+    flagged = {i.op for i in report.inconsistencies if i.op is not None}
+    out += _above_one(report.ranking, "label", "ranking row", flagged)
+    if report.ops is not None and report.ops.height and "efficiency" in report.ops.columns:
+        ops = report.ops.with_columns(pl.coalesce("op", "name").alias("label"))
+        out += _above_one(ops, "label", "op", flagged)
+    return out
+
+
+def _above_one(df: pl.DataFrame, label: str, what: str, flagged: set[str]) -> list[Violation]:
+    """Rows of ``df`` with ``efficiency`` > 1 whose ``label`` is not ``flagged``: one
+    violation per label (the count and the largest efficiency)."""
+    if df.height == 0 or "efficiency" not in df.columns:
+        return []
+    bad = df.filter(pl.col("efficiency") > 1.0 + REL_TOL, ~pl.col(label).is_in(sorted(flagged)))
+    if bad.height == 0:
+        return []
+    g = (bad.group_by(label).agg(pl.len().alias("n"), pl.col("efficiency").max().alias("eff"))
+         .sort(["eff", label], descending=[True, False]))
+    return [Violation(4, f"{what} {units.short(lab, 60)}: efficiency {eff:.4g} > 1 ({n} row(s)), "
+                         "not reported as an inconsistency", numbers={"efficiency": float(eff), "rows": float(n)})
+            for lab, n, eff in g.iter_rows()]
+
+
+# --------------------------------------------------------------------------- rule 5
+
+
+def check_step_time(report: Report) -> list[Violation]:
+    """Rule 5: a step time only from complete steps: with no complete step there is no step
+    time, and the step time is the mean wall of the complete (non-partial) steps."""
+    st = report.summary.step
+    if st is None or st.step_time_ns is None:
+        return []
+    steps = report.steps
+    full = steps.filter(~pl.col("partial")) if steps.height and "partial" in steps.columns else steps
+    if st.complete_steps == 0 or full.height == 0:
+        return [Violation(5, f"step time {_ms(st.step_time_ns)} from 0 complete steps "
+                             f"({steps.height} step(s), all partial)", numbers={"step_time_ns": float(st.step_time_ns)})]
+    mean = float(full["wall_ns"].mean())
+    if abs(mean - st.step_time_ns) > ABS_TOL_NS + REL_TOL * mean:
+        return [Violation(5, f"step time {_ms(st.step_time_ns)} != mean of the {full.height} complete steps {_ms(mean)}",
+                          numbers={"step_time_ns": float(st.step_time_ns), "complete_mean_ns": mean})]
+    return []
+
+
+# --------------------------------------------------------------------------- rule 6
+
+
+@dataclass(frozen=True)
+class _RankTime:
+    """What a rank's device time can give back, ns, summed over its devices: ``room`` (window
+    length × devices), ``idle`` (window − busy union, per device) and ``comm`` (union of
+    its collectives, per device)."""
+
+    room: int
+    idle: int
+    comm: int
+    devices: int
+
+
+def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
+    """:class:`_RankTime` per rank of the op table (the window is the rank's first device-op
+    start to last end, as the detectors' ``windows``)."""
+    if ops is None or ops.height == 0:
+        return {}
+    d = ops.select("rank", pl.col("device").fill_null(-1), "start_ns",
+                   (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), pl.col("kind").cast(pl.String))
+    spans = _op_spans(ops)
+    busy = iv.union(d, by=["rank", "device"])
+    busy = busy.group_by("rank", "device").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("b"))
+    comm = iv.union(d.filter(pl.col("kind") == "collective"), by=["rank", "device"])
+    comm_ns = dict(comm.group_by("rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum()).iter_rows())
+    out = {}
+    for (rank,), g in busy.group_by(["rank"]):
+        s, e = spans[rank]
+        n = g.height
+        out[rank] = _RankTime(room=(e - s) * n, idle=(e - s) * n - int(g["b"].sum()),
+                              comm=int(comm_ns.get(rank, 0)), devices=n)
+    return out
+
+
+def check_findings(report: Report) -> list[Violation]:
+    """Rule 6: findings never claim more than they explain. Per rank: all claims ≤ the
+    rank's window × its devices; ``device_idle`` claims ≤ the rank's idle (window − busy
+    union, per device); ``exposed_collectives`` claims ≤ its communication union. Each
+    finding ≤ the evidence that bounds it (:data:`EVIDENCE_BOUND`)."""
+    out: list[Violation] = []
+    times = _rank_times(report.ops)
+    claims: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for f in report.findings:
+        rec = float(f.recoverable_ns or 0.0)
+        claims[f.rank]["all"] += rec
+        claims[f.rank][f.kind] += rec
+        key = EVIDENCE_BOUND.get(f.kind)
+        bound = f.evidence.get(key) if key else None
+        if rec < 0 or (isinstance(bound, (int, float)) and _over(rec, float(bound))):
+            out.append(Violation(6, f"{f.kind} (rank {f.rank}): recoverable {_ms(rec)} > its {key} "
+                                    f"{_ms(float(bound or 0))}", rank=f.rank, step=f.step,
+                                 numbers={"recoverable_ns": rec, "bound_ns": float(bound or 0)}))
+    everything = sum(t.room for t in times.values())
+    for rank, c in claims.items():
+        t = times.get(rank)
+        limits = {"all": ("its window × devices", t.room if t else everything)}
+        if t is not None:
+            limits["device_idle"] = ("its idle", t.idle)
+            limits["exposed_collectives"] = ("its communication", t.comm)
+        for kind, (what, lim) in limits.items():
+            if kind in c and _over(c[kind], lim):
+                name = "findings" if kind == "all" else f"{kind} findings"
+                out.append(Violation(6, f"rank {rank}: {name} claim {_ms(c[kind])} > {what} {_ms(lim)}",
+                                     rank=rank, numbers={"claimed_ns": c[kind], "limit_ns": float(lim)}))
+    return out
+
+
+# --------------------------------------------------------------------------- rule 7
+
+
+def check_ranking(ranking: pl.DataFrame) -> list[Violation]:
+    """Rule 7: a ranking row's numbers cover the same ops: gap = measured − expected, and
+    efficiency = expected / measured when every op of the row is costed."""
+    out: list[Violation] = []
+    need = {"label", "count", "costed_count", "measured_ns", "expected_ns", "gap_ns", "efficiency"}
+    if ranking.height == 0 or not need <= set(ranking.columns):
+        return out
+    rows = ranking.select("label", "count", "costed_count", "measured_ns", "expected_ns", "gap_ns", "efficiency")
+    for label, n, costed, meas, exp, gap, eff in rows.iter_rows():
+        if gap is None or exp is None:
+            continue
+        name = units.short(label, 60)
+        if abs(float(gap) - (float(meas) - float(exp))) > ABS_TOL_NS + REL_TOL * abs(float(meas)):
+            out.append(Violation(7, f"ranking row {name}: gap {_ms(gap)} != measured {_ms(meas)} − expected "
+                                    f"{_ms(exp)} (gap and expected cover {costed} of {n} ops)",
+                                 numbers={"gap_ns": float(gap), "measured_ns": float(meas), "expected_ns": float(exp),
+                                          "count": float(n), "costed_count": float(costed)}))
+        elif costed == n and meas and eff is not None and abs(float(eff) - float(exp) / float(meas)) > 1e-6:
+            out.append(Violation(7, f"ranking row {name}: efficiency {eff:.4g} != expected / measured "
+                                    f"{float(exp) / float(meas):.4g}", numbers={"efficiency": float(eff)}))
+    return out
+
+
+# --------------------------------------------------------------------------- all
+
+
+def check(report: Report) -> list[Violation]:
+    """Every accounting rule the report lets one check (rules 1, 3, 4, 5, 6, 7), in rule order.
+
+    Args:
+        report: an analysed report (its ``ops`` may be None: the op-table checks are skipped).
+
+    Returns:
+        The violations, empty when the report's accounting holds. Never raises on a
+        well-formed report; a table missing a column skips that rule's check.
+    """
+    return [
+        *check_windows(report.steps, report.ops), *check_steps(report.steps), *check_shares(report),
+        *check_step_time(report), *check_findings(report), *check_ranking(report.ranking),
+    ]
+
+
+def warnings_for(violations: list[Violation], per_rule: int = LINES_PER_RULE) -> list[str]:
+    """One warning line per violation (``accounting rule 3: step 7 rank 0: ...``), at most
+    ``per_rule`` lines per rule, then one line counting the rest of that rule."""
+    by_rule: dict[int, list[Violation]] = defaultdict(list)
+    for v in violations:
+        by_rule[v.rule].append(v)
+    out = []
+    for rule in sorted(by_rule):
+        vs = by_rule[rule]
+        out += [v.line() for v in vs[:per_rule]]
+        if len(vs) > per_rule:
+            out.append(f"accounting rule {rule}: {len(vs) - per_rule} more violation(s) of this rule "
+                       "(docs/accounting.md)")
+    return out
+
+
+__all__ = ["Violation", "check", "warnings_for"]
