@@ -48,11 +48,15 @@ def test_xla_names_have_sizes_that_match_their_traceroof_dtype():
             assert dtypes.XLA_ITEMSIZE[xla] == dtypes.ITEMSIZE[dt], xla
 
 
-def test_collective_dtype_bytes_follow_from_the_scalar_type_names():
+def test_collective_dtype_bytes_of_every_spelling_record_param_comms_writes():
     from traceroof.parsers.kineto_vocab import COLL_DTYPE_BYTES
 
-    derived = {n: dtypes.ITEMSIZE[d] for n, d in dtypes.SCALAR_TYPE_NAMES.items()}
-    assert derived == COLL_DTYPE_BYTES
+    # c10::ScalarType element sizes (c10/core/ScalarType.h), by the names toString() gives
+    assert COLL_DTYPE_BYTES == {
+        "Float": 4, "float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8,
+        "Char": 1, "Byte": 1, "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+        "Int8": 1, "UInt8": 1,
+    }
 
 
 def test_chip_table_columns_are_peak_keys_low_precision_first():

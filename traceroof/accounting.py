@@ -69,10 +69,6 @@ def _over(a: float, b: float) -> bool:
     return a > b + ABS_TOL_NS + REL_TOL * abs(b)
 
 
-def _ms(v: float) -> str:
-    return units.ms(v)
-
-
 def _where(rank: Any, step: Any) -> str:
     return (f"step {step} " if step is not None else "unsegmented step ") + f"rank {rank}"
 
@@ -92,14 +88,14 @@ def check_windows(steps: pl.DataFrame, ops: pl.DataFrame | None) -> list[Violati
         rows = w.select("step", "start_ns", "end_ns").rows()
         for (s0, a0, e0), (s1, a1, e1) in zip(rows, rows[1:]):
             if a1 < e0:
-                out.append(Violation(1, f"rank {rank}: step {s0} [{_ms(a0)}, {_ms(e0)}] overlaps step {s1} "
-                                        f"by {_ms(e0 - a1)}", rank=rank, step=s1,
+                out.append(Violation(1, f"rank {rank}: step {s0} [{units.ms(a0)}, {units.ms(e0)}] overlaps step {s1} "
+                                        f"by {units.ms(e0 - a1)}", rank=rank, step=s1,
                                      numbers={"overlap_ns": float(e0 - a1)}))
         lo = min([r[1] for r in rows] + ([spans[rank][0]] if rank in spans else []))
         hi = max([r[2] for r in rows] + ([spans[rank][1]] if rank in spans else []))
         wall = sum(e - s for _, s, e in rows)
         if _over(wall, hi - lo):
-            out.append(Violation(1, f"rank {rank}: step walls sum to {_ms(wall)} > recorded span {_ms(hi - lo)}",
+            out.append(Violation(1, f"rank {rank}: step walls sum to {units.ms(wall)} > recorded span {units.ms(hi - lo)}",
                                  rank=rank, numbers={"walls_ns": float(wall), "span_ns": float(hi - lo)}))
     return out
 
@@ -130,13 +126,13 @@ def check_steps(steps: pl.DataFrame) -> list[Violation]:
         nums = {"wall_ns": float(wall), "busy_ns": float(busy), "idle_ns": float(idle)}
         where = _where(rank, step)
         if abs(busy + idle - wall) > ABS_TOL_NS:
-            out.append(Violation(3, f"{where}: busy {_ms(busy)} + idle {_ms(idle)} != wall {_ms(wall)}",
+            out.append(Violation(3, f"{where}: busy {units.ms(busy)} + idle {units.ms(idle)} != wall {units.ms(wall)}",
                                  rank=rank, step=step, numbers=nums))
         if busy < 0 or _over(busy, wall):
-            out.append(Violation(3, f"{where}: busy {_ms(busy)} not in [0, wall {_ms(wall)}]",
+            out.append(Violation(3, f"{where}: busy {units.ms(busy)} not in [0, wall {units.ms(wall)}]",
                                  rank=rank, step=step, numbers=nums))
         if exp < 0 or _over(exp, comm):
-            out.append(Violation(3, f"{where}: exposed communication {_ms(exp)} not in [0, communication {_ms(comm)}]",
+            out.append(Violation(3, f"{where}: exposed communication {units.ms(exp)} not in [0, communication {units.ms(comm)}]",
                                  rank=rank, step=step, numbers={"comm_ns": float(comm), "comm_exposed_ns": float(exp)}))
     return out
 
@@ -173,8 +169,9 @@ def check_shares(report: Report) -> list[Violation]:
     flagged = {i.op for i in report.inconsistencies if i.op is not None}
     out += _above_one(report.ranking, "label", "ranking row", flagged)
     if report.ops is not None and report.ops.height and "efficiency" in report.ops.columns:
-        ops = report.ops.with_columns(pl.coalesce("op", "name").alias("label"))
-        out += _above_one(ops, "label", "op", flagged)
+        # the label only on the few rows above 1, not on the whole op table
+        ops = report.ops.filter(pl.col("efficiency") > 1.0 + REL_TOL)
+        out += _above_one(ops.with_columns(pl.coalesce("op", "name").alias("label")), "label", "op", flagged)
     return out
 
 
@@ -205,11 +202,11 @@ def check_step_time(report: Report) -> list[Violation]:
     steps = report.steps
     full = steps.filter(~pl.col("partial")) if steps.height and "partial" in steps.columns else steps
     if st.complete_steps == 0 or full.height == 0:
-        return [Violation(5, f"step time {_ms(st.step_time_ns)} from 0 complete steps "
+        return [Violation(5, f"step time {units.ms(st.step_time_ns)} from 0 complete steps "
                              f"({steps.height} step(s), all partial)", numbers={"step_time_ns": float(st.step_time_ns)})]
     mean = float(full["wall_ns"].mean())
     if abs(mean - st.step_time_ns) > ABS_TOL_NS + REL_TOL * mean:
-        return [Violation(5, f"step time {_ms(st.step_time_ns)} != mean of the {full.height} complete steps {_ms(mean)}",
+        return [Violation(5, f"step time {units.ms(st.step_time_ns)} != mean of the {full.height} complete steps {units.ms(mean)}",
                           numbers={"step_time_ns": float(st.step_time_ns), "complete_mean_ns": mean})]
     return []
 
@@ -235,7 +232,7 @@ def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
     if ops is None or ops.height == 0:
         return {}
     d = ops.select("rank", pl.col("device").fill_null(-1), "start_ns",
-                   (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), pl.col("kind").cast(pl.String))
+                   (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "kind")
     spans = _op_spans(ops)
     busy = iv.union(d, by=["rank", "device"])
     busy = busy.group_by("rank", "device").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("b"))
@@ -265,8 +262,8 @@ def check_findings(report: Report) -> list[Violation]:
         key = EVIDENCE_BOUND.get(f.kind)
         bound = f.evidence.get(key) if key else None
         if rec < 0 or (isinstance(bound, (int, float)) and _over(rec, float(bound))):
-            out.append(Violation(6, f"{f.kind} (rank {f.rank}): recoverable {_ms(rec)} > its {key} "
-                                    f"{_ms(float(bound or 0))}", rank=f.rank, step=f.step,
+            out.append(Violation(6, f"{f.kind} (rank {f.rank}): recoverable {units.ms(rec)} > its {key} "
+                                    f"{units.ms(float(bound or 0))}", rank=f.rank, step=f.step,
                                  numbers={"recoverable_ns": rec, "bound_ns": float(bound or 0)}))
     everything = sum(t.room for t in times.values())
     for rank, c in claims.items():
@@ -278,7 +275,7 @@ def check_findings(report: Report) -> list[Violation]:
         for kind, (what, lim) in limits.items():
             if kind in c and _over(c[kind], lim):
                 name = "findings" if kind == "all" else f"{kind} findings"
-                out.append(Violation(6, f"rank {rank}: {name} claim {_ms(c[kind])} > {what} {_ms(lim)}",
+                out.append(Violation(6, f"rank {rank}: {name} claim {units.ms(c[kind])} > {what} {units.ms(lim)}",
                                      rank=rank, numbers={"claimed_ns": c[kind], "limit_ns": float(lim)}))
     return out
 
@@ -299,8 +296,8 @@ def check_ranking(ranking: pl.DataFrame) -> list[Violation]:
             continue
         name = units.short(label, 60)
         if abs(float(gap) - (float(meas) - float(exp))) > ABS_TOL_NS + REL_TOL * abs(float(meas)):
-            out.append(Violation(7, f"ranking row {name}: gap {_ms(gap)} != measured {_ms(meas)} − expected "
-                                    f"{_ms(exp)} (gap and expected cover {costed} of {n} ops)",
+            out.append(Violation(7, f"ranking row {name}: gap {units.ms(gap)} != measured {units.ms(meas)} − expected "
+                                    f"{units.ms(exp)} (gap and expected cover {costed} of {n} ops)",
                                  numbers={"gap_ns": float(gap), "measured_ns": float(meas), "expected_ns": float(exp),
                                           "count": float(n), "costed_count": float(costed)}))
         elif costed == n and meas and eff is not None and abs(float(eff) - float(exp) / float(meas)) > 1e-6:

@@ -458,7 +458,7 @@ def _hfu(step: StepStats | None, dom: str, peak: float | None, spec: ChipSpec,
     if not (st and fl and peak):
         return HfuInfo(peak_dtype=dom, peak_flops_per_s=peak), None
     # per device: a rank with several devices (XPlane host) shares its FLOPs among them
-    ndev = (step.devices_per_rank if step else None) or 1
+    ndev = step.devices_per_rank or 1
     u = hfu(fl, st, peak, ndev)
     bad = None
     if isinstance(u, Inconsistency):

@@ -305,8 +305,6 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     }
 
 
-#: names that moved to :mod:`traceroof.ingest` (the writer, above this reader), still importable
-#: from here for callers not yet switched
 __all__ = ["read_cache", "is_cache", "describe", "load_fragment", "meta_from_json", "fragment_files",
            "CACHE_VERSION", "DATASET_VERSION"]
 

@@ -40,7 +40,7 @@ from .cache import (
 )
 from .errors import InputNotFoundError, TraceFormatError, TraceroofError, UsageError
 from .io import read_one, resolve_inputs
-from .merge import merge_meta
+from .merge import event_count, merge_meta
 from .parallel import input_size, run_parallel
 from .trace import Trace, TraceMeta
 
@@ -216,7 +216,7 @@ def _ingest(trace_path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     frag = out / FRAGMENTS_DIR / f"{key}.json"
     _write_json(doc, frag)  # last: the fragment is what makes the parts part of the dataset
     written = [out / f for name in TABLES for f in tables[name]["files"]] + [frag]
-    return written, int(trace.meta.stats.get("events", 0) or 0)
+    return written, event_count(trace)
 
 
 def ingest_file(trace_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> list[Path]:

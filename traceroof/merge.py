@@ -84,8 +84,7 @@ def merge_meta(metas: Sequence[TraceMeta]) -> tuple[TraceMeta, list[int], list[d
         for r in ranks:
             if r in seen_ranks:
                 new = max(declared | seen_ranks) + 1
-                src = m.sources[0] if m.sources else f"trace {i}"
-                meta.warn(f"{src}: rank {r} already seen; renumbered as rank {new}")
+                meta.warn(f"{_label(m, i)}: rank {r} already seen; renumbered as rank {new}")
                 remap[r] = new
                 r = new
             seen_ranks.add(r)

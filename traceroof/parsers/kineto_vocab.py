@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dtypes import ITEMSIZE, SCALAR_TYPE_NAMES
+
 #: category → device-op kind (rows of the op table).
 DEVICE_CATEGORIES: dict[str, str] = {
     "kernel": "kernel",
@@ -197,9 +199,6 @@ HOST_ARG_COLUMNS: tuple[ArgColumn, ...] = (
     *_collective_columns(INT32),
 )
 
-#: ``record_param_comms`` dtype spelling → bytes per element.
-COLL_DTYPE_BYTES: dict[str, int] = {
-    "Float": 4, "float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8,
-    "Char": 1, "Byte": 1, "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
-    "Int8": 1, "UInt8": 1,
-}
+#: ``record_param_comms`` dtype spelling → bytes per element (the spellings and their dtypes
+#: are :data:`traceroof.dtypes.SCALAR_TYPE_NAMES`, the sizes :data:`traceroof.dtypes.ITEMSIZE`).
+COLL_DTYPE_BYTES: dict[str, int] = {n: int(ITEMSIZE[d]) for n, d in SCALAR_TYPE_NAMES.items()}
