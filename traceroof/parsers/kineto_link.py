@@ -15,7 +15,7 @@ import polars as pl
 
 from ..host import innermost_cpu_ops
 from ..schema import HOST_SCHEMA, OP_SCHEMA, conform, empty
-from ..step_markers import DEVICE_MARKER_CAT, HOST_MARKER_CAT, step_windows
+from ..step_markers import device_and_host_windows
 from ..trace import TraceMeta
 from . import kineto_vocab as V
 from .kineto_enclose import consistent_links, enclosing_cpu_ops, is_nesting_era
@@ -295,16 +295,16 @@ def _host_table(box: list[pl.DataFrame], origin: int, rank: int) -> pl.DataFrame
 
 
 def assign_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
-    """Fill ``ops.step`` from the step markers' windows (:func:`~traceroof.step_markers.step_windows`).
+    """Fill ``ops.step`` from the step markers' windows
+    (:func:`~traceroof.step_markers.device_and_host_windows`).
 
     A kernel belongs to the step during which the host launched it (its launch call lies in
     the CPU-side ``ProfilerStep#N``); kernels without a launch use the device-side
     ``ProfilerStep#N`` (``gpu_user_annotation``) window, else the CPU window, by device start.
     """
-    cpu_steps = step_windows(host, HOST_MARKER_CAT)
+    gpu_steps, cpu_steps = device_and_host_windows(host)  # one scan of the host names
     if cpu_steps.height == 0:
         return ops
-    gpu_steps = step_windows(host, DEVICE_MARKER_CAT)
     ops = ops.with_row_index("_row")
 
     def _lookup(times: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

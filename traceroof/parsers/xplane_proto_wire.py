@@ -4,9 +4,8 @@ has no byte offset)."""
 
 from __future__ import annotations
 
+from .protowire import I32, I64, LEN, VARINT
 from .xplane_proto_messages import WIRE_SCHEMA
-
-VARINT, I64, LEN, I32 = 0, 1, 2, 5
 
 
 class WireError(ValueError):
