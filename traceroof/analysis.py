@@ -34,6 +34,7 @@ from .roofline import (
     MATRIX_KINDS,
     above_roof,
     add_roofline,
+    group_label_expr,
     rank_ops,
 )
 from .sections import (
@@ -190,13 +191,14 @@ def summarize(ops: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec, reason: st
                        [i for i in (hfu_bad, mfu_bad) if i is not None])
 
 
-def check_roofs(ops: pl.DataFrame, spec: ChipSpec) -> list[InconsistencyInfo]:
-    """Ops measured above their roof (beyond the tolerance), ten labels at most, most first."""
+def check_roofs(ops: pl.DataFrame, spec: ChipSpec, group_by: str = "op") -> list[InconsistencyInfo]:
+    """Ops measured above their roof (beyond the tolerance), ten labels at most, most first;
+    labelled as their ranking rows are (``group_by``: :func:`~traceroof.roofline.group_label_expr`)."""
     above = above_roof(ops)
     if not above.height:
         return []
     top = (
-        above.group_by(pl.coalesce("op", "name").alias("label"))
+        above.group_by(group_label_expr(group_by).alias("label"))
         .agg(pl.len().alias("count"), pl.col("efficiency").max().alias("max_efficiency"),
              pl.col("peak_dtype").first(), pl.col("cost_source").first())
         .sort(["count", "label"], descending=[True, False])
@@ -369,7 +371,7 @@ def analyze(
     ranking = rank_groups(ops, group_by)
     util = summarize(ops, steps, spec, reason, meta, costed.coverage, model_flops_per_step,
                      model_flops_formula, n_devices)
-    above = check_roofs(ops, spec)
+    above = check_roofs(ops, spec, group_by)
     ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
     found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings)
     return check_accounting(Report(
