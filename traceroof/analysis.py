@@ -27,6 +27,7 @@ from .errors import UnknownChipError, UsageError
 from .findings import Finding
 from .host import device_launches, no_device_ops_reason
 from .mfu import Inconsistency, Peak, achieved_flops_per_s, hfu, mfu
+from .parsers.kineto_vocab import device_family
 from .parsers.registry import facts_for
 from .report import Report
 from .roofline import (
@@ -95,6 +96,13 @@ def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -
         if cut:
             raise UnknownChipError(f"{cut}; it names no device (deviceProperties may be in the lost part): "
                                    "pass --chip NAME (see `traceroof chips`)")
+        family = device_family(trace.meta.stats)
+        if family is not None:
+            # recognised, never guessed: the runtime calls say which family, not which chip
+            raise UnknownChipError(
+                f"an {family} trace (its runtime calls say so) whose header names no device (no "
+                "deviceProperties): pass --chip NAME, or --chip path/to/chip.toml for a chip traceroof "
+                "does not list (see `traceroof chips`; docs/extending.md, 'A chip')")
         raise UnknownChipError(
             "the trace names no device (no deviceProperties / device plane stats): pass "
             "--chip NAME (see `traceroof chips`)"
