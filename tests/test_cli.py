@@ -36,7 +36,7 @@ def test_analyze_json_is_versioned_and_ranked_by_gap():
     res = run("analyze", str(real(QWEN)), "--format", "json", "--top", "50", "-q")
     assert res.exit_code == 0
     d = json.loads(res.output)
-    assert d["schema_version"] == 1
+    assert d["schema_version"] == 2
     gaps = [r["gap_ns"] for r in d["ranking"] if r["gap_ns"] is not None]
     assert gaps == sorted(gaps, reverse=True) and len(gaps) > 5
     r0 = d["ranking"][0]

@@ -283,7 +283,7 @@ def test_toy_format_is_gone_after_unregister(tmp_path):
 
 
 def test_builtin_facts_are_declared_by_their_formats():
-    assert [f.name for f in registry.formats()][:5] == ["cache", "kineto", "xplane", "perfetto", "tar"]
+    assert [f.name for f in registry.formats()][:6] == ["cache", "jax_trace_json", "kineto", "xplane", "perfetto", "tar"]
     kineto, xplane = registry.facts_for("kineto"), registry.facts_for("xplane")
     assert kineto.default_group_by == "op" and not kineto.chip_from_properties
     assert "record_shapes=True" in kineto.shapes_hint

@@ -20,6 +20,7 @@ import polars as pl
 
 from . import intervals as iv
 from . import units
+from .roofline import group_label_expr
 
 if TYPE_CHECKING:
     from .report import Report
@@ -147,7 +148,8 @@ def _bad_share(v: Any) -> bool:
 def check_shares(report: Report) -> list[Violation]:
     """Rule 4: busy share, HFU, MFU, roofline efficiency (summary and per step) in [0, 1];
     a ranking row or op with efficiency > 1 is a violation unless the report lists its label
-    as an inconsistency (an op above its roof)."""
+    as an inconsistency (an op above its roof). Ops are labelled as their ranking rows are
+    (:func:`~traceroof.roofline.group_label_expr` of the report's ``group_by``)."""
     out: list[Violation] = []
     s = report.summary
     heads = {
@@ -171,7 +173,8 @@ def check_shares(report: Report) -> list[Violation]:
     if report.ops is not None and report.ops.height and "efficiency" in report.ops.columns:
         # the label only on the few rows above 1, not on the whole op table
         ops = report.ops.filter(pl.col("efficiency") > 1.0 + REL_TOL)
-        out += _above_one(ops.with_columns(pl.coalesce("op", "name").alias("label")), "label", "op", flagged)
+        by = report.filters.group_by or "op"
+        out += _above_one(ops.with_columns(group_label_expr(by).alias("label")), "label", "op", flagged)
     return out
 
 
@@ -284,26 +287,46 @@ def check_findings(report: Report) -> list[Violation]:
 
 
 def check_ranking(ranking: pl.DataFrame) -> list[Violation]:
-    """Rule 7: a ranking row's numbers cover the same ops: gap = measured − expected, and
-    efficiency = expected / measured when every op of the row is costed."""
+    """Rule 7: a ranking row's measured, expected, gap and efficiency cover the same (costed)
+    ops: gap = measured − expected and efficiency = expected / measured on every row with a
+    gap; measured ≤ the row's total time; its costed share = measured / total. A row of an
+    older report without ``total_ns`` is checked for the first two only."""
     out: list[Violation] = []
-    need = {"label", "count", "costed_count", "measured_ns", "expected_ns", "gap_ns", "efficiency"}
+    need = {"label", "measured_ns", "expected_ns", "gap_ns", "efficiency"}
     if ranking.height == 0 or not need <= set(ranking.columns):
         return out
-    rows = ranking.select("label", "count", "costed_count", "measured_ns", "expected_ns", "gap_ns", "efficiency")
-    for label, n, costed, meas, exp, gap, eff in rows.iter_rows():
-        if gap is None or exp is None:
-            continue
-        name = units.short(label, 60)
-        if abs(float(gap) - (float(meas) - float(exp))) > ABS_TOL_NS + REL_TOL * abs(float(meas)):
-            out.append(Violation(7, f"ranking row {name}: gap {units.ms(gap)} != measured {units.ms(meas)} − expected "
-                                    f"{units.ms(exp)} (gap and expected cover {costed} of {n} ops)",
-                                 numbers={"gap_ns": float(gap), "measured_ns": float(meas), "expected_ns": float(exp),
-                                          "count": float(n), "costed_count": float(costed)}))
-        elif costed == n and meas and eff is not None and abs(float(eff) - float(exp) / float(meas)) > 1e-6:
-            out.append(Violation(7, f"ranking row {name}: efficiency {eff:.4g} != expected / measured "
-                                    f"{float(exp) / float(meas):.4g}", numbers={"efficiency": float(eff)}))
+    has_total = {"total_ns", "costed"} <= set(ranking.columns)
+    cols = ["label", "measured_ns", "expected_ns", "gap_ns", "efficiency"] + (["total_ns", "costed"] if has_total else [])
+    for row in ranking.select(cols).iter_rows(named=True):
+        out += _ranking_row(row)
     return out
+
+
+def _ranking_row(r: dict[str, Any]) -> list[Violation]:
+    """The rule-7 violations of one ranking row (see :func:`check_ranking`)."""
+    name, meas, exp, gap, eff = units.short(r["label"], 60), r["measured_ns"], r["expected_ns"], r["gap_ns"], r["efficiency"]
+    total = r.get("total_ns")
+    if gap is None or exp is None:
+        return []
+    if meas is None:
+        return [Violation(7, f"ranking row {name}: gap {units.ms(gap)} with no measured time of its costed ops",
+                          numbers={"gap_ns": float(gap)})]
+    tol = ABS_TOL_NS + REL_TOL * abs(float(meas))
+    if abs(float(gap) - (float(meas) - float(exp))) > tol:
+        return [Violation(7, f"ranking row {name}: gap {units.ms(gap)} != measured {units.ms(meas)} − expected "
+                             f"{units.ms(exp)}", numbers={"gap_ns": float(gap), "measured_ns": float(meas),
+                                                          "expected_ns": float(exp)})]
+    if meas and eff is not None and abs(float(eff) - float(exp) / float(meas)) > 1e-6:
+        return [Violation(7, f"ranking row {name}: efficiency {eff:.4g} != expected / measured "
+                             f"{float(exp) / float(meas):.4g}", numbers={"efficiency": float(eff)})]
+    if total is not None and float(meas) > float(total) + tol:
+        return [Violation(7, f"ranking row {name}: measured {units.ms(meas)} (costed ops) > total {units.ms(total)}",
+                          numbers={"measured_ns": float(meas), "total_ns": float(total)})]
+    costed = r.get("costed")
+    if total and costed is not None and abs(float(costed) - float(meas) / float(total)) > 1e-6:
+        return [Violation(7, f"ranking row {name}: costed share {costed:.4g} != measured / total "
+                             f"{float(meas) / float(total):.4g}", numbers={"costed": float(costed)})]
+    return []
 
 
 # --------------------------------------------------------------------------- all

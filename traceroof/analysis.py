@@ -27,6 +27,7 @@ from .errors import UnknownChipError, UsageError
 from .findings import Finding
 from .host import device_launches, no_device_ops_reason
 from .mfu import Inconsistency, Peak, achieved_flops_per_s, hfu, mfu
+from .parsers.kineto_vocab import device_family
 from .parsers.registry import facts_for
 from .report import Report
 from .roofline import (
@@ -34,6 +35,7 @@ from .roofline import (
     MATRIX_KINDS,
     above_roof,
     add_roofline,
+    group_label_expr,
     rank_ops,
 )
 from .sections import (
@@ -94,6 +96,13 @@ def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -
         if cut:
             raise UnknownChipError(f"{cut}; it names no device (deviceProperties may be in the lost part): "
                                    "pass --chip NAME (see `traceroof chips`)")
+        family = device_family(trace.meta.stats)
+        if family is not None:
+            # recognised, never guessed: the runtime calls say which family, not which chip
+            raise UnknownChipError(
+                f"an {family} trace (its runtime calls say so) whose header names no device (no "
+                "deviceProperties): pass --chip NAME, or --chip path/to/chip.toml for a chip traceroof "
+                "does not list (see `traceroof chips`; docs/extending.md, 'A chip')")
         raise UnknownChipError(
             "the trace names no device (no deviceProperties / device plane stats): pass "
             "--chip NAME (see `traceroof chips`)"
@@ -190,13 +199,14 @@ def summarize(ops: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec, reason: st
                        [i for i in (hfu_bad, mfu_bad) if i is not None])
 
 
-def check_roofs(ops: pl.DataFrame, spec: ChipSpec) -> list[InconsistencyInfo]:
-    """Ops measured above their roof (beyond the tolerance), ten labels at most, most first."""
+def check_roofs(ops: pl.DataFrame, spec: ChipSpec, group_by: str = "op") -> list[InconsistencyInfo]:
+    """Ops measured above their roof (beyond the tolerance), ten labels at most, most first;
+    labelled as their ranking rows are (``group_by``: :func:`~traceroof.roofline.group_label_expr`)."""
     above = above_roof(ops)
     if not above.height:
         return []
     top = (
-        above.group_by(pl.coalesce("op", "name").alias("label"))
+        above.group_by(group_label_expr(group_by).alias("label"))
         .agg(pl.len().alias("count"), pl.col("efficiency").max().alias("max_efficiency"),
              pl.col("peak_dtype").first(), pl.col("cost_source").first())
         .sort(["count", "label"], descending=[True, False])
@@ -369,7 +379,7 @@ def analyze(
     ranking = rank_groups(ops, group_by)
     util = summarize(ops, steps, spec, reason, meta, costed.coverage, model_flops_per_step,
                      model_flops_formula, n_devices)
-    above = check_roofs(ops, spec)
+    above = check_roofs(ops, spec, group_by)
     ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
     found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings)
     return check_accounting(Report(

@@ -30,7 +30,9 @@ from .sections import (
     TraceInfo,
 )
 
-SCHEMA_VERSION = 1
+#: 2: a ranking row's ``measured_ns`` covers only its costed ops (accounting rule 7); ``total_ns``
+#: and ``costed`` added
+SCHEMA_VERSION = 2
 
 
 @dataclass

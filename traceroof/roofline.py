@@ -258,44 +258,85 @@ def above_roof(ops: pl.DataFrame, tolerance: float = ABOVE_ROOF_TOLERANCE) -> pl
     return ops.filter(pl.col("efficiency") > tolerance)
 
 
-def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
-    """Sum ``gap_ns`` per op (or per kernel name) and sort descending (DESIGN §6).
+def group_label_expr(by: str = "op") -> pl.Expr:
+    """The label of an op's ranking row: the one rule every grouping of ops by label uses
+    (the ranking :func:`rank_ops`, the dashboard's op groups, the above-roof inconsistencies
+    and the accounting check of rule 4).
 
     Args:
-        ops: an op table with roofline columns.
-        by: ``op`` (framework op, falling back to the kernel name) or ``kernel``.
+        by: ``op``: the framework op, falling back to the kernel name; copies and memsets
+            (kind ``memcpy``/``memset``) keep their own name, so that one ``aten::copy_``
+            does not merge device-to-host and device-to-device copies. ``kernel``: the
+            kernel (HLO instruction) name.
 
     Returns:
-        One row per group: ``label, kind, count, measured_ns, expected_ns, gap_ns,
-        efficiency, bound, intensity, flops, bytes, costed_count`` where ``expected_ns`` and
-        ``gap_ns`` sum only the ops with a cost model (``costed_count`` of ``count``);
-        groups with no costed op have null gap and sort last.
+        A String expression over the columns ``name``, ``op`` and ``kind`` (Enum or String).
+
+    Raises:
+        ValueError: ``by`` is neither ``op`` nor ``kernel``.
     """
+    if by == "kernel":
+        return pl.col("name")
+    if by != "op":
+        raise ValueError(f"group_by must be 'op' or 'kernel', got {by!r}")
     copy = pl.col("kind").is_in(["memcpy", "memset"]).fill_null(False)  # Enum or String
     # == when(copy).then(name).otherwise(coalesce(op, name)), with one string zip, not two
-    label = pl.col("name") if by == "kernel" else pl.coalesce(pl.when(~copy).then(pl.col("op")), pl.col("name"))
-    df = ops.with_columns(label.alias("label"))
+    return pl.coalesce(pl.when(~copy).then(pl.col("op")), pl.col("name"))
+
+
+def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
+    """Sum the time lost per op (or per kernel name) and sort by it, largest first (DESIGN §6).
+
+    Accounting rule 7 (docs/accounting.md): a row's ``measured_ns``, ``expected_ns``,
+    ``gap_ns`` and ``efficiency`` cover the same ops, its **costed** ones (those with an
+    expected time), so ``gap_ns = measured_ns − expected_ns`` and ``efficiency =
+    expected_ns / measured_ns`` hold on every row; ``total_ns`` is the time of all its ops and
+    ``costed = measured_ns / total_ns`` the share of it that is costed.
+
+    Args:
+        ops: an op table with roofline columns (``dur_ns``, ``expected_ns``, ``gap_ns`` in ns).
+        by: ``op`` (framework op, falling back to the kernel name) or ``kernel``
+            (:func:`group_label_expr`).
+
+    Returns:
+        One row per group: ``label, kind, count, total_ns`` (ns, every op), ``costed_count``,
+        ``measured_ns, expected_ns, gap_ns`` (ns, costed ops only), ``costed`` (fraction of
+        ``total_ns``), ``efficiency, bound, intensity`` (FLOP/byte), ``flops, bytes, dtype``.
+        A group with no costed op has null ``measured_ns``, ``expected_ns``, ``gap_ns`` and
+        ``efficiency`` (unknown, not 0), ``costed`` 0, and sorts last; ties sort by
+        ``total_ns``, then label.
+
+    Raises:
+        ValueError: ``by`` is neither ``op`` nor ``kernel``.
+    """
+    df = ops.with_columns(group_label_expr(by).alias("label"))
+    costed = pl.col("expected_ns").is_not_null()
     g = df.group_by("label").agg(
         # the modes of the kind codes (Enum), as labels, lowest on a tie: the few modes are
         # cast to strings, not every row
         pl.col("kind").mode().cast(pl.String).sort().first().alias("kind"),
         pl.len().alias("count"),
-        pl.col("dur_ns").sum().alias("measured_ns"),
+        pl.col("dur_ns").sum().alias("total_ns"),
+        costed.sum().alias("costed_count"),
+        pl.col("dur_ns").filter(costed).sum().alias("measured_ns"),
         pl.col("expected_ns").sum().alias("expected_ns"),
-        pl.when(pl.col("expected_ns").is_not_null()).then(pl.col("dur_ns")).sum().alias("_costed_dur"),
         pl.col("gap_ns").sum().alias("gap_ns"),
-        pl.col("expected_ns").is_not_null().sum().alias("costed_count"),
         pl.col("bound").filter(pl.col("bound") != "unknown").mode().sort().first().alias("bound"),
         pl.col("flops").sum().alias("flops"),
         pl.col("bytes").sum().alias("bytes"),
         pl.col("dtype").drop_nulls().mode().sort().first().alias("dtype"),
     )
+    some = pl.col("costed_count") > 0
     g = g.with_columns(
-        pl.when(pl.col("costed_count") > 0).then(pl.col("gap_ns")).alias("gap_ns"),
-        pl.when(pl.col("costed_count") > 0).then(pl.col("expected_ns")).alias("expected_ns"),
-        pl.when(pl.col("_costed_dur") > 0).then(pl.col("expected_ns") / pl.col("_costed_dur")).alias("efficiency"),
+        pl.when(some).then(pl.col("measured_ns")).alias("measured_ns"),
+        pl.when(some).then(pl.col("expected_ns")).alias("expected_ns"),
+        pl.when(some).then(pl.col("gap_ns")).alias("gap_ns"),
+        pl.when(some & (pl.col("measured_ns") > 0)).then(pl.col("expected_ns") / pl.col("measured_ns")).alias("efficiency"),
+        pl.when(pl.col("total_ns") > 0).then(pl.col("measured_ns").fill_null(0) / pl.col("total_ns")).alias("costed"),
         pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).alias("intensity"),
         pl.col("bound").fill_null("unknown"),
-    ).drop("_costed_dur")
+    )
+    g = g.select("label", "kind", "count", "total_ns", "costed_count", "measured_ns", "expected_ns", "gap_ns",
+                 "costed", "efficiency", "bound", "intensity", "flops", "bytes", "dtype")
     # label last: ties never leave the order to chance (reports are reproducible)
-    return g.sort(["gap_ns", "measured_ns", "label"], descending=[True, True, False], nulls_last=True)
+    return g.sort(["gap_ns", "total_ns", "label"], descending=[True, True, False], nulls_last=True)

@@ -11,6 +11,15 @@ of HTA's versioned ``event_args`` mapping). Eras seen in real traces
   ``cpu_op``, ``user_annotation``, ``gpu_user_annotation``, ``python_function``, flows ``ac2g``.
 * ROCm reuses the CUDA names (``cuda_runtime``, ``kernel``) and adds ``hip_*`` header keys.
 * MTIA: ``mtia_runtime`` (host) and ``mtia_ccp_events`` (device).
+* Intel XPU (Kineto's XPUPTI plugin, ``libkineto/src/plugin/xpupti``, PyTorch 2.4+): SYCL /
+  Unified Runtime calls ``xpu_runtime`` (``urEnqueueKernelLaunch``, ``urEnqueueUSMMemcpy``,
+  older ``piEnqueueKernelLaunch``) with ``correlation`` and ``External id``, exactly as
+  ``cuda_runtime``; the Level Zero calls they make ``xpu_driver``
+  (``zeCommandListAppendLaunchKernel``, same correlation, nested inside the runtime call);
+  kernels ``kernel`` (``gpu_memcpy``/``gpu_memset`` for copies) on ``pid`` = the XPU device
+  index, ``tid`` = the SYCL queue (thread name ``Stream N``), args ``correlation``,
+  ``External id``, ``device``, ``sycl queue``, ``l0 queue``, and no ``stream`` (the queue id
+  in the ``tid`` stands for it).
 """
 
 from __future__ import annotations
@@ -41,16 +50,38 @@ HOST_CATEGORIES: dict[str, str] = {
     "hip_runtime": "runtime",
     "mtia_runtime": "runtime",
     "privateuse1_runtime": "runtime",
+    "xpu_runtime": "runtime",
     "user_annotation": "annotation",
     "gpu_user_annotation": "gpu_annotation",
     "cuda_sync": "sync",
 }
 
 #: categories that are counted but not kept (they can be millions of rows, BC-02).
+#: ``xpu_driver``: the Level Zero calls inside each ``xpu_runtime`` call, with its
+#: correlation: kept, they would count every launch twice (the runtime call is the launch).
 COUNTED_ONLY: frozenset[str] = frozenset(
     {"python_function", "Trace", "overhead", "cpu_instant_event", "fwdbwd", "ac2g",
-     "async", "async_gpu", "async_cpu_to_gpu", "gpu_mem_ops", "Memory"}
+     "async", "async_gpu", "async_cpu_to_gpu", "gpu_mem_ops", "Memory", "xpu_driver"}
 )
+
+#: runtime category → the device family whose launches it records: a trace whose
+#: ``deviceProperties`` name no device is still known to have run on that family (the chip
+#: is then asked for, never guessed: ``device_family``).
+DEVICE_FAMILY_BY_RUNTIME: dict[str, str] = {
+    "xpu_runtime": "Intel XPU",
+    "hip_runtime": "AMD GPU (HIP)",
+    "mtia_runtime": "Meta MTIA",
+}
+
+
+def device_family(stats: dict[str, int]) -> str | None:
+    """The device family a trace's runtime calls name (:data:`DEVICE_FAMILY_BY_RUNTIME`),
+    from the reader's per-category event counts (``stats["events[<cat>]"]``); None when they
+    name none (``cuda_runtime`` is shared by CUDA and ROCm, so it names no family)."""
+    for cat, family in DEVICE_FAMILY_BY_RUNTIME.items():
+        if stats.get(f"events[{cat}]", 0) > 0:
+            return family
+    return None
 
 #: CUPTI profiler (range/counter) mode: device work appears as replayed counter ranges, not
 #: timed kernels; their durations are not execution times.

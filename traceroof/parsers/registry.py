@@ -8,10 +8,12 @@ per-format facts analysis needs (:class:`FormatFacts`). ``traceroof.io`` dispatc
 instead of testing format names.
 
 Built-in formats (in this order: it breaks ties and orders messages): the columnar cache
-directory (:mod:`.cache_dir`), Kineto JSON (:mod:`.kineto_format`), XPlane (:mod:`.xplane`),
-Perfetto protobuf (:mod:`.perfetto`, recognised to be rejected clearly) and tar archives of
-Kineto traces (:mod:`.tar`). Their modules are imported on first use of the registry; a
-format's heavy decoder is imported only when one of its files is read.
+directory (:mod:`.cache_dir`), jax's trace-viewer JSON exports (:mod:`.jax_trace_json`:
+``perfetto_trace.json.gz``, recognised to name the ``.xplane.pb`` to pass instead), Kineto
+JSON (:mod:`.kineto_format`), XPlane (:mod:`.xplane`), Perfetto protobuf (:mod:`.perfetto`,
+recognised to be rejected clearly) and tar archives of Kineto traces (:mod:`.tar`). Their
+modules are imported on first use of the registry; a format's heavy decoder is imported only
+when one of its files is read.
 
 A new format is one module that builds an :class:`InputFormat` plus one entry: a name in
 :data:`BUILTIN` (for formats shipped with traceroof) or a :func:`register` call (anywhere
@@ -41,7 +43,9 @@ CONTENT, SUFFIX, HINT = 3, 2, 1
 HEAD_BYTES = 4096
 
 #: the modules (in :mod:`traceroof.parsers`) of the built-in formats, each with a ``FORMAT``
-BUILTIN = ("cache_dir", "kineto_format", "xplane", "perfetto", "tar")
+#: (``jax_trace_json`` before ``kineto_format``: both are JSON objects, and a sniff tie goes
+#: to the format registered first)
+BUILTIN = ("cache_dir", "jax_trace_json", "kineto_format", "xplane", "perfetto", "tar")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,11 @@ from __future__ import annotations
 from ..report import Report
 from . import sections
 
+#: what the ranking's columns cover (accounting rule 7, docs/accounting.md)
+RANKING_NOTE = ("measured, expected, gap and efficiency cover each row's costed ops (gap = measured − expected, "
+                "efficiency = expected / measured); total is the time of all its ops, costed the share of it that "
+                "is costed.")
+
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
     esc = [[c.replace("|", "\\|") for c in r] for r in rows]
@@ -25,7 +30,8 @@ def render(report: Report, *, top: int = 20) -> str:
         if note:
             out += ["", note]
     if report.ranking.height:
-        out += ["", f"## Top {min(top, report.ranking.height)} ops by time lost against the roofline", ""]
+        out += ["", f"## Top {min(top, report.ranking.height)} ops by time lost against the roofline", "",
+                RANKING_NOTE, ""]
         out.append(_table([n for n, _ in sections.RANK_COLUMNS], sections.ranking_rows(report, top)))
     if report.findings:
         out += ["", "## Findings", ""]

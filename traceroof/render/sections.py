@@ -9,10 +9,15 @@ from .. import units
 from ..report import Report
 from ..sections import ChipInfo, RanksInfo, StepStats, TraceInfo
 
+#: the ranking's columns (header, ranking column). ``measured``, ``expected``, ``gap`` and
+#: ``efficiency`` cover the row's costed ops (accounting rule 7); ``total`` is every op's time
+#: and ``costed`` the share of it that is costed
 RANK_COLUMNS = (
     ("op", "label"),
     ("kind", "kind"),
     ("count", "count"),
+    ("total", "total_ns"),
+    ("costed", "costed"),
     ("measured", "measured_ns"),
     ("expected", "expected_ns"),
     ("gap", "gap_ns"),
@@ -155,6 +160,8 @@ def ranking_rows(report: Report, top: int) -> list[list[str]]:
             units.short(r["label"], 60),
             str(r["kind"]),
             f"{r['count']:,}",
+            units.ns(r.get("total_ns")),
+            units.pct(r.get("costed")),
             units.ns(r["measured_ns"]),
             units.ns(r["expected_ns"]),
             units.ns(r["gap_ns"]),

@@ -12,9 +12,10 @@ from .. import units
 from ..report import Report
 from . import sections, terminal
 
-#: ranking columns dropped first when the terminal is narrow (the op, its gap and its
-#: measured time stay)
-RANK_DROP_ORDER = ("intensity (FLOP/B)", "count", "bound", "expected", "kind", "efficiency")
+#: ranking columns dropped first when the terminal is narrow: at 80 columns the op, its kind,
+#: measured time, gap and efficiency stay; narrower, the kind and then the efficiency go too
+#: (the op, its gap and its measured time always stay)
+RANK_DROP_ORDER = ("intensity (FLOP/B)", "count", "bound", "total", "expected", "costed", "kind", "efficiency")
 #: the longest op label shown, however wide the terminal
 MAX_LABEL = 60
 
@@ -56,16 +57,19 @@ def _ranking(con: Console, report: Report, top: int, width: int) -> None:
             row[0] = units.short_name(label, room)
     idx = [headers.index(h) for h in kept]
     t = Table(title=f"Top {min(top, report.ranking.height)} ops by time lost against the roofline "
-                    "(gap = measured − expected)", title_justify="left")
+                    "(gap = measured − expected over the costed ops; costed = their share of the total)",
+              title_justify="left")
     for h in kept:
         t.add_column(h, justify="left" if h in ("op", "kind", "bound") else "right", no_wrap=True)
     for row in rows:
         t.add_row(*(escape(row[i]) for i in idx))
     con.print(t)
     if len(kept) < len(headers):
-        left = ", ".join(h for h in headers if h not in kept)
-        con.print(terminal.wrap(f"(left out at {width} columns: {left}; widen the terminal or use "
-                                "--format markdown/json)", width, "", ""))
+        # a column's name is never split over two lines (NUL holds its spaces while wrapping)
+        left = ", ".join(h.replace(" ", "\0") for h in headers if h not in kept)
+        note = terminal.wrap(f"(left out at {width} columns: {left}; widen the terminal or use "
+                             "--format markdown/json)", width, "", "")
+        con.print(note.replace("\0", " "))
 
 
 def _ranks(con: Console, report: Report, top: int) -> None:

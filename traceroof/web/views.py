@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from ..findings import Finding
-from ..roofline import rank_ops
+from ..roofline import group_label_expr, rank_ops
 from ..schema import KINDS
 
 ALL = "all"
@@ -28,6 +28,8 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("label", "op", "text"),
     ("kind", "kind", "text"),
     ("count", "count", "int"),
+    ("total_us", "total (µs)", "float"),
+    ("costed_pct", "costed (%)", "float"),
     ("measured_us", "measured (µs)", "float"),
     ("expected_us", "roofline (µs)", "float"),
     ("gap_us", "gap (µs)", "float"),
@@ -42,16 +44,16 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 # --------------------------------------------------------------------- selection
 def label_expr(by: str = "op") -> pl.Expr:
-    """The op-group label of a row: the same rule as :func:`traceroof.roofline.rank_ops`.
+    """The op-group label of a row: :func:`traceroof.roofline.group_label_expr`, the one
+    rule :func:`traceroof.roofline.rank_ops` groups by.
 
     ``by="op"``: the framework op, falling back to the kernel name (copies and memsets keep
-    their own name); ``by="kernel"``: the kernel name. A test checks that the groups built
-    here have exactly the labels of ``rank_ops``.
+    their own name); ``by="kernel"``: the kernel name.
+
+    Raises:
+        ValueError: ``by`` is neither ``op`` nor ``kernel``.
     """
-    if by == "kernel":
-        return pl.col("name")
-    copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
-    return pl.when(copy).then(pl.col("name")).otherwise(pl.coalesce(pl.col("op"), pl.col("name")))
+    return group_label_expr(by)
 
 
 def filter_ops(ops: pl.DataFrame, rank: str | int | None = ALL, step: str | int | None = ALL) -> pl.DataFrame:
@@ -151,11 +153,11 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
     )
     total = float(ops["dur_ns"].sum() or 0)
     out = ranking.join(extra, on="label", how="left").with_columns(
-        (pl.col("measured_ns") / total if total else pl.lit(None, dtype=pl.Float64)).alias("share"),
+        (pl.col("total_ns") / total if total else pl.lit(None, dtype=pl.Float64)).alias("share"),
         pl.when(pl.col("roof_ns") > 0).then(pl.col("roof_flops") / (pl.col("roof_ns") * 1e-9)).alias("achieved_flops_per_s"),
         pl.when(pl.col("roof_bytes") > 0).then(pl.col("roof_flops") / pl.col("roof_bytes")).alias("roof_intensity"),
     )
-    return out.sort(["gap_ns", "measured_ns"], descending=[True, True], nulls_last=True)
+    return out.sort(["gap_ns", "total_ns", "label"], descending=[True, True, False], nulls_last=True)
 
 
 def roofline_groups(groups: pl.DataFrame) -> pl.DataFrame:
@@ -166,9 +168,9 @@ def roofline_groups(groups: pl.DataFrame) -> pl.DataFrame:
 def roofline_note(groups: pl.DataFrame, shown: int) -> str:
     """One line saying how many groups are plotted and how much time is not."""
     placed = roofline_groups(groups)
-    total = float(groups["measured_ns"].sum() or 0) if groups.height else 0.0
+    total = float(groups["total_ns"].sum() or 0) if groups.height else 0.0
     off = groups.height - placed.height
-    off_ns = total - float(placed["measured_ns"].sum() or 0) if placed.height else total
+    off_ns = total - float(placed["total_ns"].sum() or 0) if placed.height else total
     line = f"{shown:,} op group{'s' if shown != 1 else ''} plotted"
     if shown < placed.height:
         line += f" (the {placed.height - shown:,} smallest of {placed.height:,} left out)"
@@ -191,6 +193,8 @@ def table_records(groups: pl.DataFrame, selected: str | None = None) -> list[dic
         "label",
         "kind",
         "count",
+        (pl.col("total_ns") / 1e3).alias("total_us"),
+        (pl.col("costed") * 100).alias("costed_pct"),
         (pl.col("measured_ns") / 1e3).alias("measured_us"),
         (pl.col("expected_ns") / 1e3).alias("expected_us"),
         (pl.col("gap_ns") / 1e3).alias("gap_us"),
@@ -215,7 +219,7 @@ def table_summary(groups: pl.DataFrame, ops: pl.DataFrame) -> str:
 def groups_csv(groups: pl.DataFrame) -> str:
     """The Ops table as CSV (raw units: ns, FLOP, bytes, FLOP/s)."""
     cols = ["label", "kind", "count", "measured_ns", "expected_ns", "gap_ns", "share", "efficiency", "bound",
-            "flops", "bytes", "intensity", "achieved_flops_per_s", "peak_dtype", "costed_count"]
+            "flops", "bytes", "intensity", "achieved_flops_per_s", "peak_dtype", "costed_count", "total_ns", "costed"]
     return groups.select([c for c in cols if c in groups.columns]).write_csv()
 
 
