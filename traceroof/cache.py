@@ -159,7 +159,9 @@ def meta_from_json(f: Path, d: dict[str, Any]) -> TraceMeta:
     try:
         d = dict(d)
         devices = [DeviceInfo(**x) for x in d.pop("devices", [])]
-        return TraceMeta(devices=devices, **d)
+        # JSON object keys are strings: the rank labels' ranks come back as ints
+        labels = {int(k): str(v) for k, v in (d.pop("rank_labels", None) or {}).items()}
+        return TraceMeta(devices=devices, rank_labels=labels, **d)
     except TypeError as exc:
         raise TraceFormatError(f, "meta", f"TraceMeta fields ({exc})") from exc
 
