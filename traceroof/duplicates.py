@@ -14,7 +14,8 @@ absolute start being ``start_ns`` plus the rank's origin (``origin_ns[rank]``, e
 its ops is among that input's ops. An input whose every part is covered by the inputs kept is a
 copy and is skipped, with a warning naming it and what covers it. Copies are looked for first
 among the inputs holding several ranks (a merged copy: the per-rank files are kept, they carry
-each rank's own header), then among the rest from the last in input order. Inputs that still
+each rank's own header), then among the rest from the last by source path (so the choice does
+not depend on the order the inputs are given in). Inputs that still
 share ops once the copies are skipped (an overlap neither holds whole) are refused: no rule
 tells which recording of those ops to keep.
 """
@@ -106,7 +107,8 @@ def find_copies(traces: Sequence[Trace]) -> Copies:
     held = {(int(i), int(r), int(o)): int(n)
             for i, r, o, n in pairs.group_by("input", "rank", "other").len().iter_rows()}
     ranks_of = {i: sorted(r for (j, r) in sizes if j == i) for i in range(len(traces))}
-    order = sorted(range(len(traces)), key=lambda i: (-len(ranks_of[i]), -i))
+    # multi-rank inputs first, then by source, last first: the same choice in any input order
+    order = sorted(range(len(traces)), key=lambda i: (len(ranks_of[i]), _label(traces[i], i)), reverse=True)
     skip: set[int] = set()
     warnings = []
     for i in order:
