@@ -22,7 +22,7 @@ from make_multirank import rank_builder, sglang_run, vllm_run_with_capture, writ
 from traceroof import read_trace
 from traceroof.cli import cli
 from traceroof.errors import MixedInputsError
-from traceroof.parsers.kineto_ranks import label_key
+from traceroof.parsers.kineto_ranks import label_from_file_name, label_key
 
 
 def raw_events(path: Path) -> list[dict]:
@@ -47,6 +47,9 @@ def test_label_key_orders_as_the_merger_does():
     labels = ["TP01-PP01", "TP00-PP01", "TP01-PP00", "TP00-PP00"]
     assert sorted(labels, key=label_key) == ["TP00-PP00", "TP01-PP00", "TP00-PP01", "TP01-PP01"]
     assert label_key("TP03-DP01") == (1, 0, 0, 3)  # (DP, EP, PP, TP)
+    assert label_from_file_name("1700.5-TP-1-PP-0.trace.json.gz") == "TP01-PP00"
+    assert label_from_file_name("1700.5-TP-3-DP-1-EP-2.trace.json.gz") == "TP03-DP01-EP02"
+    assert label_from_file_name("rank-0.json.gz") is None
 
 
 def test_sglang_merged_trace_gives_one_rank_per_label(tmp_path):
@@ -115,6 +118,8 @@ def test_folder_with_per_rank_files_and_their_merged_copy_counts_each_op_once(tm
     assert t.ops.height == n
     assert t.device_time_ns == dur
     assert t.meta.ranks == [0, 1, 2, 3]
+    # the per-rank files' names (<id>-TP-1-PP-0.trace.json.gz) give the labels the copy had
+    assert t.meta.rank_labels == EXPECTED_LABELS
     assert sorted(t.meta.sources) == sorted(map(str, run["per_rank"]))
     skipped = [w for w in t.meta.warnings if "skipped, a copy" in w]
     assert len(skipped) == 1 and skipped[0].startswith(str(run["merged"]))

@@ -30,7 +30,7 @@ from . import kineto_vocab as V
 from .kineto_columns import as_int, device_frame, host_frame
 from .kineto_decode import decode
 from .kineto_events import Event
-from .kineto_ranks import build_labelled, has_rank_labels
+from .kineto_ranks import build_labelled, has_rank_labels, label_from_file_name
 from .kineto_stream import STREAM_BLOCK_BYTES, StreamFormatError, decode_stream
 from .kineto_times import raw_us_to_ns
 
@@ -316,6 +316,9 @@ class _Builder:
             if rank is None:
                 rank = _rank_from(header, self.path, meta)
             meta.ranks = [rank]
+            label = label_from_file_name(Path(self.path).name)
+            if label is not None:  # an SGLang per-rank file: its label, as in the merged copy
+                meta.rank_labels[rank] = label
             # the column chunks are handed over, not kept: build_tables can free them as it goes
             ops, host_tbl = build_tables(self._take(self.dev_frames), self._take(self.host_frames), meta, rank=rank)
         if ops.height == 0:

@@ -42,6 +42,16 @@ def label_key(label: str) -> tuple[int, ...]:
     return (*(coords.get(k, 0) for k in _ORDER), *rest)
 
 
+def label_from_file_name(name: str) -> str | None:
+    """The rank label an SGLang per-rank file name spells (``<id>-TP-1-PP-0.trace.json.gz`` →
+    ``"TP01-PP00"``, the merger's form), None for a name without ``TP-<n>`` (the merger's own
+    test for a per-rank file)."""
+    coords = {k: re.search(rf"(?:^|[-_.]){k}-(\d+)", name) for k in ("TP", "DP", "PP", "EP")}
+    if coords["TP"] is None:
+        return None
+    return "-".join(f"{k}{int(m.group(1)):02d}" for k, m in coords.items() if m is not None)
+
+
 def has_rank_labels(frames: list[pl.DataFrame | None]) -> bool:
     """True when any row of ``frames`` (raw device/host frames, a String ``pid`` column) has a
     labelled pid (:data:`RANK_LABEL_PID`)."""
@@ -160,4 +170,4 @@ def _dedupe_devices(meta: TraceMeta) -> None:
     meta.devices = kept
 
 
-__all__ = ["RANK_LABEL_PID", "label_key", "has_rank_labels", "split_by_label", "build_labelled"]
+__all__ = ["RANK_LABEL_PID", "label_key", "label_from_file_name", "has_rank_labels", "split_by_label", "build_labelled"]
