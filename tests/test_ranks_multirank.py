@@ -127,6 +127,19 @@ def test_folder_with_per_rank_files_and_their_merged_copy_counts_each_op_once(tm
     assert t.meta.stats["duplicate_device_ops_skipped"] == n
 
 
+def test_a_merged_copy_is_found_by_label_when_the_per_rank_files_number_ranks_otherwise(tmp_path):
+    # DP 2 × TP 2: each data-parallel replica is its own world, so the per-rank files say
+    # ranks 0, 1, 0, 1 while the merged copy numbers its four labels 0..3
+    run = sglang_run(tmp_path, tp=2, pp=1, dp=2)
+    declared = [json.loads(gzip.decompress(p.read_bytes()))["distributedInfo"]["rank"] for p in run["per_rank"]]
+    assert sorted(declared) == [0, 0, 1, 1]
+    t = read_trace(tmp_path, jobs=1)
+    n, dur = _kernels_of(run["per_rank"])
+    assert n == 36  # processes 0..3 issue 2 steps × (3 + r) ops: 6 + 8 + 10 + 12
+    assert t.ops.height == n and t.device_time_ns == dur
+    assert any(w.startswith(str(run["merged"])) and "a copy" in w for w in t.meta.warnings)
+
+
 def test_the_cli_report_says_what_was_skipped_and_keeps_the_labels(tmp_path):
     run = sglang_run(tmp_path / "both")
     res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "both"), "--chip", "h100", "--format", "json", "--jobs", "1"])

@@ -8,7 +8,11 @@ merged (:func:`traceroof.merge.merge`).
 
 **Identity of a device op.** ``(rank, device, stream, name, absolute start ns, dur_ns)``, the
 absolute start being ``start_ns`` plus the rank's origin (``origin_ns[rank]``, else
-``origin_ns``): two recordings of one op agree on all six; two ranks never share a rank.
+``origin_ns``): two recordings of one op agree on all six; two ranks never share a rank. A
+rank with a label (``TraceMeta.rank_labels``: an SGLang merged trace's ``TP01-PP00``, or the
+same label spelt by a per-rank file's name) is identified by its label instead of its number:
+the merged copy numbers its ranks itself, the per-rank files by ``distributedInfo`` (which
+restarts at 0 in each data-parallel replica).
 
 **Rule.** An input *part* (its ops of one rank) is *covered* by another input when every one of
 its ops is among that input's ops. An input whose every part is covered by the inputs kept is a
@@ -33,7 +37,7 @@ from .trace import Trace, TraceMeta
 
 T = TypeVar("T")
 
-_KEY = ("rank", "device", "stream", "name", "_abs", "dur_ns")
+_KEY = ("_who", "device", "stream", "name", "_abs", "dur_ns")
 
 
 def op_identities(t: Trace, i: int) -> pl.DataFrame:
@@ -42,9 +46,14 @@ def op_identities(t: Trace, i: int) -> pl.DataFrame:
     ops = t.ops
     if ops.height == 0:
         return pl.DataFrame(schema={"input": pl.Int32, "rank": pl.Int32, "_h": pl.UInt64})
-    origin = {r: t.meta.stats.get(f"origin_ns[{r}]", t.meta.origin_ns) for r in ops["rank"].unique().to_list()}
+    ranks = ops["rank"].unique().to_list()
+    origin = {r: t.meta.stats.get(f"origin_ns[{r}]", t.meta.origin_ns) for r in ranks}
     org = pl.col("rank").replace_strict(origin, default=t.meta.origin_ns, return_dtype=pl.Int64)
-    keyed = ops.select(*[c for c in _KEY if c != "_abs"], (pl.col("start_ns") + org).alias("_abs"))
+    who = {r: t.meta.rank_labels.get(r, f"rank {r}") for r in ranks}
+    keyed = ops.select(
+        "rank", pl.col("rank").replace_strict(who, default=None, return_dtype=pl.String).alias("_who"),
+        *[c for c in _KEY if c not in ("_abs", "_who")], (pl.col("start_ns") + org).alias("_abs"),
+    )
     return keyed.select(
         pl.lit(i, dtype=pl.Int32).alias("input"), "rank",
         pl.struct(list(_KEY)).hash(seed=0).alias("_h"),
