@@ -211,6 +211,24 @@ def test_capture_traces_passed_themselves_are_read(tmp_path):
     assert t.ops.height == _kernels_of(run["captures"])[0] == 1
 
 
+def test_several_capture_traces_passed_themselves_are_said_not_to_be_ranks(tmp_path):
+    run = vllm_run_with_capture(tmp_path, captures=2)
+    t = read_trace(tmp_path / "capture_traces", jobs=1)
+    # capture i launches one kernel of 3 µs + 0.5 µs · i: two inputs, nothing in common
+    assert sorted(t.ops["dur_ns"].to_list()) == [3_000, 3_500]
+    assert sorted(t.meta.sources) == sorted(map(str, run["captures"]))
+    assert any("2 CUDA-graph capture traces read together" in w and "not ranks of a run" in w for w in t.meta.warnings)
+
+
+def test_a_merged_trace_keeps_its_labels_through_a_cache(tmp_path):
+    merged = sglang_run(tmp_path / "run", per_rank=False)["merged"]
+    res = CliRunner().invoke(cli, ["ingest", str(merged), "-o", str(tmp_path / "c"), "-q"])
+    assert res.exit_code == 0, res.output
+    t = read_trace(tmp_path / "c")
+    assert t.meta.rank_labels == EXPECTED_LABELS
+    assert t.ops.height == 36  # 6 + 8 + 10 + 12, as read from the file
+
+
 def test_a_folder_of_capture_traces_only_says_where_they_are(tmp_path):
     vllm_run_with_capture(tmp_path / "run")
     (tmp_path / "run" / "dp0_pp0_tp0_dcp0_ep0_rank0.1700000000000.pt.trace.json.gz").unlink()

@@ -166,6 +166,11 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
                                               events_of=event_count))
         if captures:
             _say_captures_skipped(trace, captures)
+        if len(units) > 1 and all(Path(u).parent.name in CAPTURE_DIRS for u in units):
+            trace.meta.warn(
+                f"{len(units)} CUDA-graph capture traces read together: each records one capture pass "
+                "(one captured batch size), told apart here as ranks; they are not ranks of a run"
+            )
         ok = True
         return trace
     finally:

@@ -57,7 +57,9 @@ def has_rank_labels(frames: list[pl.DataFrame | None]) -> bool:
     labelled pid (:data:`RANK_LABEL_PID`)."""
     for f in frames:
         if f is not None and f.height and "pid" in f.columns:
-            if bool(f["pid"].str.contains(RANK_LABEL_PID).any()):
+            pid = f["pid"]
+            # a cheap test first: plain pids ("0", "4242") never start with "["
+            if bool(pid.str.starts_with("[").any()) and bool(pid.str.contains(RANK_LABEL_PID).any()):
                 return True
     return False
 
