@@ -235,3 +235,21 @@ def test_a_folder_of_capture_traces_only_says_where_they_are(tmp_path):
     res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "run")])
     assert res.exit_code == 3
     assert "only CUDA-graph capture traces" in res.output and str(tmp_path / "run" / "capture_traces") in res.output
+
+
+@pytest.mark.parametrize("layout", ["merged", "folder", "vllm"])
+def test_every_layout_holds_the_accounting_rules(tmp_path, layout):
+    from traceroof.accounting import check
+    from traceroof.analysis import analyze
+
+    if layout == "vllm":
+        vllm_run_with_capture(tmp_path)
+        src = tmp_path
+    else:
+        run = sglang_run(tmp_path, per_rank=layout == "folder")
+        src = tmp_path if layout == "folder" else run["merged"]
+    report = analyze(read_trace(src, jobs=1), "h100")
+    vs = check(report)
+    assert vs == [], [v.line() for v in vs]
+    # one step table row per (rank, step): 4 ranks × 2 steps, or the vLLM trace's 2 steps
+    assert report.steps.height == (2 if layout == "vllm" else 8)
