@@ -2,9 +2,10 @@
 
 Formats are sniffed from content, not only the suffix (:func:`detect_format`). A directory
 is either a cache (:mod:`traceroof.cache`), a jax profile directory
-(``plugins/profile/<run>/*.xplane.pb``) or a folder of per-rank Kineto traces. Several
-inputs (a folder of per-rank files, a glob, a list) are read in parallel processes and
-merged by :func:`merge`, ordered by rank.
+(``plugins/profile/<run>/*.xplane.pb``) or a folder of per-rank Kineto traces (its
+CUDA-graph ``capture_traces/`` left out, and named). Several inputs (a folder of per-rank
+files, a glob, a list) are read in parallel processes, the copies among them left out
+(:mod:`traceroof.duplicates`), and merged by :func:`merge`, ordered by rank.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def resolve_inputs(path: PathArg | Sequence[PathArg]) -> list[str]:
     A folder of per-rank Kineto traces expands to its ``*.json``/``*.json.gz`` files (sorted,
     recursively); a cache or a jax profile directory stays one unit; a string that names no
     existing path but holds ``*``, ``?`` or ``[`` is a glob (``**`` recurses), expanded the
-    same way, sorted.
+    same way, sorted. A folder's CUDA-graph capture sub-folders (:data:`CAPTURE_DIRS`) are
+    not expanded (:func:`resolve` lists what they hold).
 
     Raises:
         InputNotFoundError: a path does not exist, a glob matches nothing, or a folder holds
@@ -138,7 +140,10 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             Kineto files, a jax profile directory, a folder of per-rank traces, a cache
             directory (:mod:`traceroof.cache`), a glob pattern string
             (``'run/rank-*.json.gz'``; ``**`` recurses), or a list of any of these. Several
-            inputs are per-rank traces, merged by :func:`merge` (ordered by rank).
+            inputs are per-rank traces, merged by :func:`merge` (ordered by rank) once the
+            copies among them are left out (:func:`merge_inputs`, docs/distributed.md); a
+            folder's CUDA-graph capture traces (:data:`CAPTURE_DIRS`) are not read, and a
+            warning names them.
         jobs: worker processes for multi-file inputs (default: the core count; 1 reads them
             one after another in this process).
         progress: a :class:`~traceroof.progress.Progress` to report files, bytes and events
@@ -150,6 +155,8 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
         TraceFormatError: a file is not a supported trace or cannot be read (exit code 4);
             the message names the file. A *damaged* trace is not an error: it is recovered
             as far as possible, with what was lost in ``meta.warnings``.
+        MixedInputsError: inputs of different formats or chips, or inputs sharing device
+            ops without one holding the other's (exit code 4; the message names them).
     """
     units, captures = resolve(path)
     sizes = [input_size(u) for u in units]
