@@ -1,6 +1,7 @@
 """Kineto JSON (``torch.profiler`` / ``export_chrome_trace``) → :class:`~traceroof.trace.Trace`.
 
-One file is one rank. Device ops are ``kernel``/``gpu_memcpy``/``gpu_memset`` events (and
+One file is one rank, except SGLang's merged traces: their pids carry rank labels
+(``"[TP00-PP01] 1"``) and the file is split into those ranks (:mod:`.kineto_ranks`). Device ops are ``kernel``/``gpu_memcpy``/``gpu_memset`` events (and
 their PyTorch 1.8 spellings, see :mod:`.kineto_vocab`); the host table keeps framework ops,
 runtime/driver calls, annotations and syncs. Links: kernel ``correlation`` → runtime call
 (launch time) → ``External id`` → innermost ``cpu_op`` (shapes, dtypes). Times are
