@@ -253,3 +253,17 @@ def test_every_layout_holds_the_accounting_rules(tmp_path, layout):
     assert vs == [], [v.line() for v in vs]
     # one step table row per (rank, step): 4 ranks × 2 steps, or the vLLM trace's 2 steps
     assert report.steps.height == (2 if layout == "vllm" else 8)
+
+
+def test_a_tar_of_per_rank_files_and_their_merged_copy_counts_each_op_once(tmp_path):
+    import tarfile
+
+    run = sglang_run(tmp_path / "run")
+    with tarfile.open(tmp_path / "run.tar.gz", "w:gz") as tf:
+        for p in [*run["per_rank"], run["merged"]]:
+            tf.add(p, arcname=p.name)
+    t = read_trace(tmp_path / "run.tar.gz")
+    n, dur = _kernels_of(run["per_rank"])
+    assert (t.ops.height, t.device_time_ns) == (n, dur)
+    assert t.meta.stats["duplicate_inputs_skipped"] == 1
+    assert any(f"!{run['merged'].name}: skipped, a copy" in w for w in t.meta.warnings)
