@@ -267,3 +267,15 @@ def test_a_tar_of_per_rank_files_and_their_merged_copy_counts_each_op_once(tmp_p
     assert (t.ops.height, t.device_time_ns) == (n, dur)
     assert t.meta.stats["duplicate_inputs_skipped"] == 1
     assert any(f"!{run['merged'].name}: skipped, a copy" in w for w in t.meta.warnings)
+
+
+def test_a_merged_copy_is_found_beside_renamed_per_rank_files(tmp_path):
+    # per-rank files renamed rank-<r>.json.gz: no label in their names, only their number
+    run = sglang_run(tmp_path / "gen")
+    (tmp_path / "run").mkdir()
+    for r, p in enumerate(run["per_rank"]):
+        shutil.copy(p, tmp_path / "run" / f"rank-{r}.json.gz")
+    shutil.copy(run["merged"], tmp_path / "run" / run["merged"].name)
+    t = read_trace(tmp_path / "run", jobs=1)
+    assert (t.ops.height, t.device_time_ns) == _kernels_of(run["per_rank"])
+    assert t.meta.stats["duplicate_inputs_skipped"] == 1

@@ -10,9 +10,9 @@ merged (:func:`traceroof.merge.merge`).
 absolute start being ``start_ns`` plus the rank's origin (``origin_ns[rank]``, else
 ``origin_ns``): two recordings of one op agree on all six; two ranks never share a rank. A
 rank with a label (``TraceMeta.rank_labels``: an SGLang merged trace's ``TP01-PP00``, or the
-same label spelt by a per-rank file's name) is identified by its label instead of its number:
-the merged copy numbers its ranks itself, the per-rank files by ``distributedInfo`` (which
-restarts at 0 in each data-parallel replica).
+same label spelt by a per-rank file's name) is matched both ways, by its number and by its
+label: the merged copy numbers its ranks itself, the per-rank files by ``distributedInfo``
+(which restarts at 0 in each data-parallel replica), and a renamed per-rank file has no label.
 
 **Rule.** An input *part* (its ops of one rank) is *covered* by another input when every one of
 its ops is among that input's ops. An input whose every part is covered by the inputs kept is a
@@ -37,27 +37,32 @@ from .trace import Trace, TraceMeta
 
 T = TypeVar("T")
 
-_KEY = ("_who", "device", "stream", "name", "_abs", "dur_ns")
+_KEY = ("_view", "_who", "device", "stream", "name", "_abs", "dur_ns")
 
 
 def op_identities(t: Trace, i: int) -> pl.DataFrame:
-    """``input`` (``i``), ``rank`` and ``_h`` (UInt64 hash of the identity: module docstring)
-    of every device op of ``t``, duplicates within the input kept once."""
+    """``input`` (``i``), ``rank``, ``view`` and ``_h`` (UInt64 hash of the identity: module
+    docstring) of every device op of ``t``, twice: view 0 names the rank by its number, view 1
+    by its label (its number when it has none). Duplicates within the input are kept once."""
     ops = t.ops
     if ops.height == 0:
-        return pl.DataFrame(schema={"input": pl.Int32, "rank": pl.Int32, "_h": pl.UInt64})
+        return pl.DataFrame(schema={"input": pl.Int32, "rank": pl.Int32, "view": pl.Int8, "_h": pl.UInt64})
     ranks = ops["rank"].unique().to_list()
     origin = {r: t.meta.stats.get(f"origin_ns[{r}]", t.meta.origin_ns) for r in ranks}
     org = pl.col("rank").replace_strict(origin, default=t.meta.origin_ns, return_dtype=pl.Int64)
-    who = {r: t.meta.rank_labels.get(r, f"rank {r}") for r in ranks}
-    keyed = ops.select(
-        "rank", pl.col("rank").replace_strict(who, default=None, return_dtype=pl.String).alias("_who"),
-        *[c for c in _KEY if c not in ("_abs", "_who")], (pl.col("start_ns") + org).alias("_abs"),
-    )
-    return keyed.select(
-        pl.lit(i, dtype=pl.Int32).alias("input"), "rank",
-        pl.struct(list(_KEY)).hash(seed=0).alias("_h"),
-    ).unique(maintain_order=True)
+    views = []
+    for view, who in enumerate(({r: f"rank {r}" for r in ranks},
+                                {r: t.meta.rank_labels.get(r, f"rank {r}") for r in ranks})):
+        keyed = ops.select(
+            "rank", pl.lit(view, dtype=pl.Int8).alias("_view"),
+            pl.col("rank").replace_strict(who, default=None, return_dtype=pl.String).alias("_who"),
+            *[c for c in _KEY if c not in ("_abs", "_who", "_view")], (pl.col("start_ns") + org).alias("_abs"),
+        )
+        views.append(keyed.select(
+            pl.lit(i, dtype=pl.Int32).alias("input"), "rank", pl.col("_view").alias("view"),
+            pl.struct(list(_KEY)).hash(seed=0).alias("_h"),
+        ).unique(maintain_order=True))
+    return pl.concat(views)
 
 
 def _label(t: Trace, i: int) -> str:
@@ -109,12 +114,13 @@ def find_copies(traces: Sequence[Trace]) -> Copies:
     shared = ids.filter(pl.col("input").n_unique().over("_h") > 1)
     if shared.height == 0:
         return Copies()
-    sizes = {(int(i), int(r)): int(n) for i, r, n in ids.group_by("input", "rank").len().iter_rows()}
-    # per (input, rank, other input): how many of the part's ops the other input holds
+    sizes = {(int(i), int(r)): int(n) for i, r, n in
+             ids.filter(pl.col("view") == 0).group_by("input", "rank").len().iter_rows()}
+    # per (input, rank, other input, view): how many of the part's ops the other input holds
     pairs = shared.join(shared.select(pl.col("input").alias("other"), "_h"), on="_h").filter(
         pl.col("input") != pl.col("other"))
-    held = {(int(i), int(r), int(o)): int(n)
-            for i, r, o, n in pairs.group_by("input", "rank", "other").len().iter_rows()}
+    held = {(int(i), int(r), int(o), int(v)): int(n)
+            for i, r, o, v, n in pairs.group_by("input", "rank", "other", "view").len().iter_rows()}
     ranks_of = {i: sorted(r for (j, r) in sizes if j == i) for i in range(len(traces))}
     # multi-rank inputs first, then by source, last first: the same choice in any input order
     order = sorted(range(len(traces)), key=lambda i: (len(ranks_of[i]), _label(traces[i], i)), reverse=True)
@@ -126,7 +132,7 @@ def find_copies(traces: Sequence[Trace]) -> Copies:
         covers: dict[int, int] = {}
         for r in ranks_of[i]:
             by = [o for o in range(len(traces)) if o != i and o not in skip
-                  and held.get((i, r, o), 0) == sizes[(i, r)]]
+                  and max(held.get((i, r, o, v), 0) for v in (0, 1)) == sizes[(i, r)]]
             if not by:
                 break
             covers[r] = by[0]
@@ -143,12 +149,15 @@ def find_copies(traces: Sequence[Trace]) -> Copies:
     return Copies(sorted(skip), warnings, sum(traces[i].ops.height for i in skip))
 
 
-def _refuse_overlaps(traces: Sequence[Trace], held: dict[tuple[int, int, int], int], skip: set[int]) -> None:
-    """Raise when two kept inputs still share ops (see :func:`find_copies`)."""
-    left: dict[tuple[int, int], int] = {}
-    for (i, _r, o), n in held.items():
+def _refuse_overlaps(traces: Sequence[Trace], held: dict[tuple[int, int, int, int], int], skip: set[int]) -> None:
+    """Raise when two kept inputs still share ops, by either view (see :func:`find_copies`)."""
+    by_view: dict[tuple[int, int, int], int] = {}
+    for (i, _r, o, v), n in held.items():
         if i not in skip and o not in skip and i < o:
-            left[(i, o)] = left.get((i, o), 0) + n
+            by_view[(i, o, v)] = by_view.get((i, o, v), 0) + n
+    left: dict[tuple[int, int], int] = {}
+    for (i, o, _v), n in by_view.items():
+        left[(i, o)] = max(left.get((i, o), 0), n)
     if not left:
         return
     (i, o), n = max(left.items(), key=lambda kv: (kv[1], -kv[0][0]))
