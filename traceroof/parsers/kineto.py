@@ -259,8 +259,6 @@ class _Builder:
 
     # ------------------------------------------------------------------ finish
     def finish(self, decoded: Any, *, rank: int | None) -> Trace:
-        from .kineto_link import build_tables
-
         header = decoded.header
         st = decoded.stats
         meta = TraceMeta(format="kineto", sources=[self.path])
@@ -309,19 +307,7 @@ class _Builder:
             )
 
         _read_header(header, meta, self.path)
-        if has_rank_labels(self.dev_frames + self.host_frames):
-            # several ranks in one file (SGLang's merged traces): built one rank at a time
-            ops, host_tbl = build_labelled(self._take(self.dev_frames), self._take(self.host_frames), meta,
-                                           self.path, header_rank=_declared_rank(header))
-        else:
-            if rank is None:
-                rank = _rank_from(header, self.path, meta)
-            meta.ranks = [rank]
-            label = label_from_file_name(Path(self.path).name)
-            if label is not None:  # an SGLang per-rank file: its label, as in the merged copy
-                meta.rank_labels[rank] = label
-            # the column chunks are handed over, not kept: build_tables can free them as it goes
-            ops, host_tbl = build_tables(self._take(self.dev_frames), self._take(self.host_frames), meta, rank=rank)
+        ops, host_tbl = self._tables(header, meta, rank)
         if ops.height == 0:
             if host_tbl.height == 0 and st.events > 0:
                 meta.warn(f"{self.path}: no timed events (metadata only)")
@@ -339,6 +325,25 @@ class _Builder:
                 "frames with almost no device work (host-only noise, e.g. imports under with_stack)"
             )
         return Trace(ops=ops, host=host_tbl, meta=meta)
+
+
+    def _tables(self, header: Any, meta: TraceMeta, rank: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The op and host tables (with ``meta.ranks`` and the rank labels): one rank, or in a
+        file whose pids carry rank labels (SGLang's merged traces) one rank per label."""
+        from .kineto_link import build_tables
+
+        if has_rank_labels(self.dev_frames + self.host_frames):
+            # several ranks in one file: built one rank at a time, so links never cross ranks
+            return build_labelled(self._take(self.dev_frames), self._take(self.host_frames), meta,
+                                  self.path, header_rank=_declared_rank(header))
+        if rank is None:
+            rank = _rank_from(header, self.path, meta)
+        meta.ranks = [rank]
+        label = label_from_file_name(Path(self.path).name)
+        if label is not None:  # an SGLang per-rank file: its label, as in the merged copy
+            meta.rank_labels[rank] = label
+        # the column chunks are handed over, not kept: build_tables can free them as it goes
+        return build_tables(self._take(self.dev_frames), self._take(self.host_frames), meta, rank=rank)
 
 
 def _read_header(header: Any, meta: TraceMeta, path: str) -> None:
