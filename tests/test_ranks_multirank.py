@@ -279,3 +279,13 @@ def test_a_merged_copy_is_found_beside_renamed_per_rank_files(tmp_path):
     t = read_trace(tmp_path / "run", jobs=1)
     assert (t.ops.height, t.device_time_ns) == _kernels_of(run["per_rank"])
     assert t.meta.stats["duplicate_inputs_skipped"] == 1
+
+
+def test_a_recursive_glob_does_not_read_capture_traces_as_ranks(tmp_path):
+    run = vllm_run_with_capture(tmp_path)
+    t = read_trace(str(tmp_path / "**" / "*.json.gz"), jobs=1)
+    assert t.meta.sources == [str(run["trace"])] and t.meta.ranks == [0]
+    assert t.meta.stats["capture_traces_skipped"] == 2
+    # named in the pattern, they are what was asked for
+    t = read_trace(str(tmp_path / "capture_traces" / "*.json.gz"), jobs=1)
+    assert sorted(t.meta.sources) == sorted(map(str, run["captures"]))

@@ -83,7 +83,13 @@ def resolve(path: PathArg | Sequence[PathArg]) -> tuple[list[str], list[str]]:
             if not matches:
                 raise InputNotFoundError(f"{s}: no file matches this pattern")
             for m in matches:
+                if Path(m).parent.name in CAPTURE_DIRS and Path(m).parent.name not in s:
+                    skipped.append(m)  # a '**' glob reaching into capture traces: not ranks
+                    continue
                 out.extend(_expand(Path(m), skipped))
+            if not out:
+                raise InputNotFoundError(f"{s}: matches only CUDA-graph capture traces ({skipped[0]}, …); "
+                                         "name their folder in the pattern to analyse them")
         else:
             raise InputNotFoundError(f"{p}: no such file or directory")
     units = list(dict.fromkeys(out))
