@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("vocabulary", ("errors", "units", "dtypes", "sections", "progress", "intervals", "step_markers",
                     "host", "outputs")),
     # the op and host tables, and putting several of them together
-    ("tables", ("schema", "trace", "merge", "parallel")),
+    ("tables", ("schema", "trace", "merge", "duplicates", "parallel")),
     # what an op costs on a chip: chips, cost formulas, roofline, model FLOPs, MFU/HFU, estimate
     ("cost model", ("chip_table", "chip_detect", "chips", "costs.", "costing", "roofline", "mfu",
                     "model_config", "model", "estimate")),

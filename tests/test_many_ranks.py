@@ -165,7 +165,12 @@ def test_a_damaged_trace_is_recovered_and_the_other_ranks_kept(tmp_path):
 
 def test_a_duplicated_rank_is_renumbered_once_past_the_largest(tmp_path):
     write_ranks(tmp_path / "a", 2)
-    write_ranks(tmp_path / "b", 1)  # b/rank-0 duplicates a/rank-0
+    # b/rank-0 claims a/rank-0's rank but is another recording (1 s later: no op in common;
+    # an exact copy would be read once, tests/test_ranks_multirank.py)
+    b = TraceBuilder(rank=0, world_size=1, clock_offset_ns=1_000_000_000)
+    b.op("aten::mm", [[64, 128], [128, 256]], ["c10::BFloat16", "c10::BFloat16"], [Kernel("sm90_xmma_gemm_bf16", 5_000)])
+    (tmp_path / "b").mkdir()
+    b.write(tmp_path / "b" / "rank-0.json.gz")
     t = read_trace([tmp_path / "a", tmp_path / "b"], jobs=1)
     assert t.meta.ranks == [0, 1, 2]
     renumbered = [w for w in t.meta.warnings if "already seen" in w]

@@ -234,7 +234,7 @@ def compare_ranks(ops: pl.DataFrame, steps: pl.DataFrame, meta: TraceMeta,
     from .ranks import analyze_ranks, compare_collectives
 
     comparison = compare_collectives(ops, meta.stats)
-    return analyze_ranks(ops, steps, meta.stats, comparison), comparison
+    return analyze_ranks(ops, steps, meta.stats, comparison, labels=meta.rank_labels), comparison
 
 
 def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec,
@@ -257,6 +257,7 @@ def describe_trace(meta: TraceMeta, ops: pl.DataFrame, host: pl.DataFrame) -> Tr
         device_ops=int(ops.height), device_time_ns=int(ops["dur_ns"].sum() or 0) if ops.height else 0,
         host_events=int(host.height), stats=meta.stats, versions=meta.versions,
         record_shapes=meta.record_shapes,
+        rank_labels={str(r): lb for r, lb in sorted(meta.rank_labels.items())} or None,
     )
 
 

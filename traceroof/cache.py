@@ -47,6 +47,7 @@ from typing import Any
 
 import polars as pl
 
+from .duplicates import find_copies
 from .errors import InputNotFoundError, TraceFormatError
 from .merge import merge
 from .schema import HOST_SCHEMA, OP_SCHEMA
@@ -159,7 +160,9 @@ def meta_from_json(f: Path, d: dict[str, Any]) -> TraceMeta:
     try:
         d = dict(d)
         devices = [DeviceInfo(**x) for x in d.pop("devices", [])]
-        return TraceMeta(devices=devices, **d)
+        # JSON object keys are strings: the rank labels' ranks come back as ints
+        labels = {int(k): str(v) for k, v in (d.pop("rank_labels", None) or {}).items()}
+        return TraceMeta(devices=devices, rank_labels=labels, **d)
     except TypeError as exc:
         raise TraceFormatError(f, "meta", f"TraceMeta fields ({exc})") from exc
 
@@ -241,7 +244,11 @@ def _read_dataset(p: Path, frags: list[Path]) -> Trace:
         # fragments written without costs (an older traceroof): none are used
         for t in traces:
             t.ops = t.ops.select(pl.exclude(f"^{COST_PREFIX}.*$"))
-    return _split_costs(merge(traces), costs, p)
+    # the copies read_trace leaves out of these inputs, left out here too (same result)
+    copies = find_copies(traces)
+    trace = merge(copies.keep(traces))
+    copies.note(trace.meta)
+    return _split_costs(trace, copies.keep(costs), p)
 
 
 def read_cache(path: str | os.PathLike[str]) -> Trace:

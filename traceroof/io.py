@@ -2,9 +2,10 @@
 
 Formats are sniffed from content, not only the suffix (:func:`detect_format`). A directory
 is either a cache (:mod:`traceroof.cache`), a jax profile directory
-(``plugins/profile/<run>/*.xplane.pb``) or a folder of per-rank Kineto traces. Several
-inputs (a folder of per-rank files, a glob, a list) are read in parallel processes and
-merged by :func:`merge`, ordered by rank.
+(``plugins/profile/<run>/*.xplane.pb``) or a folder of per-rank Kineto traces (its
+CUDA-graph ``capture_traces/`` left out, and named). Several inputs (a folder of per-rank
+files, a glob, a list) are read in parallel processes, the copies among them left out
+(:mod:`traceroof.duplicates`), and merged by :func:`merge`, ordered by rank.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
+from .duplicates import find_copies
 from .errors import InputNotFoundError, TraceFormatError, TraceroofError
 from .merge import event_count, merge
 from .parallel import input_size, run_parallel
@@ -48,48 +50,89 @@ def resolve_inputs(path: PathArg | Sequence[PathArg]) -> list[str]:
     A folder of per-rank Kineto traces expands to its ``*.json``/``*.json.gz`` files (sorted,
     recursively); a cache or a jax profile directory stays one unit; a string that names no
     existing path but holds ``*``, ``?`` or ``[`` is a glob (``**`` recurses), expanded the
-    same way, sorted.
+    same way, sorted. A folder's CUDA-graph capture sub-folders (:data:`CAPTURE_DIRS`) are
+    not expanded (:func:`resolve` lists what they hold).
 
     Raises:
         InputNotFoundError: a path does not exist, a glob matches nothing, or a folder holds
             no trace.
     """
+    return resolve(path)[0]
+
+
+def resolve(path: PathArg | Sequence[PathArg]) -> tuple[list[str], list[str]]:
+    """:func:`resolve_inputs`, and the CUDA-graph capture traces left out of the folders
+    expanded (see :data:`CAPTURE_DIRS`), sorted.
+
+    Raises:
+        InputNotFoundError: as :func:`resolve_inputs`; a folder holding only capture traces
+            says so and names their folder.
+    """
     items: list[PathArg] = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     if not items:
         raise InputNotFoundError("no trace given")
     out: list[str] = []
+    skipped: list[str] = []
     for item in items:
         s = os.fspath(item)
         p = Path(s)
         if p.exists():
-            out.extend(_expand(p))
+            out.extend(_expand(p, skipped))
         elif _GLOB_CHARS.search(s):
             matches = sorted(_glob.glob(s, recursive=True))
             if not matches:
                 raise InputNotFoundError(f"{s}: no file matches this pattern")
             for m in matches:
-                out.extend(_expand(Path(m)))
+                if Path(m).parent.name in CAPTURE_DIRS and Path(m).parent.name not in s:
+                    skipped.append(m)  # a '**' glob reaching into capture traces: not ranks
+                    continue
+                out.extend(_expand(Path(m), skipped))
+            if not out:
+                raise InputNotFoundError(f"{s}: matches only CUDA-graph capture traces ({skipped[0]}, …); "
+                                         "name their folder in the pattern to analyse them")
         else:
             raise InputNotFoundError(f"{p}: no such file or directory")
-    return list(dict.fromkeys(out))
+    units = list(dict.fromkeys(out))
+    return units, sorted(set(skipped) - set(units))
 
 
-def _expand(p: Path) -> list[str]:
+#: sub-folders where serving frameworks write the torch-profiler traces of their CUDA-graph
+#: capture phase beside the run's traces: vLLM (``--profiler-config.capture_torch_profiler_dir
+#: <dir>/capture_traces``, PR #37524) and SGLang (``capture_traces/bs_<bs>_rank<r>.json.gz``,
+#: PR #24370; ``graph_capture_profile/``, PR #28551). Not ranks of the run: a folder expanded
+#: skips them (named in a warning); passed themselves, they are read as any folder.
+CAPTURE_DIRS = ("capture_traces", "graph_capture_profile")
+
+
+def _expand(p: Path, skipped: list[str] | None = None) -> list[str]:
     """A path → its inputs: a file or a directory that is one input of a format (a cache, a
     jax profile directory) stays one; a plain folder expands to the files of the registry's
     folder suffixes (sorted, recursively; folders that are one input are skipped: a cache
-    inside the folder holds JSON that is not a trace)."""
+    inside the folder holds JSON that is not a trace). Capture-trace sub-folders
+    (:data:`CAPTURE_DIRS`) are not expanded: their trace files go to ``skipped``."""
     if not p.is_dir():
         return [str(p)]
     if registry.unit_format(p) is not None:
         return [str(p)]
     suffixes = registry.folder_suffixes()
-    files = []
+    files, captures = [], []
     for root, dirs, names in os.walk(p):
         dirs[:] = [d for d in dirs if registry.unit_format(Path(root, d)) is None]
+        if Path(root) != p and Path(root).name in CAPTURE_DIRS:
+            captures.extend(str(Path(root, n)) for n in names if n.endswith(suffixes))
+            dirs[:] = []
+            continue
         files.extend(Path(root, n) for n in names if n.endswith(suffixes))
     files.sort()
+    if skipped is not None:
+        skipped.extend(captures)
     if not files:
+        if captures:
+            where = sorted({str(Path(c).parent) for c in captures})
+            raise InputNotFoundError(
+                f"{p}: directory holds only CUDA-graph capture traces (in {', '.join(where)}); "
+                f"to analyse them, pass that folder itself: traceroof analyze {where[0]}"
+            )
         raise InputNotFoundError(f"{p}: directory holds no {registry.no_trace_in_dir()} trace")
     return [str(f) for f in files]
 
@@ -103,7 +146,10 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             Kineto files, a jax profile directory, a folder of per-rank traces, a cache
             directory (:mod:`traceroof.cache`), a glob pattern string
             (``'run/rank-*.json.gz'``; ``**`` recurses), or a list of any of these. Several
-            inputs are per-rank traces, merged by :func:`merge` (ordered by rank).
+            inputs are per-rank traces, merged by :func:`merge` (ordered by rank) once the
+            copies among them are left out (:func:`merge_inputs`, docs/distributed.md); a
+            folder's CUDA-graph capture traces (:data:`CAPTURE_DIRS`) are not read, and a
+            warning names them.
         jobs: worker processes for multi-file inputs (default: the core count; 1 reads them
             one after another in this process).
         progress: a :class:`~traceroof.progress.Progress` to report files, bytes and events
@@ -115,8 +161,10 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
         TraceFormatError: a file is not a supported trace or cannot be read (exit code 4);
             the message names the file. A *damaged* trace is not an error: it is recovered
             as far as possible, with what was lost in ``meta.warnings``.
+        MixedInputsError: inputs of different formats or chips, or inputs sharing device
+            ops without one holding the other's (exit code 4; the message names them).
     """
-    units = resolve_inputs(path)
+    units, captures = resolve(path)
     sizes = [input_size(u) for u in units]
     if progress is not None:
         progress.start(files=len(units), bytes=sum(sizes))
@@ -127,13 +175,48 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             if progress is not None:
                 progress.file_done(units[0], sizes[0], event_count(trace))
         else:
-            trace = merge(run_parallel(_read_worker, units, jobs=jobs, progress=progress, sizes=sizes,
-                                      events_of=event_count))
+            trace = merge_inputs(run_parallel(_read_worker, units, jobs=jobs, progress=progress, sizes=sizes,
+                                              events_of=event_count))
+        if captures:
+            _say_captures_skipped(trace, captures)
+        if len(units) > 1 and all(Path(u).parent.name in CAPTURE_DIRS for u in units):
+            trace.meta.warn(
+                f"{len(units)} CUDA-graph capture traces read together: each records one capture pass "
+                "(one captured batch size), told apart here as ranks; they are not ranks of a run"
+            )
         ok = True
         return trace
     finally:
         if progress is not None:
             progress.close(ok=ok)
+
+
+def merge_inputs(traces: list[Trace]) -> Trace:
+    """:func:`~traceroof.merge.merge` of the inputs of one analysis, copies left out first
+    (:func:`~traceroof.duplicates.find_copies`: each skipped input is named in a warning and
+    counted in ``meta.stats['duplicate_inputs_skipped']``, its ops in
+    ``['duplicate_device_ops_skipped']``).
+
+    Raises:
+        MixedInputsError: inputs that overlap without one holding the other, or that cannot
+            be merged (:func:`~traceroof.merge.check_mergeable`).
+    """
+    copies = find_copies(traces)
+    trace = merge(copies.keep(traces))
+    copies.note(trace.meta)
+    return trace
+
+
+def _say_captures_skipped(trace: Trace, captures: list[str]) -> None:
+    """The warning (and ``meta.stats['capture_traces_skipped']``) for capture traces left out."""
+    where = sorted({str(Path(c).parent) for c in captures})
+    names = ", ".join(Path(c).name for c in captures[:3]) + (f", … ({len(captures) - 3} more)" if len(captures) > 3 else "")
+    trace.meta.stats["capture_traces_skipped"] = len(captures)
+    trace.meta.warn(
+        f"{len(captures)} CUDA-graph capture trace{'s' if len(captures) != 1 else ''} in {', '.join(where)} "
+        f"not read ({names}): they record the graph capture at start-up, not the run, and are not a rank; "
+        f"to analyse them, pass that folder itself: traceroof analyze {where[0]}"
+    )
 
 
 def read_one(path: str, *, progress: Progress | None = None) -> Trace:
@@ -181,4 +264,4 @@ def _read_unit(path: str, progress: Progress | None) -> Trace:
     return registry.detect(p).read(p, progress)
 
 
-__all__ = ["read_trace", "read_one", "resolve_inputs", "detect_format"]
+__all__ = ["read_trace", "read_one", "resolve_inputs", "resolve", "merge_inputs", "detect_format", "CAPTURE_DIRS"]

@@ -89,6 +89,8 @@ def merge_meta(metas: Sequence[TraceMeta]) -> tuple[TraceMeta, list[int], list[d
                 r = new
             seen_ranks.add(r)
         meta.sources.extend(m.sources)
+        for r, lb in m.rank_labels.items():
+            meta.rank_labels[remap.get(r, r)] = lb
         if len(ranks) == 1:
             meta.stats[f"origin_ns[{remap.get(ranks[0], ranks[0])}]"] = m.origin_ns
         for k, v in m.stats.items():

@@ -290,7 +290,8 @@ def wait_intervals(comparison: Comparison | None) -> pl.DataFrame:
 
 
 def analyze_ranks(ops: pl.DataFrame, steps: pl.DataFrame, stats: dict[str, Any],
-                  comparison: Comparison | None = None) -> dict[str, Any] | None:
+                  comparison: Comparison | None = None,
+                  labels: dict[int, str] | None = None) -> dict[str, Any] | None:
     """The report's ``ranks`` section; None when the op table has fewer than 2 ranks.
 
     Args:
@@ -298,6 +299,9 @@ def analyze_ranks(ops: pl.DataFrame, steps: pl.DataFrame, stats: dict[str, Any],
         steps: step table, one row per (rank, step) (optionally with ``hfu``).
         stats: ``meta.stats`` (holds ``origin_ns[r]``).
         comparison: :func:`compare_collectives` of ``ops``, when the caller has it already.
+        labels: rank → the label the trace gives it (``TraceMeta.rank_labels``, e.g.
+            ``"TP01-PP00"``); when any, each ``per_rank`` record gets ``label`` (null for a
+            rank without one).
 
     Returns:
         A JSON-ready dict: ``ranks``, ``alignment`` (:func:`decide_alignment` plus ``clock``),
@@ -325,6 +329,9 @@ def analyze_ranks(ops: pl.DataFrame, steps: pl.DataFrame, stats: dict[str, Any],
         .join(offs, on="rank", how="left")
         .join(wait_by_rank(waits, ranks), on="rank", how="left")
     )
+    if labels:
+        per_rank = per_rank.with_columns(
+            pl.col("rank").replace_strict(labels, default=None, return_dtype=pl.String).alias("label"))
     spread = step_spread(steps, waits)
     inst_sum = instance_summary(waits)
     n_steps = max(int(steps["step"].n_unique()), 1) if steps.height else 1

@@ -113,6 +113,9 @@ class TraceInfo(_Section):
     stats: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, Any] = field(default_factory=dict)
     record_shapes: bool | None = None
+    #: rank (as a string: a JSON key) → the label the trace gives it (SGLang: ``"TP01-PP00"``);
+    #: only when the trace labels its ranks
+    rank_labels: dict[str, str] | None = _opt(omit_none=True)
 
 
 # --------------------------------------------------------------------------- chip

@@ -44,6 +44,8 @@ class TraceMeta:
         warnings: tolerable oddities and losses, every output shows them.
         stats: counters (events read, skipped, repaired, by category, ...).
         synthetic: true when the trace says it was generated, not recorded.
+        rank_labels: rank → the label the trace gives it (SGLang's merged traces:
+            ``{1: "TP01"}``); empty when the trace labels no rank.
     """
 
     format: str = "unknown"
@@ -58,6 +60,7 @@ class TraceMeta:
     stats: dict[str, int] = field(default_factory=dict)
     synthetic: bool = False
     record_shapes: bool | None = None
+    rank_labels: dict[int, str] = field(default_factory=dict)
 
     def warn(self, message: str) -> None:
         """Record a warning once (identical messages are not repeated)."""

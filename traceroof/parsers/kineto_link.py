@@ -1,6 +1,7 @@
 """Turn the raw Kineto columns of one file into the op and host tables, with their links.
 
-Links (all scoped to one file, so two ranks' correlation ids never meet, BC-06):
+Links (all scoped to one file and rank, so two ranks' correlation ids never meet, BC-06;
+a file holding several ranks is built one rank at a time, :mod:`.kineto_ranks`):
 kernel ``correlation`` → runtime/driver call (launch start and duration, its
 ``External id``) → the framework op (and, with ``record_shapes=True``, its input shapes):
 the innermost ``cpu_op`` with that ``External id``, or in PyTorch 1.x traces (``External

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..duplicates import find_copies
 from ..errors import TraceFormatError
 from ..merge import event_count, merge
 from .registry import CONTENT, HINT, Head, InputFormat
@@ -68,7 +69,11 @@ def read(p: Path, progress: Progress | None = None) -> Trace:
                     progress.update(done_bytes, done_events)
     except tarfile.TarError as exc:
         raise TraceFormatError(p, "archive", f"a readable tar archive ({exc})") from exc
-    return merge(traces)
+    # per-rank files archived with their merged copy: each op once (traceroof.duplicates)
+    copies = find_copies(traces)
+    trace = merge(copies.keep(traces))
+    copies.note(trace.meta)
+    return trace
 
 
 FORMAT = InputFormat(name="tar", read=read, sniff=sniff, describe="a .tar.gz of traces",

@@ -40,7 +40,7 @@ def header(report: Report) -> list[tuple[str, str]]:
             ("device ops", _no_device_ops_line(t)),
         ]
     rows += [
-        ("ranks", ", ".join(str(r) for r in t.ranks) + (f" of world size {t.world_size}" if t.world_size else "")),
+        ("ranks", _rank_names(t) + (f" of world size {t.world_size}" if t.world_size else "")),
         ("steps", _steps_line(report)),
         ("device ops", f"{units.plural(t.device_ops, 'op')}, {units.ns(t.device_time_ns)} of device time"),
         ("chip", f"{c.name} ({c.reason})"),
@@ -245,6 +245,12 @@ def ranks_lines(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
+def _rank_names(t: TraceInfo) -> str:
+    """``0, 1`` or, when the trace labels its ranks, ``0 (TP00-PP00), 1 (TP01-PP00)``."""
+    labels = t.rank_labels or {}
+    return ", ".join(f"{r} ({labels[str(r)]})" if str(r) in labels else str(r) for r in t.ranks)
+
+
 def ranks_rows(report: Report, top: int) -> tuple[list[list[str]], str | None]:
     """Per-rank rows (:data:`RANKS_COLUMNS`) and a note when rows were left out (more than ``top`` ranks:
     the ranks causing the most wait, then the longest steps, are shown)."""
@@ -260,7 +266,7 @@ def ranks_rows(report: Report, top: int) -> tuple[list[list[str]], str | None]:
     out = []
     for p in per:
         out.append([
-            str(p["rank"]),
+            str(p["rank"]) + (f" {p['label']}" if p.get("label") else ""),
             units.ns(p.get("step_time_ns")),
             units.pct(p.get("busy_fraction")),
             units.ns(p.get("comm_exposed_ns")),
