@@ -21,9 +21,9 @@ import polars as pl
 
 from . import steps as steps_mod
 from . import units
-from .device_accounting import per_device
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs
+from .device_accounting import per_device
 from .errors import UnknownChipError, UsageError
 from .findings import Finding
 from .host import device_launches, no_device_ops_reason
