@@ -219,10 +219,11 @@ def _cap_to_window(ctx: FindingContext, findings: list[Finding]) -> None:
     everything = (min((a for a, _ in w.values()), default=0), max((b for _, b in w.values()), default=0))
     used: dict[int | None, float] = {}
     used_on: dict[tuple[int | None, int], float] = {}
+    per_device = any(f.device is not None for f in findings)
     for f in findings:
         s, e = w.get(f.rank, (0, 0)) if f.rank is not None else everything
-        # a rank's room is its device-time: window length × its devices
-        rank_room = wall_ns(ctx, f.rank) if f.rank is not None else e - s
+        # per-device findings share a rank's device-time: its window length × its devices
+        rank_room = wall_ns(ctx, f.rank) if f.rank is not None and per_device else e - s
         room = max(rank_room - used.get(f.rank, 0.0), 0.0)
         if f.device is not None:
             room = min(room, max((e - s) - used_on.get((f.rank, f.device), 0.0), 0.0))
