@@ -45,8 +45,9 @@ def per_device(ops: pl.DataFrame, steps: pl.DataFrame, peak_flops_per_s: float |
             ``partial``); its complete rows (:func:`complete_steps`) are averaged.
         peak_flops_per_s: dense peak of one device (FLOP/s) for the HFU, None when unknown.
 
-    A device with no op in a complete step of its rank counts that step as all idle (busy 0):
-    its step wall is still the rank's. HFU per device = its FLOPs per step / (mean wall × peak)
+    Each device is averaged over the complete steps it has ops in (``steps``), as the step
+    table averages the devices present in each step; a device with ops only outside them keeps
+    a row with ``steps`` 0 and unknown (None) times, so it is shown, not dropped. HFU per device = its FLOPs per step / (mean wall × peak)
     (the summary's HFU is the same over all devices: FLOPs / (wall × peak × devices)); above
     100 % it is left None (the summary reports the inconsistency).
     """
@@ -67,15 +68,18 @@ def per_device(ops: pl.DataFrame, steps: pl.DataFrame, peak_flops_per_s: float |
     # exposed = |comm| − |comm ∩ comp| = |comm ∪ comp| − |comp|
     u = u.with_columns((pl.col("coll_or_comp") - pl.col("comp")).alias("exposed"))
     fl = scope.group_by(keys).agg(pl.col("flops").sum().alias("fl"), pl.col("flops").is_not_null().any().alias("has"))
-    # every (rank, step) × every device of the rank: a device absent from a step is idle in it
-    grid = full.select("rank", "step", "wall_ns").join(devs, on="rank")
-    g = grid.join(u, on=keys, how="left", nulls_equal=True).join(fl, on=keys, how="left", nulls_equal=True)
-    g = g.with_columns(pl.col("busy", "comm", "exposed").fill_null(0), pl.col("has").fill_null(False))
+    # each device over the complete steps it has ops in, as the step table averages the
+    # devices present in each step; a device with none of them keeps a row with steps 0
+    g = full.select("rank", "step", "wall_ns").join(u, on=["rank", "step"], how="inner", nulls_equal=True)
+    g = g.join(fl, on=keys, how="left", nulls_equal=True).with_columns(pl.col("has").fill_null(False))
     per = g.group_by("rank", "device").agg(
         pl.len().alias("steps"), pl.col("wall_ns").mean().alias("wall"), pl.col("busy").mean().alias("busy"),
         pl.col("comm").mean().alias("comm"), pl.col("exposed").mean().alias("exposed"),
         pl.col("fl").fill_null(0.0).mean().alias("fl"), pl.col("has").any().alias("has"),
-    ).sort("rank", "device", nulls_last=True)
+    )
+    absent = devs.filter(pl.col("rank").is_in(multi.implode())).join(per, on=["rank", "device"], how="anti", nulls_equal=True)
+    per = pl.concat([per, absent.with_columns(pl.lit(0, dtype=pl.UInt32).alias("steps"))], how="diagonal_relaxed")
+    per = per.sort("rank", "device", nulls_last=True)
     return [_row(r, peak_flops_per_s) for r in per.iter_rows(named=True)]
 
 
@@ -94,6 +98,8 @@ def _ops_of_steps(ops: pl.DataFrame, full: pl.DataFrame) -> pl.DataFrame:
 
 def _row(r: dict[str, Any], peak: float | None) -> DeviceStats:
     """The :class:`DeviceStats` of one aggregated (rank, device) row."""
+    if not r["steps"]:
+        return DeviceStats(rank=int(r["rank"]), device=None if r["device"] is None else int(r["device"]), steps=0)
     wall, busy = float(r["wall"]), float(r["busy"])
     fl = float(r["fl"]) if r["has"] else None
     hfu = fl / (wall * 1e-9) / peak if fl is not None and wall > 0 and peak else None

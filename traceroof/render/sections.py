@@ -157,12 +157,18 @@ def _per_device(report: Report) -> dict[str, str] | None:
     """The header's per-device words when a rank drives several devices (``summary.devices``):
     how many devices the means are over, busy share and idle per device with their range
     across devices, and the per-device HFU range; None when every rank drives one device."""
-    rows = report.summary.devices
-    if not rows:
+    every = report.summary.devices
+    if not every:
         return None
+    rows = [r for r in every if r.steps]
     n = len(rows)
     ranks = len({r.rank for r in rows})
     what = units.plural(n, "device") + ("" if ranks == 1 else f" of {ranks} ranks")
+    left = [r for r in every if not r.steps]
+    if left:
+        ids = ", ".join(str(r.device) for r in left)
+        what += (f" with ops in the complete steps (device {ids} has none)" if len(left) == 1 else
+                 f" with ops in the complete steps (devices {ids} have none)")
     busy = [r.busy_fraction for r in rows if r.busy_fraction is not None]
     idle = [r.idle_ns for r in rows if r.idle_ns is not None]
     hfu = [r.hfu for r in rows if r.hfu is not None]
