@@ -214,3 +214,28 @@ def test_tpu_mfu_counts_the_chips():
     # 1e12 FLOPs / 92.5 s / (4 × 918 TFLOP/s): far below 1
     st = r.summary.step.step_time_ns
     assert abs(r.summary.mfu.value - 1e12 / (st * 1e-9) / (4 * r.summary.hfu.peak_flops_per_s)) < 1e-15
+
+
+def test_built_trace_exposed_communication_is_per_device(tmp_path):
+    # device 0: an all-reduce on [0, 100) µs beside a kernel on [0, 50) → 50 µs exposed;
+    # device 1: the same all-reduce alone → 100 µs exposed; both end with a kernel at 1000 µs
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    ev: list[dict] = []
+    for dev, ks in {0: [("k", 0, 50, 7), (nccl, 0, 100, 9), ("k", 900, 100, 7)],
+                    1: [(nccl, 0, 100, 9), ("k", 900, 100, 7)]}.items():
+        for i, (name, ts, dur, stream) in enumerate(ks):
+            ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": dev, "tid": stream, "ts": ts + 1000, "dur": dur,
+                       "args": {"device": dev, "stream": stream, "correlation": 100 * dev + i + 1}})
+    p = tmp_path / "two_gpus_comm.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [dict(H100_SXM_PROPS, id=d) for d in (0, 1)],
+                             "traceEvents": ev}))
+    r = analyze(read_trace(p), "h100")
+    rows = {d.device: d for d in r.summary.devices}
+    assert (rows[0].comm_ns, rows[0].comm_exposed_ns) == (100_000, 50_000)
+    assert (rows[1].comm_ns, rows[1].comm_exposed_ns) == (100_000, 100_000)
+    exp = {f.device: f.recoverable_ns for f in r.findings if f.kind == "exposed_collectives"}
+    assert exp == {0: 50_000.0, 1: 100_000.0}
+    for f in r.findings:
+        if f.kind == "exposed_collectives":
+            assert f.title.startswith(f"device {f.device}: ") and f.evidence["window_ns"] == 1_000_000
+    assert not [w for w in r.warnings if "rule 6" in w]

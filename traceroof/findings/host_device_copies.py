@@ -74,10 +74,10 @@ def detect(ctx: FindingContext) -> list[Finding]:
 
 
 def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
-                   kernels: dict[tuple[int, int], tuple[pl.Series, pl.Series]], dev: int | None = None) -> list[Finding]:
+                   kernels: dict[tuple[int, int], tuple[pl.Series, pl.Series]], on: int | None = None) -> list[Finding]:
     """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``, all on its
-    device ``dev`` when it drives several; ``kernels``: :func:`_kernel_unions`)."""
-    wall = scope_wall_ns(ctx, rank, dev)
+    device ``on`` when it drives several; ``kernels``: :func:`_kernel_unions`)."""
+    wall = scope_wall_ns(ctx, rank, on)
     if mem.height == 0:
         return []
     out = []
@@ -104,7 +104,7 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
         bw = (float(nbytes) / measured * 1e9) if nbytes and measured else None
         steps = sorted(s for s in cp["step"].unique().to_list() if s is not None)
         ops_by = cp.group_by(pl.coalesce("op", "name").alias("l")).agg(pl.len()).sort(["len", "l"], descending=[True, False])
-        title = ("" if dev is None else f"device {dev}: ") + (
+        title = ("" if on is None else f"device {on}: ") + (
             f"{direction} copies ×{cp.height:,} ({fmt_bytes(nbytes)}): {fmt_ns(exposed)} with nothing else "
             "running on the device"
         )
@@ -123,9 +123,9 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
                 "measured_ns": measured, "exposed_ns": exposed, "achieved_bytes_per_s": bw,
                 "pageable_count": pageable, "steps": steps, "window_ns": wall,
                 "by_op": [[short(a, 80), int(b)] for a, b in ops_by.head(5).iter_rows()],
-                **scope_evidence(ctx, rank, dev),
+                **scope_evidence(ctx, rank, on),
             },
-            rank=rank, device=dev,
+            rank=rank, device=on,
             steps=steps,
             ops=[short(a, 80) for a, _ in ops_by.head(5).iter_rows()],
             occurrences=cp.height,
