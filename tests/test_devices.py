@@ -15,10 +15,12 @@ from pathlib import Path
 
 import polars as pl
 from conftest import real
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tracegen import H100_SXM_PROPS
 
 from traceroof import analyze, read_trace
-from traceroof.accounting import check_findings
+from traceroof.accounting import check, check_findings
 from traceroof.findings import Finding
 from traceroof.render import markdown
 from traceroof.web import figures
@@ -239,3 +241,55 @@ def test_built_trace_exposed_communication_is_per_device(tmp_path):
         if f.kind == "exposed_collectives":
             assert f.title.startswith(f"device {f.device}: ") and f.evidence["window_ns"] == 1_000_000
     assert not [w for w in r.warnings if "rule 6" in w]
+
+
+# --------------------------------------------------------------------------- generated: 2–4 devices
+
+_NAMES = ("sm90_gemm_bf16", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "Memcpy HtoD (Pinned -> Device)")
+
+
+@st.composite
+def _devices(draw):
+    """Per device (2–4 of them): 1–8 ops ``(name, start µs, duration µs, stream)`` at random
+    times on 1–2 streams (overlapping), kernels, collectives and copies mixed."""
+    out = {}
+    for dev in range(draw(st.integers(2, 4))):
+        out[dev] = [(draw(st.sampled_from(_NAMES)), draw(st.integers(0, 5_000)), draw(st.integers(1, 800)),
+                     draw(st.sampled_from([7, 9]))) for _ in range(draw(st.integers(1, 8)))]
+    return out
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(devs=_devices())
+def test_generated_devices_every_claim_within_its_device(devs, tmp_path_factory):
+    ev = []
+    for dev, ks in devs.items():
+        for i, (name, ts, dur, stream) in enumerate(ks):
+            cat = "gpu_memcpy" if name.startswith("Memcpy") else "kernel"
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": dev, "tid": stream, "ts": ts + 1000, "dur": dur,
+                       "args": {"device": dev, "stream": stream, "correlation": 1000 * dev + i + 1}})
+    p = tmp_path_factory.mktemp("devs") / "t.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev,
+                             "deviceProperties": [dict(H100_SXM_PROPS, id=d) for d in devs]}))
+    r = analyze(read_trace(p), "h100")
+    vs = check(r)
+    assert vs == [], [v.line() for v in vs]
+    lo = min(ts for ks in devs.values() for _, ts, _, _ in ks) * 1000
+    hi = max(ts + d for ks in devs.values() for _, ts, d, _ in ks) * 1000
+    # the oracle: each device's union from the raw events (µs → ns), not from the op table
+    busy = {dev: _union_ns([(ts * 1000, (ts + d) * 1000) for _, ts, d, _ in ks]) for dev, ks in devs.items()}
+    rows = {d.device: d for d in r.summary.devices}
+    assert sorted(rows) == sorted(devs)
+    for dev, row in rows.items():
+        assert row.busy_ns == busy[dev] and row.wall_ns == hi - lo
+        assert 0.0 <= row.busy_fraction <= 1.0
+    claimed: dict[int, float] = {}
+    for f in r.findings:
+        if f.kind in ("device_idle", "launch_bound", "host_device_copies", "exposed_collectives"):
+            assert f.device in devs  # every time claim names its device
+        if f.device is not None:
+            claimed[f.device] = claimed.get(f.device, 0.0) + f.recoverable_ns
+            if f.kind == "device_idle":
+                assert f.recoverable_ns <= (hi - lo) - busy[f.device]
+    for dev, c in claimed.items():
+        assert c <= hi - lo

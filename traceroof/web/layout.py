@@ -271,7 +271,7 @@ def _html_escape(s: str) -> str:
 
 def _finding_card(i: int, f: Finding) -> html.Div:
     """The card of finding number ``i``: where (rank, step, stream, window ms), what, evidence."""
-    where = [f"{k} {v}" for k, v in (("rank", f.rank), ("step", f.step), ("stream", f.stream)) if v is not None]
+    where = [f"{k} {v}" for k, v in (("rank", f.rank), ("device", f.device), ("step", f.step), ("stream", f.stream)) if v is not None]
     if f.start_ns is not None and f.end_ns is not None:
         where.append(f"{f.start_ns / 1e6:.3f}–{f.end_ns / 1e6:.3f} ms")
     ev = views.evidence_rows(f.evidence or {})
