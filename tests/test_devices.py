@@ -208,6 +208,8 @@ def test_tpu_timeline_draws_each_chip_on_its_own_row():
     pairs = r.ops.select("device", "stream").unique()
     want = sorted(f"device {d} · stream {s}" for d, s in pairs.iter_rows())
     assert sorted(fig.layout.meta["rows"]) == want and len(want) >= 4
+    sub = figures.steps_figure(r.steps).layout.title.subtitle.text
+    assert "means of each rank's 4 devices" in sub
 
 
 def test_tpu_mfu_counts_the_chips():

@@ -466,10 +466,12 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
     for lab, part in zip(labels, v["partial"].to_list()):
         if part:
             fig.add_annotation(x=lab, y=1, yref="paper", text="partial", showarrow=False, font={"size": 10, "color": "#b22222"})
+    n_dev = int(v["devices"].max() or 1) if "devices" in v.columns and v["devices"].drop_nulls().len() else 1
+    per_dev = "" if n_dev <= 1 else f", means of each rank's {n_dev} devices (the Devices table has each one)"
     fig.update_layout(
-        title={"text": "Steps", "subtitle": {"text": "device time per step (unions over streams): the four parts add up to the "
-                                                     "step's wall time; communication hidden under other kernels counts "
-                                                     "with them"}},
+        title={"text": "Steps", "subtitle": {"text": f"device time per step (unions over streams{per_dev}): the four parts "
+                                                     "add up to the step's wall time; communication hidden under other "
+                                                     "kernels counts with them"}},
         barmode="stack",
         xaxis={"type": "category", "title": ""},
         yaxis={"title": "time (ms)"},
