@@ -295,3 +295,28 @@ def test_generated_devices_every_claim_within_its_device(devs, tmp_path_factory)
                 assert f.recoverable_ns <= (hi - lo) - busy[f.device]
     for dev, c in claimed.items():
         assert c <= hi - lo
+
+
+def test_device_without_ops_in_the_steps_keeps_its_row_and_is_named(tmp_path):
+    # step 0 covers [0, 1000) µs; device 0 busy 600 µs and device 1 200 µs in it; device 2's
+    # only kernel runs at 3000 µs, after the step: the step's mean is over devices 0 and 1
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 1000, "dur": 1000,
+           "args": {}},
+          {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#0", "pid": 0, "tid": 7, "ts": 1000,
+           "dur": 1000, "args": {"device": 0}}]
+    for dev, (ts, dur) in {0: (0, 600), 1: (100, 200), 2: (3000, 100)}.items():
+        ev.append({"ph": "X", "cat": "kernel", "name": f"k{dev}", "pid": dev, "tid": 7, "ts": ts + 1000, "dur": dur,
+                   "args": {"device": dev, "stream": 7, "correlation": dev + 1}})
+    p = tmp_path / "absent.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev,
+                             "deviceProperties": [dict(H100_SXM_PROPS, id=d) for d in range(3)]}))
+    r = analyze(read_trace(p), "h100")
+    rows = {d.device: d for d in r.summary.devices}
+    assert (rows[0].steps, rows[0].busy_ns, rows[0].idle_ns) == (1, 600_000, 400_000)
+    assert (rows[1].steps, rows[1].busy_ns, rows[1].idle_ns) == (1, 200_000, 800_000)
+    assert (rows[2].steps, rows[2].busy_ns, rows[2].busy_fraction) == (0, None, None)
+    # (0.6 + 0.2) / 2 = 40 %: the step table's mean over the devices present
+    assert r.summary.step.busy_fraction == 0.4
+    md = markdown.render(r)
+    assert "40.0 % (mean of 2 devices with ops in the complete steps (device 2 has none), 20.0 %–60.0 %" in md
+    assert "| 0 | 2 | — | — | — |" in md
