@@ -320,3 +320,51 @@ def test_device_without_ops_in_the_steps_keeps_its_row_and_is_named(tmp_path):
     md = markdown.render(r)
     assert "40.0 % (mean of 2 devices with ops in the complete steps (device 2 has none), 20.0 %–60.0 %" in md
     assert "| 0 | 2 | — | — | — |" in md
+
+
+def _kineto(tmp_path: Path, ev: list[dict], n_devices: int, name: str) -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev,
+                             "deviceProperties": [dict(H100_SXM_PROPS, id=d) for d in range(n_devices)]}))
+    return p
+
+
+def test_built_launch_bound_is_per_device(tmp_path):
+    # per device, 20 kernels, each launched (5 µs call) by its own host thread every 20 µs and
+    # starting 6 µs after the call: device 0's kernels last 2 µs, device 1's 4 µs.
+    # window: first start 6 µs, last end 20·19 + 6 + 4 = 390 µs → 384 µs.
+    # launch gaps: device 0 19 × (20 − 2) = 342 µs, device 1 19 × (20 − 4) = 304 µs;
+    # idle: device 0 384 − 20·2 = 344 µs, device 1 384 − 20·4 = 304 µs
+    ev = []
+    for dev, kdur in {0: 2, 1: 4}.items():
+        for i in range(20):
+            corr, t = 1000 * (dev + 1) + i, 1000 + 20 * i
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": dev + 1,
+                       "ts": t, "dur": 5, "args": {"correlation": corr}})
+            ev.append({"ph": "X", "cat": "kernel", "name": f"small{dev}", "pid": dev, "tid": 7, "ts": t + 6, "dur": kdur,
+                       "args": {"device": dev, "stream": 7, "correlation": corr}})
+    r = analyze(read_trace(_kineto(tmp_path, ev, 2, "launch.json")), "h100")
+    lb = {f.device: f for f in r.findings if f.kind == "launch_bound"}
+    assert {d: f.recoverable_ns for d, f in lb.items()} == {0: 342_000.0, 1: 304_000.0}
+    assert {d: f.evidence["device_idle_ns"] for d, f in lb.items()} == {0: 344_000, 1: 304_000}
+    assert lb[1].title.startswith("launch-bound: device 1 busy 21%")  # 80 / 384
+    assert all(f.evidence["window_ns"] == 384_000 for f in lb.values())
+    assert check(r) == []
+
+
+def test_built_copies_are_per_device(tmp_path):
+    # device 0: an HtoD copy on [0, 100) µs alone; device 1: the same copy beside a kernel on
+    # [0, 60) µs → 40 µs exposed; both end with a kernel on [900, 1000) µs
+    copy = "Memcpy HtoD (Pinned -> Device)"
+    ev = []
+    for dev, ks in {0: [(copy, 0, 100, 9), ("k", 900, 100, 7)],
+                    1: [(copy, 0, 100, 9), ("k", 0, 60, 7), ("k", 900, 100, 7)]}.items():
+        for i, (name, ts, dur, stream) in enumerate(ks):
+            ev.append({"ph": "X", "cat": "gpu_memcpy" if name == copy else "kernel", "name": name, "pid": dev,
+                       "tid": stream, "ts": ts + 1000, "dur": dur,
+                       "args": {"device": dev, "stream": stream, "correlation": 100 * dev + i + 1, "bytes": 1 << 20}})
+    r = analyze(read_trace(_kineto(tmp_path, ev, 2, "copies.json")), "h100")
+    cp = {f.device: f for f in r.findings if f.kind == "host_device_copies"}
+    assert {d: f.recoverable_ns for d, f in cp.items()} == {0: 100_000.0, 1: 40_000.0}
+    assert cp[1].title.startswith("device 1: HtoD copies ×1")
+    assert check(r) == []
