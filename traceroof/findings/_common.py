@@ -151,11 +151,6 @@ def device_idle_ns(ctx: FindingContext, rank: int, device: int) -> int:
     return max(scope_wall_ns(ctx, rank, device) - device_busy_ns(ctx, rank, device), 0)
 
 
-def on_device(device: int | None) -> str:
-    """The words a finding's title starts with to name its device (``"device 2: "``), or ``""``."""
-    return "" if device is None else f"device {device}: "
-
-
 def scope_evidence(ctx: FindingContext, rank: int, device: int | None) -> dict[str, Any]:
     """The evidence that names a per-device finding's device and bounds its claim: ``device``,
     ``devices_of_rank``, ``device_busy_ns`` and ``device_idle_ns`` (ns); empty for a rank
