@@ -221,12 +221,14 @@ def check_step_time(report: Report) -> list[Violation]:
 class _RankTime:
     """What a rank's device time can give back, ns, summed over its devices: ``room`` (window
     length × devices), ``idle`` (window − busy union, per device) and ``comm`` (union of
-    its collectives, per device)."""
+    its collectives, per device); ``per_device``: the same three of each device (``room`` the
+    window length), keyed by device (-1 for a null device)."""
 
     room: int
     idle: int
     comm: int
     devices: int
+    per_device: dict[Any, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
@@ -237,36 +239,43 @@ def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
     d = ops.select("rank", pl.col("device").fill_null(-1), "start_ns",
                    (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "kind")
     spans = _op_spans(ops)
-    busy = iv.union(d, by=["rank", "device"])
-    busy = busy.group_by("rank", "device").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("b"))
+    length = (pl.col("end_ns") - pl.col("start_ns")).sum()
+    busy = iv.union(d, by=["rank", "device"]).group_by("rank", "device").agg(length.alias("b"))
     comm = iv.union(d.filter(pl.col("kind") == "collective"), by=["rank", "device"])
-    comm_ns = dict(comm.group_by("rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum()).iter_rows())
+    comm_ns = {(r, dv): int(v) for r, dv, v in comm.group_by("rank", "device").agg(length).iter_rows()}
     out = {}
     for (rank,), g in busy.group_by(["rank"]):
         s, e = spans[rank]
-        n = g.height
-        out[rank] = _RankTime(room=(e - s) * n, idle=(e - s) * n - int(g["b"].sum()),
-                              comm=int(comm_ns.get(rank, 0)), devices=n)
+        per = {dv: (e - s, (e - s) - int(b), comm_ns.get((rank, dv), 0)) for _, dv, b in g.iter_rows()}
+        out[rank] = _RankTime(room=(e - s) * len(per), idle=sum(p[1] for p in per.values()),
+                              comm=sum(p[2] for p in per.values()), devices=len(per), per_device=per)
     return out
 
 
 def check_findings(report: Report) -> list[Violation]:
-    """Rule 6: findings never claim more than they explain. Per rank: all claims ≤ the
-    rank's window × its devices; ``device_idle`` claims ≤ the rank's idle (window − busy
-    union, per device); ``exposed_collectives`` claims ≤ its communication union. Each
-    finding ≤ the evidence that bounds it (:data:`EVIDENCE_BOUND`)."""
+    """Rule 6: findings never claim more than they explain, on the devices they name. Per
+    rank: all claims ≤ the rank's window × its devices; ``device_idle`` claims ≤ the rank's
+    idle (window − busy union, summed over its devices); ``exposed_collectives`` claims ≤ its
+    communication union (per device, summed). Per device, for the findings that name one
+    (:attr:`~traceroof.findings.Finding.device`: a rank driving several devices): the same
+    three bounds with that device's window, idle and communication. Each finding ≤ the
+    evidence that bounds it (:data:`EVIDENCE_BOUND`)."""
     out: list[Violation] = []
     times = _rank_times(report.ops)
     claims: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    on_device: dict[tuple[Any, Any], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for f in report.findings:
         rec = float(f.recoverable_ns or 0.0)
         claims[f.rank]["all"] += rec
         claims[f.rank][f.kind] += rec
+        if f.device is not None:
+            on_device[(f.rank, f.device)]["all"] += rec
+            on_device[(f.rank, f.device)][f.kind] += rec
         key = EVIDENCE_BOUND.get(f.kind)
         bound = f.evidence.get(key) if key else None
         if rec < 0 or (isinstance(bound, (int, float)) and _over(rec, float(bound))):
             out.append(Violation(6, f"{f.kind} (rank {f.rank}): recoverable {units.ms(rec)} > its {key} "
-                                    f"{units.ms(float(bound or 0))}", rank=f.rank, step=f.step,
+                                    f"{units.ms(float(bound or 0))}", rank=f.rank, device=f.device, step=f.step,
                                  numbers={"recoverable_ns": rec, "bound_ns": float(bound or 0)}))
     everything = sum(t.room for t in times.values())
     for rank, c in claims.items():
@@ -275,11 +284,26 @@ def check_findings(report: Report) -> list[Violation]:
         if t is not None:
             limits["device_idle"] = ("its idle", t.idle)
             limits["exposed_collectives"] = ("its communication", t.comm)
-        for kind, (what, lim) in limits.items():
-            if kind in c and _over(c[kind], lim):
-                name = "findings" if kind == "all" else f"{kind} findings"
-                out.append(Violation(6, f"rank {rank}: {name} claim {units.ms(c[kind])} > {what} {units.ms(lim)}",
-                                     rank=rank, numbers={"claimed_ns": c[kind], "limit_ns": float(lim)}))
+        out += _over_limits(f"rank {rank}", c, limits, rank=rank)
+    for (rank, dev), c in on_device.items():
+        t = times.get(rank)
+        room, idle, comm = t.per_device.get(dev, (0, 0, 0)) if t else (0, 0, 0)
+        limits = {"all": ("its window", room), "device_idle": ("its idle", idle),
+                  "exposed_collectives": ("its communication", comm)}
+        out += _over_limits(f"rank {rank} device {dev}", c, limits, rank=rank, device=dev)
+    return out
+
+
+def _over_limits(where: str, claimed: dict[str, float], limits: dict[str, tuple[str, float]],
+                 **at: Any) -> list[Violation]:
+    """Rule 6 violations of one scope (``where``: its words): each ``claimed[kind]`` (ns; kind
+    ``all``: every finding) above ``limits[kind] = (what, ns)``."""
+    out = []
+    for kind, (what, lim) in limits.items():
+        if kind in claimed and _over(claimed[kind], lim):
+            name = "findings" if kind == "all" else f"{kind} findings"
+            out.append(Violation(6, f"{where}: {name} claim {units.ms(claimed[kind])} > {what} {units.ms(lim)}",
+                                 numbers={"claimed_ns": claimed[kind], "limit_ns": float(lim)}, **at))
     return out
 
 

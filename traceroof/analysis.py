@@ -23,6 +23,7 @@ from . import steps as steps_mod
 from . import units
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs
+from .device_accounting import per_device
 from .errors import UnknownChipError, UsageError
 from .findings import Finding
 from .host import device_launches, no_device_ops_reason
@@ -182,19 +183,23 @@ def summarize(ops: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec, reason: st
               coverage: Coverage, model_flops_per_step: float | None, model_flops_formula: str | None,
               n_devices: int | None) -> Utilization:
     """Step averages, HFU (:func:`traceroof.mfu.hfu`), roofline efficiency and MFU
-    (:func:`traceroof.mfu.mfu`); the same formula per step. ``n_devices`` defaults to the
-    world size, else the number of ranks."""
+    (:func:`traceroof.mfu.mfu`); the same formula per step; per device when a rank drives
+    several (:func:`traceroof.device_accounting.per_device`). ``n_devices`` defaults to the
+    world size, else the number of ranks × the devices each drives (a jax process driving 4
+    chips is 4 devices)."""
     stats = steps_mod.summarize(steps)
     step = StepStats.from_dict(stats) if len(stats) > 1 else None
     dom, peak = _hfu_peak(ops, spec)
     hfu_info, hfu_bad = _hfu(step, dom, peak, spec, reason)
-    nd = n_devices or meta.world_size or max(len(meta.ranks), 1)
+    per_rank = (step.devices_per_rank or 1) if step else 1
+    nd = n_devices or meta.world_size or max(len(meta.ranks), 1) * per_rank
     mfu_info = mfu_bad = None
     if model_flops_per_step is not None and step and step.step_time_ns:
         mfu_info, mfu_bad = _mfu(model_flops_per_step, model_flops_formula, step.step_time_ns, nd,
                                  Peak(peak, dom, f"{spec.name}: {reason}", spec.name) if peak else None)
     summary = Summary(steps=int(stats["steps"]), step=step, hfu=hfu_info,
-                      roofline=_roofline_efficiency(ops, coverage), mfu=mfu_info)
+                      roofline=_roofline_efficiency(ops, coverage), mfu=mfu_info,
+                      devices=per_device(ops, steps, peak))
     return Utilization(summary, _per_step_utilization(steps, peak, model_flops_per_step, nd),
                        [i for i in (hfu_bad, mfu_bad) if i is not None])
 

@@ -44,6 +44,8 @@ def section_to_dict(obj: Any) -> dict[str, Any]:
             out.update(section_to_dict(v))
         elif dataclasses.is_dataclass(v):
             out[_key(f)] = section_to_dict(v)
+        elif isinstance(v, list) and f.metadata.get("section"):
+            out[_key(f)] = [section_to_dict(x) if dataclasses.is_dataclass(x) else x for x in v]
         else:
             out[_key(f)] = v
     return out
@@ -78,6 +80,8 @@ def section_from_dict(cls: type[S], d: dict[str, Any], *, strict: bool = False) 
         v = d[_key(f)]
         if sub is not None and isinstance(v, dict):
             v = section_from_dict(sub, v)
+        elif sub is not None and isinstance(v, list):
+            v = [section_from_dict(sub, x) if isinstance(x, dict) else x for x in v]
         kw[f.name] = v
     return cls(**kw)
 
@@ -222,6 +226,28 @@ class MfuInfo(_Section):
 
 
 @dataclass(frozen=True)
+class DeviceStats(_Section):
+    """One device of a rank driving several (rule 3: accounted per device), over the rank's
+    complete steps (:func:`traceroof.device_accounting.per_device`): means per step, ns, of the
+    rank's step wall and of this device's busy union (all its streams), idle (wall − busy),
+    communication union and its part exposed (no compute beside it on the device); FLOPs of
+    its ops per step; ``busy_fraction`` = busy / wall and ``hfu`` = FLOPs / (wall × peak),
+    fractions (``hfu`` None when unknown or above 100 %)."""
+
+    rank: int = 0
+    device: int | None = None
+    steps: int = 0
+    wall_ns: float | None = None
+    busy_ns: float | None = None
+    idle_ns: float | None = None
+    busy_fraction: float | None = None
+    comm_ns: float | None = None
+    comm_exposed_ns: float | None = None
+    flops_per_step: float | None = None
+    hfu: float | None = None
+
+
+@dataclass(frozen=True)
 class Summary(_Section):
     """The headline numbers. Groups are None (their keys absent from the JSON) when they
     do not apply: no steps, no device ops, no model FLOPs given."""
@@ -231,6 +257,8 @@ class Summary(_Section):
     hfu: HfuInfo | None = _opt(flatten=True, section=HfuInfo)
     roofline: RooflineInfo | None = _opt(flatten=True, section=RooflineInfo)
     mfu: MfuInfo | None = _opt(flatten=True, section=MfuInfo)
+    #: one row per (rank, device) when a rank drives several devices; None (absent) otherwise
+    devices: list[DeviceStats] | None = _opt(omit_none=True, section=DeviceStats)
 
     @property
     def step_time_ns(self) -> float | None:
@@ -278,7 +306,7 @@ class RanksInfo(_Section):
 
 
 __all__ = [
-    "ChipInfo", "CoverageInfo", "Filters", "HfuInfo", "InconsistencyInfo", "MfuInfo", "RanksInfo",
+    "ChipInfo", "CoverageInfo", "DeviceStats", "Filters", "HfuInfo", "InconsistencyInfo", "MfuInfo", "RanksInfo",
     "RooflineInfo", "StepStats", "Summary", "TraceInfo", "TraceSays", "section_from_dict",
     "section_to_dict",
 ]

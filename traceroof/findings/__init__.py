@@ -47,6 +47,8 @@ class Shared:
         windows: per rank, ``(first start, last end)`` ns (:func:`~traceroof.findings._common.windows`).
         devices: per rank, devices its ops run on (:func:`~traceroof.findings._common.devices`).
         busy: per rank, device busy ns (:func:`~traceroof.findings._common.busy_ns`).
+        device_busy: per (rank, device), device busy ns
+            (:func:`~traceroof.findings._common.device_busy_ns`).
         timeline, stretches: the idle-gap attribution (:func:`~traceroof.findings._idle.timeline`).
         rank_view: the cross-rank view (:func:`~traceroof.findings.straggler.rank_view`).
         stragglers: the straggler ranks worth a finding (``straggler._reported``).
@@ -58,6 +60,7 @@ class Shared:
     windows: dict[int, tuple[int, int]] | None = None
     devices: dict[int, int] | None = None
     busy: dict[int, int] | None = None
+    device_busy: dict[tuple[int, int | None], int] | None = None
     timeline: pl.DataFrame | None = None
     stretches: pl.DataFrame | None = None
     rank_view: RankView | None = None
@@ -109,6 +112,11 @@ class Finding:
         explanation: one paragraph with the fix a practitioner would try.
         evidence: every number behind the estimate, unit-suffixed keys.
         rank, step, stream, start_ns, end_ns: where it points (null when it spans several).
+        device: the one device of the rank the finding's time is on, set when the rank drives
+            several devices (an XPlane host with 4 TPU chips): its claim is then bounded by that
+            device's idle / exposed communication, and its share is of that device's window.
+            None (and absent from the JSON) for a rank with one device, whose findings are all
+            on it, and for findings not tied to one device (busy claims of named ops).
         ops: labels (op or kernel names) of the ops involved.
         occurrences: how many instances were grouped into this finding.
     """
@@ -120,6 +128,7 @@ class Finding:
     explanation: str
     evidence: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
+    device: int | None = field(default=None, metadata={"omit_none": True})
     step: int | None = None
     stream: int | None = None
     start_ns: int | None = None
@@ -129,7 +138,11 @@ class Finding:
     docs: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON object of the finding (``device`` left out when None)."""
+        d = asdict(self)
+        if d["device"] is None:
+            del d["device"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
@@ -191,25 +204,35 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[F
 
 
 def _cap_to_window(ctx: FindingContext, findings: list[Finding]) -> None:
-    """Guarantee that a rank's claims sum to at most its window (BC-33).
+    """Guarantee that a rank's claims sum to at most its window (BC-33), and the claims on
+    one device of a rank driving several (:attr:`Finding.device`) to at most the rank's window
+    on that device (its length: the device-time of one device).
 
     The detectors claim disjoint time by construction (idle gaps are attributed once; busy
     claims are bounded by the time their own ops run), so this only bites when busy claims of
     kernels running concurrently on different streams overlap. Then the smaller findings are
     cut, largest first kept, and the cut is recorded in their evidence.
     """
-    from ._common import windows
+    from ._common import wall_ns, windows
 
     w = windows(ctx)
     everything = (min((a for a, _ in w.values()), default=0), max((b for _, b in w.values()), default=0))
     used: dict[int | None, float] = {}
+    used_on: dict[tuple[int | None, int], float] = {}
+    per_device = any(f.device is not None for f in findings)
     for f in findings:
         s, e = w.get(f.rank, (0, 0)) if f.rank is not None else everything
-        room = max((e - s) - used.get(f.rank, 0.0), 0.0)
+        # per-device findings share a rank's device-time: its window length × its devices
+        rank_room = wall_ns(ctx, f.rank) if f.rank is not None and per_device else e - s
+        room = max(rank_room - used.get(f.rank, 0.0), 0.0)
+        if f.device is not None:
+            room = min(room, max((e - s) - used_on.get((f.rank, f.device), 0.0), 0.0))
         if f.recoverable_ns > room:
             f.evidence["recoverable_before_cap_ns"] = f.recoverable_ns
             f.recoverable_ns = room
         used[f.rank] = used.get(f.rank, 0.0) + f.recoverable_ns
+        if f.device is not None:
+            used_on[(f.rank, f.device)] = used_on.get((f.rank, f.device), 0.0) + f.recoverable_ns
 
 
 __all__ = ["Finding", "FindingContext", "RankView", "Shared", "DETECTORS", "register", "run_detectors"]

@@ -100,6 +100,67 @@ def wall_ns(ctx: FindingContext, rank: int) -> int:
     return max(e - s, 0) * max(devices(ctx).get(int(rank), 1), 1)
 
 
+def several_devices(ctx: FindingContext, rank: int) -> bool:
+    """Whether rank ``rank`` drives several devices (its idle-type findings are then per device)."""
+    return devices(ctx).get(int(rank), 1) > 1
+
+
+def scopes(ctx: FindingContext, df: pl.DataFrame) -> list[tuple[int, int | None, pl.DataFrame]]:
+    """``(rank, device, rows)`` of ``df`` (rows with ``rank`` and ``device``), in rank then device
+    order: one scope per rank driving one device (``device`` None: the rank's findings are on
+    its only device), one per (rank, device) for a rank driving several (rule 3: a process
+    driving several devices is accounted per device; rule 6: a finding's claim is bounded by
+    the idle of the device it names)."""
+    out: list[tuple[int, int | None, pl.DataFrame]] = []
+    for rank, r in by_rank(df):
+        if not several_devices(ctx, rank):
+            out.append((rank, None, r))
+            continue
+        parts = r.partition_by("device", as_dict=True, maintain_order=True)
+        for (dev,), g in sorted(parts.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0)):
+            out.append((rank, None if dev is None else int(dev), g))
+    return out
+
+
+def scope_wall_ns(ctx: FindingContext, rank: int, device: int | None) -> int:
+    """The device-time (ns) a claim of scope ``(rank, device)`` is a share of: the rank's window
+    on that one device (its length) when ``device`` is given, else :func:`wall_ns` (the window
+    × the rank's devices)."""
+    if device is None:
+        return wall_ns(ctx, rank)
+    s, e = windows(ctx).get(int(rank), (0, 0))
+    return max(e - s, 0)
+
+
+def device_busy_ns(ctx: FindingContext, rank: int, device: int | None) -> int:
+    """Busy time (ns) of one device of a rank: the union of its ops' intervals over all its
+    streams, computed once per context for every (rank, device) from :func:`device_order`."""
+    if ctx.shared.device_busy is None:
+        d = device_order(ctx)
+        grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
+        u = d.group_by("rank", "device").agg(grow.sum().alias("busy"))
+        ctx.shared.device_busy = {
+            (int(r), None if dv is None else int(dv)): int(v) for r, dv, v in u.iter_rows() if r is not None
+        }
+    return ctx.shared.device_busy.get((int(rank), device), 0)
+
+
+def device_idle_ns(ctx: FindingContext, rank: int, device: int) -> int:
+    """Idle time (ns) of one device of a rank: the rank's window length minus the device's
+    busy union (:func:`device_busy_ns`); the most an idle claim on that device can give back."""
+    return max(scope_wall_ns(ctx, rank, device) - device_busy_ns(ctx, rank, device), 0)
+
+
+def scope_evidence(ctx: FindingContext, rank: int, device: int | None) -> dict[str, Any]:
+    """The evidence that names a per-device finding's device and bounds its claim: ``device``,
+    ``devices_of_rank``, ``device_busy_ns`` and ``device_idle_ns`` (ns); empty for a rank
+    with one device."""
+    if device is None:
+        return {}
+    return {"device": device, "devices_of_rank": devices(ctx).get(int(rank), 1),
+            "device_busy_ns": device_busy_ns(ctx, rank, device), "device_idle_ns": device_idle_ns(ctx, rank, device)}
+
+
 def _bounds(d: pl.DataFrame, new_group: str) -> tuple[int, int, int]:
     """``(lowest time, highest time, number of groups)`` of a frame with ``start_ns``/``end_ns``
     and a group-start flag column: the arguments :func:`group_cum_max` needs."""

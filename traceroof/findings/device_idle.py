@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import by_rank, claim, fmt_ns, short, wall_ns
+from ._common import claim, fmt_ns, scope_evidence, scope_wall_ns, scopes, short
 from ._idle import IDLE_MIN_GAP_NS, OWNER_IDLE, timeline, with_launch_thread, with_names
 
 #: Report when the claimed idle time is at least this share of the rank's window.
@@ -31,18 +31,19 @@ TOP_GAPS = 5
 
 @register("device_idle")
 def detect(ctx: FindingContext) -> list[Finding]:
-    """One finding per rank for host-bound idle time, one for queued-work waits."""
+    """One finding per rank for host-bound idle time, one for queued-work waits; per
+    (rank, device) for a rank driving several devices (:func:`~._common.scopes`)."""
     tl = timeline(ctx)
     # only the rows either finding reads: claimed gaps and long queued-work waits
     mine = tl.filter(
         (pl.col("owner") == OWNER_IDLE) | ((pl.col("label") == "wait") & (pl.col("gap_ns") >= IDLE_MIN_GAP_NS))
     )
     out: list[Finding] = []
-    for rank, r in by_rank(mine):
-        f = _idle_finding(ctx, int(rank), r)
+    for rank, dev, r in scopes(ctx, mine):
+        f = _idle_finding(ctx, int(rank), r, dev)
         if f is not None:
             out.append(f)
-        f = _wait_finding(ctx, int(rank), r)
+        f = _wait_finding(ctx, int(rank), r, dev)
         if f is not None:
             out.append(f)
     return out
@@ -85,8 +86,10 @@ def _host_during(ctx: FindingContext, rank: int, gaps: list[tuple[str | None, in
     return out
 
 
-def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | None:
-    wall = wall_ns(ctx, rank)
+def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame, dev: int | None) -> Finding | None:
+    """The host-bound idle finding of rank ``rank`` (of its device ``dev`` when it drives
+    several; None: its only device): the claimed gaps of ``r``, a share of that scope's window."""
+    wall = scope_wall_ns(ctx, rank, dev)
     g = r.filter(pl.col("owner") == OWNER_IDLE)
     rec = float(g["gap_ns"].sum()) if g.height else 0.0
     if g.height == 0 or rec < MIN_SHARE * wall:
@@ -109,14 +112,19 @@ def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
     big = described[0]
     host_cause = by_cause.get("host", 0) + by_cause.get("launch", 0)
     steps = sorted(s for s in g["step"].unique().to_list() if s is not None)
-    title = (
-        f"device idle {rec / wall:.0%} of the time: {g.height:,} gaps ≥ {fmt_ns(IDLE_MIN_GAP_NS)} "
+    title = ("device idle" if dev is None else f"device {dev} idle") + (
+        f" {rec / wall:.0%} of the time: {g.height:,} gaps ≥ {fmt_ns(IDLE_MIN_GAP_NS)} "
         f"(largest {fmt_ns(big['gap_ns'])}" + (f" in step {big['step']}" if big["step"] is not None else "") + ")"
     )
     host_txt = ", ".join(f"{n} ({fmt_ns(v)})" for n, v in big["host"]) or "no host events recorded"
     expl = (
-        f"The device had no work for {fmt_ns(rec)} ({rec / wall:.0%} of the window) in {g.height:,} gaps that no other "
-        f"finding explains. {fmt_ns(host_cause)} of it is host-bound: the next kernel was launched only after the "
+        ("The device" if dev is None else f"Device {dev} of rank {rank}")
+        + f" had no work for {fmt_ns(rec)} ({rec / wall:.0%} of the window) in {g.height:,} gaps that no other "
+        f"finding explains"
+        + ("" if dev is None else
+           f" (its idle in all: {fmt_ns(scope_evidence(ctx, rank, dev)['device_idle_ns'])}; each device of the "
+           "rank has its own finding, each a share of the same window)")
+        + f". {fmt_ns(host_cause)} of it is host-bound: the next kernel was launched only after the "
         "device ran dry, so the host thread was busy elsewhere"
         + (f"; {fmt_ns(by_cause.get('unknown', 0))} has no launch in the trace (cause unknown)" if by_cause.get("unknown") else "")
         + f". During the largest gap the launching thread was in: {host_txt}. "
@@ -133,10 +141,11 @@ def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
         "idle_share": rec / wall if wall else None,
         "largest_gaps": described,
         "min_gap_ns": IDLE_MIN_GAP_NS,
+        **scope_evidence(ctx, rank, dev),
     }
     return claim(
         "device_idle", title, rec, wall, expl,
-        evidence, rank=rank, steps=steps,
+        evidence, rank=rank, device=dev, steps=steps,
         start_ns=big["start_ns"],
         end_ns=big["end_ns"],
         ops=[d["next_op"] for d in described],
@@ -144,15 +153,16 @@ def _idle_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
     )
 
 
-def _wait_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | None:
-    wall = wall_ns(ctx, rank)
+def _wait_finding(ctx: FindingContext, rank: int, r: pl.DataFrame, dev: int | None) -> Finding | None:
+    """The queued-work wait note (recoverable 0) of the scope ``(rank, dev)`` (see :func:`_idle_finding`)."""
+    wall = scope_wall_ns(ctx, rank, dev)
     w = r.filter(pl.col("label") == "wait", pl.col("gap_ns") >= IDLE_MIN_GAP_NS)
     tot = float(w["gap_ns"].sum()) if w.height else 0.0
     if w.height == 0 or tot < WAIT_MIN_SHARE * wall:
         return None
     big = with_names(ctx, w.sort("gap_ns", descending=True).head(1)).row(0, named=True)
-    title = (
-        f"device waited {fmt_ns(tot)} ({tot / wall:.0%}) with work already queued: a dependency the trace does "
+    title = ("device" if dev is None else f"device {dev}") + (
+        f" waited {fmt_ns(tot)} ({tot / wall:.0%}) with work already queued: a dependency the trace does "
         "not show (not counted as recoverable)"
     )
     expl = (
@@ -167,8 +177,9 @@ def _wait_finding(ctx: FindingContext, rank: int, r: pl.DataFrame) -> Finding | 
         {
             "queued_wait_ns": tot, "gaps": w.height, "largest_gap_ns": int(big["gap_ns"]),
             "largest_gap_start_ns": int(big["gap_start_ns"]), "window_ns": wall,
+            **scope_evidence(ctx, rank, dev),
         },
-        rank=rank,
+        rank=rank, device=dev,
         start_ns=int(big["gap_start_ns"]),
         end_ns=int(big["start_ns"]),
         occurrences=w.height,

@@ -21,18 +21,19 @@ import polars as pl
 from ..roofline import GPUS_PER_NODE
 from . import Finding, FindingContext, register
 from ._common import (
-    by_rank,
     claim,
     fmt_bytes,
     fmt_ns,
     kind_str,
     overlap_with,
+    scope_evidence,
+    scope_wall_ns,
+    scopes,
     short,
     subtract,
     total,
     union,
     union_of,
-    wall_ns,
 )
 
 #: Report a group when its exposed time is at least this share of the rank's window ...
@@ -103,16 +104,18 @@ def detect(ctx: FindingContext) -> list[Finding]:
     coll = ops.filter(pl.col("kind") == "collective")
     out: list[Finding] = []
     have = set(coll["rank"].unique().to_list())
-    for rank, r in by_rank(ops):
+    for rank, dev, r in scopes(ctx, ops):
         if rank in have:
-            out.extend(_rank_findings(ctx, r, rank))
+            out.extend(_rank_findings(ctx, r, rank, dev))
     return out
 
 
-def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Finding]:
+def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int, dev_of: int | None = None) -> list[Finding]:
+    """The findings of rank ``rank`` (``ops``: its ops, all on its device ``dev_of`` when it
+    drives several devices: then the findings are that device's, a share of its window)."""
     from .straggler import claimed_waits
 
-    wall = wall_ns(ctx, rank)
+    wall = scope_wall_ns(ctx, rank, dev_of)
     groups: dict[tuple, dict] = defaultdict(lambda: defaultdict(float))
     rank_comm = rank_exposed = rank_compute = rank_waiting = 0
     waits = claimed_waits(ctx).filter(pl.col("rank") == rank)
@@ -162,6 +165,7 @@ def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Fi
         "rank_comm_overlapped_ns": rank_comm - rank_exposed - rank_waiting,
         "rank_compute_union_ns": rank_compute,
         "window_ns": wall,
+        **scope_evidence(ctx, rank, dev_of),
     }
     threshold = max(MIN_NS, MIN_SHARE * wall)
     ranked = sorted(groups.items(), key=lambda kv: -kv[1]["exposed_ns"])
@@ -181,16 +185,17 @@ def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int) -> list[Fi
 def _rest_finding(rank: int, rest: list[tuple[tuple, dict]], rest_ns: float, totals: dict) -> Finding:
     """One finding for the groups of rank ``rank`` below the report threshold or past
     :data:`MAX_FINDINGS` (``rest``: ``(key, group)`` pairs; ``rest_ns``: their exposed ns)."""
+    dev = totals.get("device")
     return claim(
         "exposed_collectives",
-        f"{len(rest)} more collective groups: {fmt_ns(rest_ns)} of communication exposed",
+        ("" if dev is None else f"device {dev}: ") + f"{len(rest)} more collective groups: {fmt_ns(rest_ns)} of communication exposed",
         float(rest_ns),
         totals["window_ns"],
         "Smaller collective groups whose exposed time is individually below the report "
         "threshold; together they are worth the same overlap work as the groups above.",
         {**totals, "groups": len(rest), "exposed_ns": rest_ns,
                         "count": int(sum(g["count"] for _, g in rest))},
-        rank=rank,
+        rank=rank, device=dev,
         ops=[k[1] for k, _ in rest[:10]],
         occurrences=int(sum(g["count"] for _, g in rest)),
     )
@@ -207,7 +212,8 @@ def _finding(ctx: FindingContext, rank: int, key: tuple, g: dict, totals: dict) 
     per_step = n / len(steps) if steps else float(n)
     size = fmt_bytes(nbytes) if nbytes is not None else "size unknown"
     who = f"{ctype} {size}" + (f" (group {gsize})" if gsize else "")
-    title = f"{who} ×{n}: {fmt_ns(exposed)} exposed of {fmt_ns(measured)}"
+    dev = totals.get("device")
+    title = ("" if dev is None else f"device {dev}: ") + f"{who} ×{n}: {fmt_ns(exposed)} exposed of {fmt_ns(measured)}"
     if slowdown is not None and slowdown >= SLOW_FACTOR:
         title += f"; runs {slowdown:.3g}× its link roofline"
         verdict = "slow and exposed"
@@ -262,7 +268,7 @@ def _finding(ctx: FindingContext, rank: int, key: tuple, g: dict, totals: dict) 
     }
     return claim(
         "exposed_collectives", title, exposed, wall, expl,
-        evidence, rank=rank, steps=steps,
+        evidence, rank=rank, device=dev, steps=steps,
         stream=next(iter(g["streams"])) if len(g["streams"]) == 1 else None,
         start_ns=g.get("worst_start_ns"),
         end_ns=g.get("worst_end_ns"),

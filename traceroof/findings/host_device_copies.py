@@ -25,18 +25,19 @@ import polars as pl
 from .. import intervals as iv
 from . import Finding, FindingContext, register
 from ._common import (
-    by_rank,
     claim,
     device_order,
     end_expr,
     fmt_bytes,
     fmt_ns,
+    scope_evidence,
+    scope_wall_ns,
+    scopes,
     short,
     subtract,
     subtract_sorted,
     total,
     union,
-    wall_ns,
 )
 from ._idle import OWNER_SYNC, timeline
 
@@ -53,29 +54,30 @@ _DIRECTIONS = (
 
 @register("host_device_copies")
 def detect(ctx: FindingContext) -> list[Finding]:
-    """Findings for exposed host↔device copies (per direction) and sync stalls, per rank."""
+    """Findings for exposed host↔device copies (per direction) and sync stalls, per rank (per
+    (rank, device) for a rank driving several devices, :func:`~._common.scopes`)."""
     out: list[Finding] = []
     # the copies are a few rows of the op table: select them before splitting by rank
-    mem = dict(by_rank(ctx.ops.filter(pl.col("kind") == "memcpy").with_columns(end_expr())))
-    ranks = sorted(int(r) for r in ctx.ops["rank"].unique().to_list() if r is not None)
+    mem = {(r, d): g for r, d, g in scopes(ctx, ctx.ops.filter(pl.col("kind") == "memcpy").with_columns(end_expr()))}
     # what a copy cannot claim, per (rank, device): built once, for every rank holding copies
     kernels = _kernel_unions(ctx) if mem else {}
-    # the sync-owned gaps of every rank, split once
-    sync_gaps = dict(by_rank(timeline(ctx).filter(pl.col("owner") == OWNER_SYNC))) if ranks else {}
-    for rank in ranks:
-        if rank in mem:
-            out.extend(_copy_findings(ctx, rank, mem[rank], kernels))
-        f = _sync_finding(ctx, rank, sync_gaps.get(rank))
+    # the sync-owned gaps of every rank (device), split once
+    sync_gaps = {(r, d): g for r, d, g in scopes(ctx, timeline(ctx).filter(pl.col("owner") == OWNER_SYNC))}
+    for key in sorted(mem.keys() | sync_gaps.keys(), key=lambda k: (k[0], k[1] is not None, k[1] or 0)):
+        rank, dev = key
+        if key in mem:
+            out.extend(_copy_findings(ctx, rank, mem[key], kernels, dev))
+        f = _sync_finding(ctx, rank, sync_gaps.get(key), dev)
         if f is not None:
             out.append(f)
     return out
 
 
 def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
-                   kernels: dict[tuple[int, int], tuple[pl.Series, pl.Series]]) -> list[Finding]:
-    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``;
-    ``kernels``: :func:`_kernel_unions`)."""
-    wall = wall_ns(ctx, rank)
+                   kernels: dict[tuple[int, int], tuple[pl.Series, pl.Series]], on: int | None = None) -> list[Finding]:
+    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``, all on its
+    device ``on`` when it drives several; ``kernels``: :func:`_kernel_unions`)."""
+    wall = scope_wall_ns(ctx, rank, on)
     if mem.height == 0:
         return []
     out = []
@@ -102,7 +104,7 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
         bw = (float(nbytes) / measured * 1e9) if nbytes and measured else None
         steps = sorted(s for s in cp["step"].unique().to_list() if s is not None)
         ops_by = cp.group_by(pl.coalesce("op", "name").alias("l")).agg(pl.len()).sort(["len", "l"], descending=[True, False])
-        title = (
+        title = ("" if on is None else f"device {on}: ") + (
             f"{direction} copies ×{cp.height:,} ({fmt_bytes(nbytes)}): {fmt_ns(exposed)} with nothing else "
             "running on the device"
         )
@@ -121,8 +123,9 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
                 "measured_ns": measured, "exposed_ns": exposed, "achieved_bytes_per_s": bw,
                 "pageable_count": pageable, "steps": steps, "window_ns": wall,
                 "by_op": [[short(a, 80), int(b)] for a, b in ops_by.head(5).iter_rows()],
+                **scope_evidence(ctx, rank, on),
             },
-            rank=rank,
+            rank=rank, device=on,
             steps=steps,
             ops=[short(a, 80) for a, _ in ops_by.head(5).iter_rows()],
             occurrences=cp.height,
@@ -179,10 +182,10 @@ def _blockers_near(
     return starts.gather(at).to_list(), ends.gather(at).to_list()
 
 
-def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None) -> Finding | None:
-    """The sync-stall finding of rank ``rank`` (``g``: its sync-owned timeline rows, None:
-    none)."""
-    wall = wall_ns(ctx, rank)
+def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None, dev: int | None = None) -> Finding | None:
+    """The sync-stall finding of rank ``rank`` (``g``: its sync-owned timeline rows, all on its
+    device ``dev`` when it drives several; None: none)."""
+    wall = scope_wall_ns(ctx, rank, dev)
     if g is None:
         return None
     rec = float(g["gap_ns"].sum()) if g.height else 0.0
@@ -192,7 +195,7 @@ def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None) -> Fin
     steps = sorted(s for s in g["step"].unique().to_list() if s is not None)
     big = g.sort("gap_ns", descending=True).row(0, named=True)
     what = ", ".join(f"{n} ×{c}" for n, c in names.most_common(4))
-    title = f"host synchronizations stall the device: {g.height:,} stalls after {what} ({fmt_ns(rec)} idle)"
+    title = ("" if dev is None else f"device {dev}: ") + f"host synchronizations stall the device: {g.height:,} stalls after {what} ({fmt_ns(rec)} idle)"
     expl = (
         f"{g.height:,} times the host blocked until the device drained ({what}); the device then sat idle until the "
         f"host launched again, {fmt_ns(rec)} in total (largest {fmt_ns(big['gap_ns'])}). Each sync empties the "
@@ -205,9 +208,9 @@ def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None) -> Fin
         {
             "what": "syncs", "stalls": g.height, "idle_after_sync_ns": rec,
             "by_call": dict(names), "largest_gap_ns": int(big["gap_ns"]), "steps": steps,
-            "window_ns": wall,
+            "window_ns": wall, **scope_evidence(ctx, rank, dev),
         },
-        rank=rank,
+        rank=rank, device=dev,
         steps=steps,
         start_ns=int(big["gap_start_ns"]),
         end_ns=int(big["start_ns"]),

@@ -24,7 +24,17 @@ from __future__ import annotations
 import polars as pl
 
 from . import Finding, FindingContext, register
-from ._common import claim, fmt_ns, short, total, union, wall_ns
+from ._common import (
+    claim,
+    fmt_ns,
+    scope_evidence,
+    scope_wall_ns,
+    several_devices,
+    short,
+    total,
+    union,
+    wall_ns,
+)
 from ._idle import (
     LAUNCH_SPACING_MAX_NS,
     STRETCH_MAX_BUSY,
@@ -51,13 +61,18 @@ THRESHOLDS = {
 
 @register("launch_bound")
 def detect(ctx: FindingContext) -> list[Finding]:
-    """Launch-bound findings (one per rank) and incomplete-capture notes."""
+    """Launch-bound findings (one per rank; one per (rank, device) for a rank driving several
+    devices) and incomplete-capture notes."""
     tl = timeline(ctx)
     st = stretches(ctx)
     out: list[Finding] = []
     for rank in sorted(tl["rank"].unique().to_list()):
         q = st.filter(pl.col("rank") == rank, pl.col("qualifies"))
-        if q.height:
+        if q.height and several_devices(ctx, rank):
+            parts = sorted(q.partition_by("device", as_dict=True).items(), key=lambda kv: kv[0][0] or 0)
+            found = [_launch_finding(ctx, int(rank), g, tl, None if d is None else int(d)) for (d,), g in parts]
+            out.extend(f for f in found if f is not None)
+        elif q.height:
             f = _launch_finding(ctx, int(rank), q, tl)
             if f is not None:
                 out.append(f)
@@ -67,8 +82,11 @@ def detect(ctx: FindingContext) -> list[Finding]:
     return out
 
 
-def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.DataFrame) -> Finding | None:
-    wall = wall_ns(ctx, rank)
+def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.DataFrame,
+                    dev: int | None = None) -> Finding | None:
+    """The launch-bound finding of the qualifying stretches ``q`` of rank ``rank`` (all on its
+    device ``dev`` when it drives several; None: its only device), a share of that scope's window."""
+    wall = scope_wall_ns(ctx, rank, dev)
     rec = float(q["launch_gap_ns"].sum())
     if rec < MIN_SHARE * wall or rec <= 0:
         return None
@@ -88,7 +106,7 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
     top = _top_kernels(ctx, rows)
     busy_frac = busy / span if span else None
     title = (
-        f"launch-bound: device busy {busy_frac:.0%} across {n_ops:,} short device ops"
+        ("launch-bound: device" if dev is None else f"launch-bound: device {dev}") + f" busy {busy_frac:.0%} across {n_ops:,} short device ops"
         + (f" in {len(steps)} step(s)" if steps else "")
         + f" (median op {fmt_ns(med_dur)} vs a launch every {fmt_ns(med_sp)})"
     )
@@ -121,10 +139,11 @@ def _launch_finding(ctx: FindingContext, rank: int, q: pl.DataFrame, tl: pl.Data
         "top_kernels": [[short(a, 80), int(b)] for a, b in top.iter_rows()],
         "window_ns": wall,
         "thresholds": dict(THRESHOLDS),
+        **scope_evidence(ctx, rank, dev),
     }
     return claim(
         "launch_bound", title, rec, wall, expl,
-        evidence, rank=rank, steps=steps,
+        evidence, rank=rank, device=dev, steps=steps,
         start_ns=int(first["start_ns"]),
         end_ns=int(q["end_ns"].max()),
         ops=[short(a, 80) for a, _ in top.iter_rows()],

@@ -21,6 +21,10 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def render(report: Report, *, top: int = 20) -> str:
     out = ["# traceroof report", ""]
     out.append(_table(["", ""], [[f"**{k}**", v] for k, v in sections.header(report) + sections.summary(report)]))
+    devices = sections.device_rows(report)
+    if devices:
+        out += ["", "## Devices (per device, means per complete step)", ""]
+        out.append(_table(list(sections.DEVICE_COLUMNS), devices))
     lines = sections.ranks_lines(report)
     if lines:
         out += ["", "## Ranks", ""]

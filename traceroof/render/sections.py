@@ -130,11 +130,15 @@ def summary(report: Report) -> list[tuple[str, str]]:
     if not s.steps:
         return [("summary", "no device ops to summarise")]
     st = s.step or StepStats()
+    per_dev = _per_device(report)
     rows = [
         ("step time", f"{units.ns(st.step_time_ns)} ({_step_mean_of(report)})"),
-        ("device busy", f"{units.pct(st.busy_fraction)} ({units.ns(st.busy_ns)} per step, union over streams)"),
+        ("device busy", f"{units.pct(st.busy_fraction)} ({units.ns(st.busy_ns)} per step, union over streams)"
+         if per_dev is None else f"{units.pct(st.busy_fraction)} ({per_dev['busy']}; {units.ns(st.busy_ns)} per step "
+                                 "and device, union over its streams)"),
         ("breakdown", f"compute-bound {units.ns(st.compute_bound_ns)}, memory/latency-bound {units.ns(st.memory_bound_ns)}, "
-                      f"communication {units.ns(st.comm_ns)} ({units.ns(st.comm_exposed_ns)} exposed), idle {units.ns(st.idle_ns)}"),
+                      f"communication {units.ns(st.comm_ns)} ({units.ns(st.comm_exposed_ns)} exposed), idle {units.ns(st.idle_ns)}"
+                      + ("" if per_dev is None else f" (means of {per_dev['what']}; {per_dev['idle']})")),
     ]
     h = s.hfu
     if h is not None and h.value is not None:
@@ -142,7 +146,8 @@ def summary(report: Report) -> list[tuple[str, str]]:
             "HFU",
             f"{units.pct(h.value)}: {units.flops_per_s(h.achieved_flops_per_s)} achieved of "
             f"{units.flops_per_s(h.peak_flops_per_s)} {h.peak_dtype} dense peak "
-            "(hardware FLOPs from the op table)",
+            + ("(hardware FLOPs from the op table)" if per_dev is None else
+               f"per device (op-table FLOPs / (step time × {per_dev['n']} devices × peak); {per_dev['hfu']})"),
         ))
     elif any("HFU" in i.what for i in report.inconsistencies):
         rows.append(("HFU", "not shown: above 100 % (see inconsistencies)"))
@@ -151,6 +156,48 @@ def summary(report: Report) -> list[tuple[str, str]]:
     if s.mfu is not None and s.mfu.value is not None:
         rows.append(("MFU", f"{units.pct(s.mfu.value)} (model FLOPs, {s.mfu.note or ''})"))
     return rows
+
+
+def _per_device(report: Report) -> dict[str, str] | None:
+    """The header's per-device words when a rank drives several devices (``summary.devices``):
+    how many devices the means are over, busy share and idle per device with their range
+    across devices, and the per-device HFU range; None when every rank drives one device."""
+    every = report.summary.devices
+    if not every:
+        return None
+    rows = [r for r in every if r.steps]
+    n = len(rows)
+    ranks = len({r.rank for r in rows})
+    what = units.plural(n, "device") + ("" if ranks == 1 else f" of {ranks} ranks")
+    left = [r for r in every if not r.steps]
+    if left:
+        ids = ", ".join(str(r.device) for r in left)
+        what += (f" with ops in the complete steps (device {ids} has none)" if len(left) == 1 else
+                 f" with ops in the complete steps (devices {ids} have none)")
+    busy = [r.busy_fraction for r in rows if r.busy_fraction is not None]
+    idle = [r.idle_ns for r in rows if r.idle_ns is not None]
+    hfu = [r.hfu for r in rows if r.hfu is not None]
+    return {
+        "n": str(n), "what": what,
+        "busy": f"mean of {what}, {units.pct(min(busy))}–{units.pct(max(busy))}" if busy else f"mean of {what}",
+        "idle": (f"idle {units.ns(min(idle))}–{units.ns(max(idle))} per device, {units.ns(sum(idle))} of "
+                 f"{units.ns(sum(r.wall_ns or 0 for r in rows))} device-time") if idle else "idle unknown",
+        "hfu": (f"devices {units.pct(min(hfu))}–{units.pct(max(hfu))}" if hfu else "per-device HFU unknown"),
+    }
+
+
+#: the per-device table's columns (a rank driving several devices)
+DEVICE_COLUMNS = ("rank", "device", "busy", "busy share", "idle", "communication", "exposed comm", "HFU")
+
+
+def device_rows(report: Report) -> list[list[str]]:
+    """One row per (rank, device) of ``summary.devices`` (:data:`DEVICE_COLUMNS`; means per
+    complete step); empty when every rank drives one device."""
+    return [
+        [str(r.rank), "—" if r.device is None else str(r.device), units.ns(r.busy_ns), units.pct(r.busy_fraction),
+         units.ns(r.idle_ns), units.ns(r.comm_ns), units.ns(r.comm_exposed_ns), units.pct(r.hfu)]
+        for r in report.summary.devices or []
+    ]
 
 
 def ranking_rows(report: Report, top: int) -> list[list[str]]:

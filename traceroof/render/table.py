@@ -34,6 +34,7 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
         kv.add_row(escape(k), escape(v))
     con.print(kv)
     con.print()
+    _devices(con, report)
     _ranks(con, report, top)
     if report.ranking.height == 0:
         _tail(con, report, width)
@@ -70,6 +71,20 @@ def _ranking(con: Console, report: Report, top: int, width: int) -> None:
         note = terminal.wrap(f"(left out at {width} columns: {left}; widen the terminal or use "
                              "--format markdown/json)", width, "", "")
         con.print(note.replace("\0", " "))
+
+
+def _devices(con: Console, report: Report) -> None:
+    """The per-device table of a rank driving several devices (nothing otherwise)."""
+    rows = sections.device_rows(report)
+    if not rows:
+        return
+    t = Table(title="Devices (per device, means per complete step)", title_justify="left")
+    for name in sections.DEVICE_COLUMNS:
+        t.add_column(name, justify="left" if name in ("rank", "device") else "right")
+    for row in rows:
+        t.add_row(*(escape(c) for c in row))
+    con.print(t)
+    con.print()
 
 
 def _ranks(con: Console, report: Report, top: int) -> None:

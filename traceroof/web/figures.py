@@ -246,7 +246,7 @@ def timeline_figure(
     if ops.height == 0:
         return _empty(fig, "No device ops in this selection.")
     rows = views.timeline_rows(ops, launches=launches)
-    multi = ops["rank"].n_unique() > 1
+    multi = views.row_keys(ops)
     order = list(reversed(rows))  # plotly puts the first category at the bottom
     win = tuple(window) if window is not None else None
     # all ops when they fit (plotly zooms by itself); else only the window's, merged if still too many
@@ -320,7 +320,7 @@ def _add_bars(fig: go.Figure, bars: pl.DataFrame, aggregated: bool) -> int:
     return n_bars
 
 
-def _add_selected(fig: go.Figure, sel: pl.DataFrame, selected: str, multi: bool) -> None:
+def _add_selected(fig: go.Figure, sel: pl.DataFrame, selected: str, multi: views.RowKeys) -> None:
     """Diamonds on the ops ``sel`` of the selected op group (none when it has no ops in view)."""
     if not sel.height:
         return
@@ -336,7 +336,7 @@ def _add_selected(fig: go.Figure, sel: pl.DataFrame, selected: str, multi: bool)
     ))
 
 
-def _add_findings(fig: go.Figure, in_view: list[tuple[int, Finding]], order: list[str], multi: bool,
+def _add_findings(fig: go.Figure, in_view: list[tuple[int, Finding]], order: list[str], multi: views.RowKeys,
                   focus: int | None) -> None:
     """A shaded rectangle (over its rank's rows) and a ``#n`` marker per finding in view."""
     for n_marked, (i, f) in enumerate(in_view):
@@ -352,23 +352,23 @@ def _add_findings(fig: go.Figure, in_view: list[tuple[int, Finding]], order: lis
                                           f"{units.ns(f.recoverable_ns)}"))
 
 
-def _row_expr(multi: bool) -> pl.Expr:
-    s = pl.lit("stream ") + pl.col("stream").cast(pl.String)
-    return (pl.lit("rank ") + pl.col("rank").cast(pl.String) + pl.lit(" · ") + s) if multi else s
+def _row_expr(multi: views.RowKeys) -> pl.Expr:
+    """Each op's timeline row (:func:`views.row_expr`)."""
+    return views.row_expr(multi)
 
 
-def _row_values(df: pl.DataFrame, multi: bool) -> list[str]:
+def _row_values(df: pl.DataFrame, multi: views.RowKeys) -> list[str]:
     return df.select(_row_expr(multi).alias("row"))["row"].to_list()
 
 
-def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: bool, max_bars: int, n_rows: int) -> None:
+def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: views.RowKeys, max_bars: int, n_rows: int) -> None:
     la = vis.filter(pl.col("launch_start_ns").is_not_null()).select(
         "rank", "label", "name", "kind",
         pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_dur_ns").fill_null(0).alias("dur_ns"),
     )
     if la.height == 0:
         return
-    key = (pl.lit("rank ") + pl.col("rank").cast(pl.String) + pl.lit(" · host launches")) if multi else pl.lit("host launches")
+    key = (pl.lit("rank ") + pl.col("rank").cast(pl.String) + pl.lit(" · host launches")) if multi.ranks else pl.lit("host launches")
     if la.height > max_bars:
         b = views.aggregate_bars(la, key, max(20, max_bars // n_rows))
     else:
@@ -401,11 +401,16 @@ def _bar_hover(r: dict[str, Any], aggregated: bool) -> str:
     return "<br>".join(lines)
 
 
-def _finding_rows(f: Finding, order: list[str], multi: bool) -> tuple[float | None, float | None]:
-    """The y extent (category positions) of a finding: its rank's rows when several ranks are drawn."""
-    if not multi or f.rank is None:
+def _finding_rows(f: Finding, order: list[str], multi: views.RowKeys) -> tuple[float | None, float | None]:
+    """The y extent (category positions) of a finding: its rank's rows when several ranks are
+    drawn, its device's rows when it names one (:attr:`Finding.device`) of a rank drawn with several."""
+    on_dev = multi.devices and f.device is not None
+    if not (multi.ranks or on_dev) or (multi.ranks and f.rank is None):
         return None, None
-    idx = [i for i, r in enumerate(order) if r.startswith(f"rank {f.rank} ·")]
+    prefix = f"rank {f.rank} · " if multi.ranks else ""
+    if on_dev:
+        prefix += f"device {f.device} · "
+    idx = [i for i, r in enumerate(order) if r.startswith(prefix)]
     if not idx:
         return None, None
     return min(idx) - 0.5, max(idx) + 0.5
@@ -461,10 +466,12 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
     for lab, part in zip(labels, v["partial"].to_list()):
         if part:
             fig.add_annotation(x=lab, y=1, yref="paper", text="partial", showarrow=False, font={"size": 10, "color": "#b22222"})
+    n_dev = int(v["devices"].max() or 1) if "devices" in v.columns and v["devices"].drop_nulls().len() else 1
+    per_dev = "" if n_dev <= 1 else f", means of each rank's {n_dev} devices (the Devices table has each one)"
     fig.update_layout(
-        title={"text": "Steps", "subtitle": {"text": "device time per step (unions over streams): the four parts add up to the "
-                                                     "step's wall time; communication hidden under other kernels counts "
-                                                     "with them"}},
+        title={"text": "Steps", "subtitle": {"text": f"device time per step (unions over streams{per_dev}): the four parts "
+                                                     "add up to the step's wall time; communication hidden under other "
+                                                     "kernels counts with them"}},
         barmode="stack",
         xaxis={"type": "category", "title": ""},
         yaxis={"title": "time (ms)"},

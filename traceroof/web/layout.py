@@ -65,6 +65,20 @@ def index_string(title: str) -> str:
 
 
 # --------------------------------------------------------------------- header
+def _devices_table(report: Report) -> list[Any]:
+    """The per-device table (:func:`sections.device_rows`) of a rank driving several devices,
+    folded; nothing otherwise."""
+    rows = sections.device_rows(report)
+    if not rows:
+        return []
+    head = html.Tr([html.Th(c) for c in sections.DEVICE_COLUMNS])
+    body = [html.Tr([html.Td(c) for c in r]) for r in rows]
+    return [html.Details(open=len(rows) <= 8, children=[
+        html.Summary(f"{len(rows)} devices (per device, means per complete step)"),
+        html.Table([html.Thead(head), html.Tbody(body)], id="devices-table"),
+    ])]
+
+
 def header(report: Report, source: str) -> html.Div:
     """Trace, chip and peaks, cost coverage, summary, warnings, and the rank/step/group selectors."""
     facts: list[Any] = []
@@ -106,6 +120,7 @@ def header(report: Report, source: str) -> html.Div:
     return html.Div(className="tr-header", children=[
         html.Div(className="tr-title", children=["traceroof", html.Small(Path(source).name or source)]),
         html.Dl(facts, className="tr-facts", id="header-facts"),
+        *_devices_table(report),
         *warn,
         html.Div(controls, className="tr-controls"),
     ])
@@ -256,7 +271,7 @@ def _html_escape(s: str) -> str:
 
 def _finding_card(i: int, f: Finding) -> html.Div:
     """The card of finding number ``i``: where (rank, step, stream, window ms), what, evidence."""
-    where = [f"{k} {v}" for k, v in (("rank", f.rank), ("step", f.step), ("stream", f.stream)) if v is not None]
+    where = [f"{k} {v}" for k, v in (("rank", f.rank), ("device", f.device), ("step", f.step), ("stream", f.stream)) if v is not None]
     if f.start_ns is not None and f.end_ns is not None:
         where.append(f"{f.start_ns / 1e6:.3f}–{f.end_ns / 1e6:.3f} ms")
     ev = views.evidence_rows(f.evidence or {})

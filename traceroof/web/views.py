@@ -11,7 +11,7 @@ Selector values are strings because that is what Dash dropdowns carry: ``rank`` 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -229,22 +229,55 @@ def ops_csv(ops: pl.DataFrame) -> str:
 
 
 # --------------------------------------------------------------------- timeline
+class RowKeys(NamedTuple):
+    """What the timeline's row names must tell apart: several ranks (``rank r · ``), several
+    devices of one rank (``device d · ``, one row per (rank, device, stream): a process driving
+    4 chips gets 4 rows, never one)."""
+
+    ranks: bool
+    devices: bool
+
+
+def row_keys(ops: pl.DataFrame) -> RowKeys:
+    """The :class:`RowKeys` of the ops drawn: several ranks; a rank with several devices."""
+    if ops.height == 0:
+        return RowKeys(False, False)
+    per_rank = ops.group_by("rank").agg(pl.col("device").n_unique().alias("n"))
+    return RowKeys(per_rank.height > 1, bool((per_rank["n"] > 1).any()))
+
+
+def row_expr(keys: RowKeys) -> pl.Expr:
+    """The row name of each op (see :func:`row_name`) as an expression."""
+    s = pl.lit("stream ") + pl.col("stream").cast(pl.String)
+    if keys.devices:
+        s = pl.lit("device ") + pl.col("device").cast(pl.String).fill_null("?") + pl.lit(" · ") + s
+    return (pl.lit("rank ") + pl.col("rank").cast(pl.String) + pl.lit(" · ") + s) if keys.ranks else s
+
+
 def timeline_rows(ops: pl.DataFrame, *, launches: bool = True) -> list[str]:
-    """The row names of the timeline, top to bottom: per rank, its host launches then its streams."""
+    """The row names of the timeline, top to bottom: per rank, its host launches then its
+    streams (per device, for a rank driving several: :class:`RowKeys`)."""
+    keys = row_keys(ops)
     ranks = sorted(ops["rank"].unique().to_list()) if ops.height else []
-    multi = len(ranks) > 1
     rows: list[str] = []
     for r in ranks:
         sub = ops.filter(pl.col("rank") == r)
         if launches and sub["launch_start_ns"].drop_nulls().len():
-            rows.append(row_name(r, None, multi))
-        for s in sorted(sub["stream"].unique().to_list()):
-            rows.append(row_name(r, s, multi))
+            rows.append(row_name(r, None, keys.ranks))
+        if keys.devices:
+            pairs = sub.select("device", "stream").unique().sort("device", "stream", nulls_last=True)
+            rows += [row_name(r, st, keys.ranks, device="?" if d is None else d) for d, st in pairs.iter_rows()]
+        else:
+            rows += [row_name(r, st, keys.ranks) for st in sorted(sub["stream"].unique().to_list())]
     return rows
 
 
-def row_name(rank: int, stream: int | None, multi: bool) -> str:
+def row_name(rank: int, stream: int | None, multi: bool, device: int | str | None = None) -> str:
+    """A timeline row's name: ``host launches`` (``stream`` None) or ``stream s``, after
+    ``device d · `` when ``device`` is given and ``rank r · `` when ``multi`` (several ranks)."""
     base = "host launches" if stream is None else f"stream {stream}"
+    if device is not None and stream is not None:
+        base = f"device {device} · {base}"
     return f"rank {rank} · {base}" if multi else base
 
 
