@@ -277,3 +277,30 @@ def test_random_traces_keep_the_time_rules(tmp_path, plan, sync, capture, junk, 
         assert busy == _union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in placed if k["device"] == dev])
     assert _buckets(r).get("outside_recording", {"ops": 0})["ops"] == int(junk)
     assert r.ops.height == len(b.kernels)
+
+
+def test_capture_gap_is_not_claimed_as_idle(tmp_path):
+    # a device kept up with (3 µs kernels, one launched every 4.5 µs: gaps of 1.5 µs, under
+    # the 10 µs idle threshold), then 60 launches captured into a graph: the device runs dry
+    # under the capture window, by design
+    b = TraceBuilder()
+    b.begin_step(0)
+    for _ in range(20):
+        b.op(*MM, [Kernel("sm90_gemm_bf16", 3_000, stream=7)])
+    b.begin_capture()
+    for _ in range(60):
+        b.op(*MM, [Kernel("sm90_gemm_bf16", 3_000, stream=7)])
+    b.end_capture()
+    for _ in range(20):
+        b.op(*MM, [Kernel("sm90_gemm_bf16", 3_000, stream=7)])
+    b.end_step()
+    ks = b.kernels
+    gap = ks[20]["start_ns"] - (ks[19]["start_ns"] + ks[19]["dur_ns"])
+    assert gap > 100_000  # the premise: > 100 µs of device time with nothing to run
+    r = _analyze(tmp_path, b)
+    assert [v.line() for v in check(r)] == []
+    claimed = [f for f in r.findings if f.kind in ("device_idle", "launch_bound")]
+    assert claimed == [], [(f.kind, f.recoverable_ns) for f in claimed]
+    # and the step's idle leaves the capture time out: wall − busy, with the window less it
+    s0 = r.steps.row(0, named=True)
+    assert s0["idle_ns"] == s0["wall_ns"] - s0["busy_ns"] and s0["idle_ns"] < gap

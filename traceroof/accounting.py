@@ -320,6 +320,10 @@ def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
     start to last end, as the detectors' ``windows``)."""
     if ops is None or ops.height == 0:
         return {}
+    if "bucket" in ops.columns:  # ops off the recorded timeline are in no window (rule 2)
+        ops = ops.filter(pl.col("bucket") != "outside_recording")
+        if ops.height == 0:
+            return {}
     d = ops.select("rank", pl.col("device").fill_null(-1), "start_ns",
                    (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "kind")
     spans = _op_spans(ops)

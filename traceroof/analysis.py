@@ -244,6 +244,8 @@ def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, 
     detectors' shared results (cross-rank view, matched collectives) are handed over here."""
     from .findings import FindingContext, run_detectors
 
+    if "bucket" in ops.columns:  # ops off the recorded timeline define no window or idle (rule 2)
+        ops = ops.filter(pl.col("bucket") != "outside_recording")
     ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=meta,
                          ranks=ranks, rank_comparison=rank_comparison)
     return run_detectors(ctx, names)
