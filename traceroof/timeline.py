@@ -42,6 +42,9 @@ from .trace import TraceMeta
 BUCKETS = ("step", "before_first_step", "after_last_step", "graph_capture", "outside_recording")
 #: a device op stamped more than this before its own launch (ns) is clock trouble, not work
 BEFORE_LAUNCH_TOL_NS = 1_000_000
+#: a rank whose device ops reach this raw time (1 h, ns) keeps an absolute clock: an op
+#: stamped at ts ≤ 0 there is the CUPTI clock fallback, not the trace's own origin
+ABSOLUTE_CLOCK_NS = 3_600_000_000_000
 
 SEGMENT_SCHEMA = {"rank": pl.Int32, "device": pl.Int32, "bucket": pl.String, "step": pl.Int32,
                   "start_ns": pl.Int64, "end_ns": pl.Int64}
@@ -92,7 +95,8 @@ def recording_windows(host: pl.DataFrame) -> dict[Any, tuple[int | None, int | N
 
 def outside_reasons(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.Series:
     """Why each op cannot be placed on the recorded timeline (null: it can): ``ts_zero`` (raw
-    timestamp ≤ 0, the CUPTI clock fallback), ``before_launch`` (device start more than
+    timestamp ≤ 0 on a rank whose clock is absolute, :data:`ABSOLUTE_CLOCK_NS`: the CUPTI
+    clock fallback), ``before_launch`` (device start more than
     :data:`BEFORE_LAUNCH_TOL_NS` before its launch), ``before_recording`` /
     ``after_recording`` (outside the rank's :func:`recording_windows`). A String Series."""
     win = recording_windows(host)
@@ -101,8 +105,11 @@ def outside_reasons(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> p
         default=meta.origin_ns, return_dtype=pl.Int64)
     ws = pl.col("rank").replace_strict({r: w[0] for r, w in win.items()}, default=None, return_dtype=pl.Int64)
     we = pl.col("rank").replace_strict({r: w[1] for r, w in win.items()}, default=None, return_dtype=pl.Int64)
+    # a raw timestamp ≤ 0 is clock trouble only on a rank whose clock reads absolute time
+    # (another op at least ABSOLUTE_CLOCK_NS in): hand-written traces start at 0
+    absolute = (pl.col("start_ns").max().over("rank") + origin) >= ABSOLUTE_CLOCK_NS
     reason = (
-        pl.when(pl.col("start_ns") + origin <= 0).then(pl.lit("ts_zero"))
+        pl.when((pl.col("start_ns") + origin <= 0) & absolute).then(pl.lit("ts_zero"))
         .when(pl.col("start_ns") < pl.col("launch_start_ns") - BEFORE_LAUNCH_TOL_NS).then(pl.lit("before_launch"))
         .when(pl.col("start_ns") < ws).then(pl.lit("before_recording"))
         .when(pl.col("start_ns") >= we).then(pl.lit("after_recording"))
