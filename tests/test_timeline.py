@@ -304,3 +304,22 @@ def test_capture_gap_is_not_claimed_as_idle(tmp_path):
     # and the step's idle leaves the capture time out: wall − busy, with the window less it
     s0 = r.steps.row(0, named=True)
     assert s0["idle_ns"] == s0["wall_ns"] - s0["busy_ns"] and s0["idle_ns"] < gap
+
+
+def test_mtia_ops_recorded_before_the_window_are_outside():
+    # a real trace with device ops recorded up to 99 ms before Kineto's active window opened,
+    # none with a launch: counted in outside_recording, not in the (unsegmented) step
+    path = REAL / "HolisticTraceAnalysis/tests/data/mtia_inference_trace/mtia_inference_rank_0.json.gz"
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    ws = next(float(e["ts"]) for e in ev if str(e.get("name", "")).startswith("Iteration Start"))
+    early = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "mtia_ccp_events" and float(e["ts"]) < ws]
+    r = traceroof.analyze(traceroof.read_trace(path), chip="h100")
+    assert _time_rules(r) == []
+    assert r.summary.timeline.outside_recording == {"before_recording": len(early)} and len(early) == 295
+    out = r.ops.filter(r.ops["bucket"] == "outside_recording")
+    assert out.height == 295 and out["launch_start_ns"].null_count() == 295
+    # the step starts at the first op inside the window (1 µs rounding of the raw µs)
+    first_in = min(float(e["ts"]) for e in ev if e.get("ph") == "X" and e.get("cat") == "mtia_ccp_events"
+                   and float(e["ts"]) >= ws)
+    origin = min(float(e["ts"]) for e in ev if e.get("ph") == "X" and e.get("cat") not in ("Trace",))
+    assert abs(int(r.steps["start_ns"][0]) - (first_in - origin) * 1000) < 2
