@@ -35,7 +35,15 @@ import polars as pl
 
 from . import graph_capture
 from . import intervals as iv
-from .step_markers import WINDOW_CAT, WINDOW_END, WINDOW_START, device_and_host_windows
+from .step_markers import (
+    DEVICE_MARKER_CAT,
+    STEP_MARKER,
+    WINDOW_CAT,
+    WINDOW_END,
+    WINDOW_START,
+    device_and_host_windows,
+    marker_rows,
+)
 from .trace import TraceMeta
 
 #: bucket names, in report order
@@ -124,7 +132,7 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timelin
     host table. Says once, in ``meta.warnings``, how many ops (and ns) went to
     ``outside_recording``, and how much device time lay under capture windows. Never raises.
     """
-    gpu, cpu = device_and_host_windows(host)
+    gpu, cpu = _device_markers(host), device_and_host_windows(host)[1]
     caps = graph_capture.windows(host)
     why = outside_reasons(ops, host, meta)
     ops = ops.with_columns(why.alias("_why"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"))
@@ -162,33 +170,59 @@ def _warn(ops: pl.DataFrame, seg: pl.DataFrame, caps: pl.DataFrame, outside: dic
 # --------------------------------------------------------------------------- segments
 
 
+def _device_markers(host: pl.DataFrame) -> pl.DataFrame:
+    """Device-side step markers per device: ``rank``, ``device`` (the last integer of the
+    marker's ``pid``: a Kineto device id, an XPlane ``/device:GPU:N`` plane; null when it has
+    none), ``step``, ``start_ns``, ``end_ns``; a (rank, device, step) marked twice keeps its
+    first window."""
+    m = marker_rows(host).filter(pl.col("cat") == DEVICE_MARKER_CAT)
+    return (m.with_columns(
+        pl.col("name").str.extract(STEP_MARKER + r"(\d+)").cast(pl.Int32).alias("step"),
+        pl.col("pid").str.extract(r"(\d+)\D*$").cast(pl.Int32, strict=False).alias("device"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+        .select("rank", "device", "step", "start_ns", "end_ns").sort("start_ns")
+        .unique(["rank", "device", "step"], keep="first", maintain_order=True))
+
+
 def _step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device, step): ``s`` (where the device starts the step) and ``e`` (the end of
-    its last attributed op or marker), ns, sorted by step."""
+    its last attributed op or marker), ns, sorted by step.
+
+    A device takes its own device-side markers (``gpu``: :func:`_device_markers`); on a rank
+    whose markers name no device of its ops, every device takes the rank's markers; a device
+    without markers takes the span of the ops attributed to each step by launch, else (no op
+    attributed on the rank) the host windows ``cpu``."""
     devs = placed.select("rank", "device").unique()
     by_ops = (placed.filter(pl.col("step").is_not_null()).group_by("rank", "device", "step")
               .agg(pl.col("start_ns").min().alias("s"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("e")))
-    marks = gpu if gpu.height else None
     parts = []
     for (rank,), d in devs.group_by(["rank"]):
-        m = marks.filter(pl.col("rank") == rank) if marks is not None else None
-        if m is not None and m.height:
-            w = d.join(m.select("step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e")), how="cross")
+        m = gpu.filter(pl.col("rank") == rank)
+        own = m.filter(pl.col("device").is_in(d["device"].implode()))
+        if m.height and not own.height:  # markers naming no device of the rank's ops: on each
+            own = d.join(m.select("step", "start_ns", "end_ns").unique("step", keep="first", maintain_order=True),
+                         how="cross")
+        w = d.join(own.select("device", "step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e")),
+                   on="device") if own.height else d.clear().with_columns(
+                       pl.lit(None, pl.Int32).alias("step"), pl.lit(None, pl.Int64).alias("s"), pl.lit(None, pl.Int64).alias("e"))
+        if w.height:
             w = w.join(by_ops.select("rank", "device", "step", pl.col("e").alias("_oe")),
                        on=["rank", "device", "step"], how="left")
             parts.append(w.with_columns(pl.max_horizontal("e", "_oe").alias("e")).drop("_oe"))
-            continue
-        o = by_ops.filter(pl.col("rank") == rank)
+        rest = d.join(w.select("device").unique(), on="device", how="anti")  # devices without markers
+        o = by_ops.join(rest, on=["rank", "device"], how="semi")
         h = cpu.filter(pl.col("rank") == rank)
         if o.height:
             parts.append(o)
-        elif h.height:  # host markers but no op attributed: the host windows, on every device
-            parts.append(d.join(h.select("step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e")), how="cross"))
+        elif rest.height and h.height and not by_ops.filter(pl.col("rank") == rank).height:
+            # host markers but no op attributed on the rank: the host windows, on every device
+            parts.append(rest.join(h.select("step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e")),
+                                   how="cross"))
     if not parts:
         return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64, "e": pl.Int64})
     cols = ["rank", "device", "step", "s", "e"]
-    return pl.concat([p.select(cols).cast({"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32}) for p in parts]
-                     ).sort("rank", "device", "step")
+    return pl.concat([p.select(cols).cast({"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64,
+                                           "e": pl.Int64}) for p in parts]).sort("rank", "device", "step")
 
 
 def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: pl.DataFrame) -> pl.DataFrame:
