@@ -95,26 +95,12 @@ def _op_stats(ops: pl.DataFrame) -> dict[tuple[Any, Any], tuple[int, float | Non
             for r, k, n, fl, has, lag in g.iter_rows()}
 
 
-def _device_breakdown(sel: pl.DataFrame) -> tuple[int, int, int, int, int]:
-    """(busy, compute-bound, memory/latency-bound, comm, exposed comm) ns of one device."""
-    kind = pl.col("kind").cast(pl.String)
-    coll = sel.filter(kind == "collective")
-    # compute = kernels that are not communication; copies and fills do not hide communication
-    comp = sel.filter(~kind.is_in(["collective", "memcpy", "memset"]))
-    u_coll = iv.union(coll)
-    u_comp = iv.union(comp)
-    comm_ns = iv.total(u_coll)
-    exposed = comm_ns - iv.total(iv.intersect(u_coll, u_comp))
-    cb = iv.total(iv.union(comp.filter(pl.col("bound") == "compute")))
-    mb = iv.total(iv.union(sel.filter(kind != "collective"))) - cb
-    return iv.total(iv.union(sel)), cb, mb, comm_ns, exposed
-
-
 def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, int, int, int, int]]:
-    """:func:`_device_breakdown` of the ops of every (rank, step, device) of ``ends``
-    (device not null).
+    """(busy, compute-bound, memory/latency-bound, comm, exposed comm) ns of the ops of every
+    (rank, step, device) of ``ends`` (device not null): compute = kernels that are not
+    communication (copies and fills do not hide communication).
 
-    The same interval measures, as union lengths of six subsets per (rank, step, device)
+    Interval measures, as union lengths of six subsets per (rank, step, device)
     from one sorted pass (:func:`traceroof.intervals.union_lengths`); the communication
     hidden under compute is ``|coll ∩ comp| = |coll| + |comp| − |coll ∪ comp|`` (exact:
     integer measures of the same sets).
