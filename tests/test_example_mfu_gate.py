@@ -37,9 +37,11 @@ def _hand_model_flops() -> float:
 
 
 def _hand_step_times_ns() -> list[int]:
-    """Device span of each step, from the generator's own kernel timeline (not the parser)."""
+    """Device window of each step, from the generator's own kernel timeline (not the parser):
+    from the step's first kernel start to the next step's (the last step: to its last
+    kernel end), as docs/accounting.md defines a step on a device."""
     tb = mx.TraceBuilder()
-    steps = []
+    firsts, last_end = [], 0
     for step in range(mx.STEPS):
         n0 = len(tb.kernels)
         tb.begin_step(step)
@@ -49,9 +51,10 @@ def _hand_step_times_ns() -> list[int]:
             mx.layer_backward(tb)
         tb.end_step()
         ks = tb.kernels[n0:]
-        steps.append(max(k["start_ns"] + k["dur_ns"] for k in ks) - min(k["start_ns"] for k in ks))
+        firsts.append(min(k["start_ns"] for k in ks))
+        last_end = max(k["start_ns"] + k["dur_ns"] for k in ks)
         tb.idle_host(50_000)
-    return steps
+    return [b - a for a, b in zip(firsts, firsts[1:] + [last_end])]
 
 
 def test_matmul_and_attention_flops_equal_the_generator_oracle(report):

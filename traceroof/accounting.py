@@ -5,8 +5,8 @@ ranking tables and the op table) and returns one :class:`Violation` per broken r
 instance; :func:`warnings_for` turns them into warnings, a few lines per rule with a count.
 :func:`traceroof.analysis.analyze` runs it on every analysis (stage ``check_accounting``).
 
-Rules 2 and 8 are not checked here: the report holds no bucket of ops outside steps and no
-launch links to validate (see ``docs/accounting.md``). All times are int64 ns; a relative
+Rule 8 is not checked here: the report holds no launch links to validate (see
+``docs/accounting.md``); rules 1 and 2 read the report's timeline section (the buckets). All times are int64 ns; a relative
 slack of :data:`REL_TOL` (plus :data:`ABS_TOL_NS`) absorbs the rounding of per-device means.
 """
 
@@ -47,7 +47,7 @@ class Violation:
     """One broken accounting rule.
 
     Attributes:
-        rule: the rule number of ``docs/accounting.md`` (1, 3, 4, 5, 6 or 7).
+        rule: the rule number of ``docs/accounting.md`` (1 to 7).
         text: one line: where and the numbers (``step 7 rank 0: busy 12.1 ms > wall 11.8 ms``).
         rank, device, step: where it applies (None when it does not).
         numbers: the numbers compared, unit-suffixed keys (ns, fractions).
@@ -77,27 +77,116 @@ def _where(rank: Any, step: Any) -> str:
 # --------------------------------------------------------------------------- rule 1
 
 
-def check_windows(steps: pl.DataFrame, ops: pl.DataFrame | None) -> list[Violation]:
-    """Rule 1: per rank, step windows (``start_ns``, ``end_ns``) never overlap, and their
-    walls sum to at most the rank's recorded span (its steps and device ops, first start to
-    last end). The step table is per rank: a rank's devices share its windows."""
+def check_windows(steps: pl.DataFrame, ops: pl.DataFrame | None, timeline: Any = None) -> list[Violation]:
+    """Rule 1: per (rank, device), step windows never overlap, and their walls sum to at
+    most the recorded span. With the report's timeline section (``timeline.windows``) the
+    check is per device on its own windows; a report without it is checked per rank on the
+    steps table (its span: the rank's steps and device ops, first start to last end)."""
+    if timeline is not None and timeline.windows:
+        return _check_device_windows(timeline.windows)
     out: list[Violation] = []
     if steps.height == 0 or "start_ns" not in steps.columns:
         return out
     spans = _op_spans(ops)
     for (rank,), w in steps.filter(pl.col("step").is_not_null()).sort("start_ns").group_by(["rank"], maintain_order=True):
         rows = w.select("step", "start_ns", "end_ns").rows()
-        for (s0, a0, e0), (s1, a1, e1) in zip(rows, rows[1:]):
-            if a1 < e0:
-                out.append(Violation(1, f"rank {rank}: step {s0} [{units.ms(a0)}, {units.ms(e0)}] overlaps step {s1} "
-                                        f"by {units.ms(e0 - a1)}", rank=rank, step=s1,
-                                     numbers={"overlap_ns": float(e0 - a1)}))
+        out += _overlaps(rank, None, [(st, a, e, e - a) for st, a, e in rows])
         lo = min([r[1] for r in rows] + ([spans[rank][0]] if rank in spans else []))
         hi = max([r[2] for r in rows] + ([spans[rank][1]] if rank in spans else []))
-        wall = sum(e - s for _, s, e in rows)
-        if _over(wall, hi - lo):
-            out.append(Violation(1, f"rank {rank}: step walls sum to {units.ms(wall)} > recorded span {units.ms(hi - lo)}",
-                                 rank=rank, numbers={"walls_ns": float(wall), "span_ns": float(hi - lo)}))
+        out += _walls_within(rank, None, sum(e - s for _, s, e in rows), hi - lo)
+    return out
+
+
+def _check_device_windows(windows: list[dict[str, Any]]) -> list[Violation]:
+    """Rule 1 on the timeline's per-(rank, device) step windows and recorded spans."""
+    out: list[Violation] = []
+    by: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for w in windows:
+        by[(w["rank"], w["device"])].append(w)
+    for (rank, device), ws in sorted(by.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        span = [w for w in ws if w["bucket"] == "span"]
+        st = sorted((w for w in ws if w["bucket"] == "step"), key=lambda w: (w["start_ns"], w["end_ns"]))
+        out += _overlaps(rank, device, [(w["step"], w["start_ns"], w["end_ns"], w["wall_ns"]) for w in st])
+        if span:
+            out += _walls_within(rank, device, sum(w["wall_ns"] for w in st), span[0]["wall_ns"])
+    return out
+
+
+def _overlaps(rank: Any, device: Any, rows: list[tuple[Any, int, int, int]]) -> list[Violation]:
+    """Consecutive windows ``(step, start, end, wall)`` (sorted by start) that overlap."""
+    out = []
+    dev = f" device {device}" if device is not None else ""
+    for (s0, a0, e0, _), (s1, a1, _, _) in zip(rows, rows[1:]):
+        if a1 < e0:
+            out.append(Violation(1, f"rank {rank}{dev}: step {s0} [{units.ms(a0)}, {units.ms(e0)}] overlaps step {s1} "
+                                    f"by {units.ms(e0 - a1)}", rank=rank, device=device, step=s1,
+                                 numbers={"overlap_ns": float(e0 - a1)}))
+    return out
+
+
+def _walls_within(rank: Any, device: Any, walls: int, span: int) -> list[Violation]:
+    if not _over(walls, span):
+        return []
+    dev = f" device {device}" if device is not None else ""
+    return [Violation(1, f"rank {rank}{dev}: step walls sum to {units.ms(walls)} > recorded span {units.ms(span)}",
+                      rank=rank, device=device, numbers={"walls_ns": float(walls), "span_ns": float(span)})]
+
+
+# --------------------------------------------------------------------------- rule 2
+
+
+def check_buckets(report: Report) -> list[Violation]:
+    """Rule 2: every device op is in exactly one bucket, and the buckets account for the time.
+
+    Checked on the report's timeline section (none: nothing to check) and op table: every
+    op's ``bucket`` is one of the buckets; per (rank, device, bucket) the op counts of the op
+    table equal the section's (unless ``--step`` kept a part of the ops); per (rank, device)
+    the bucket walls sum to the recorded span; and the steps' walls (× devices) sum to the
+    ``step`` bucket walls, so no other bucket's time is inside a step (counted as idle).
+    """
+    tl = report.summary.timeline
+    if tl is None or not tl.buckets:
+        return []
+    from .timeline import BUCKETS
+
+    out: list[Violation] = []
+    ops = report.ops
+    filtered = report.filters is not None and report.filters.step is not None
+    if ops is not None and ops.height and "bucket" in ops.columns:
+        bad = ops.filter(pl.col("bucket").is_null() | ~pl.col("bucket").is_in(list(BUCKETS)))
+        if bad.height:
+            out.append(Violation(2, f"{bad.height} device ops are in no bucket", numbers={"ops": float(bad.height)}))
+        if not filtered:
+            have = {(r, d, b): n for r, d, b, n in ops.group_by("rank", "device", "bucket").len().iter_rows()}
+            for b in tl.buckets:
+                n = have.get((b["rank"], b["device"], b["bucket"]), 0)
+                if n != b["ops"]:
+                    out.append(Violation(2, f"rank {b['rank']} device {b['device']}: bucket {b['bucket']} holds "
+                                            f"{b['ops']} ops, the op table {n}", rank=b["rank"], device=b["device"],
+                                         numbers={"bucket_ops": float(b["ops"]), "table_ops": float(n)}))
+    spans = {(w["rank"], w["device"]): w["wall_ns"] for w in tl.windows if w["bucket"] == "span"}
+    walls: dict[tuple[Any, Any], int] = defaultdict(int)
+    step_walls: dict[Any, int] = defaultdict(int)
+    for b in tl.buckets:
+        if b["wall_ns"] is not None:
+            walls[(b["rank"], b["device"])] += b["wall_ns"]
+            if b["bucket"] == "step":
+                step_walls[b["rank"]] += b["wall_ns"]
+    for key, span in spans.items():
+        if abs(walls.get(key, 0) - span) > ABS_TOL_NS:
+            out.append(Violation(2, f"rank {key[0]} device {key[1]}: bucket walls sum to {units.ms(walls.get(key, 0))}, "
+                                    f"the recorded span is {units.ms(span)}", rank=key[0], device=key[1],
+                                 numbers={"walls_ns": float(walls.get(key, 0)), "span_ns": float(span)}))
+    st = report.steps
+    if not filtered and st.height and {"wall_ns", "devices"} <= set(st.columns):
+        # (each step's wall is a per-device mean rounded to whole ns: ± devices/2 ns per step)
+        for rank, w, n in st.group_by("rank").agg((pl.col("wall_ns") * pl.col("devices")).sum(),
+                                                  pl.col("devices").sum().alias("n")).iter_rows():
+            want = step_walls.get(rank, 0)
+            if abs(int(w) - want) > ABS_TOL_NS + int(n) + REL_TOL * want:
+                out.append(Violation(2, f"rank {rank}: steps' walls {units.ms(w)} != the step buckets' {units.ms(want)} "
+                                        "(time of another bucket counted in a step)", rank=rank,
+                                     numbers={"steps_wall_ns": float(w), "bucket_wall_ns": float(want)}))
     return out
 
 
@@ -236,6 +325,10 @@ def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
     start to last end, as the detectors' ``windows``)."""
     if ops is None or ops.height == 0:
         return {}
+    if "bucket" in ops.columns:  # ops off the recorded timeline are in no window (rule 2)
+        ops = ops.filter(pl.col("bucket") != "outside_recording")
+        if ops.height == 0:
+            return {}
     d = ops.select("rank", pl.col("device").fill_null(-1), "start_ns",
                    (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "kind")
     spans = _op_spans(ops)
@@ -357,7 +450,7 @@ def _ranking_row(r: dict[str, Any]) -> list[Violation]:
 
 
 def check(report: Report) -> list[Violation]:
-    """Every accounting rule the report lets one check (rules 1, 3, 4, 5, 6, 7), in rule order.
+    """Every accounting rule the report lets one check (rules 1 to 7), in rule order.
 
     Args:
         report: an analysed report (its ``ops`` may be None: the op-table checks are skipped).
@@ -367,7 +460,8 @@ def check(report: Report) -> list[Violation]:
         well-formed report; a table missing a column skips that rule's check.
     """
     return [
-        *check_windows(report.steps, report.ops), *check_steps(report.steps), *check_shares(report),
+        *check_windows(report.steps, report.ops, report.summary.timeline), *check_buckets(report),
+        *check_steps(report.steps), *check_shares(report),
         *check_step_time(report), *check_findings(report), *check_ranking(report.ranking),
     ]
 

@@ -20,7 +20,7 @@ from typing import Any, ContextManager
 import polars as pl
 
 from . import steps as steps_mod
-from . import units
+from . import timeline, units
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs
 from .device_accounting import per_device
@@ -50,6 +50,7 @@ from .sections import (
     RooflineInfo,
     StepStats,
     Summary,
+    TimelineInfo,
     TraceInfo,
     TraceSays,
     section_from_dict,
@@ -148,20 +149,28 @@ def apply_roofline(ops: pl.DataFrame, spec: ChipSpec) -> pl.DataFrame:
 
 
 def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
-                  step: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The per-step table (``steps.STEP_SCHEMA``) and the ops, both limited to ``step``.
+                  step: int | None) -> tuple[pl.DataFrame, pl.DataFrame, TimelineInfo, pl.DataFrame]:
+    """The ops (with ``step`` and ``bucket`` from the partitioned timeline,
+    :func:`traceroof.timeline.partition`), the per-step table (``steps.STEP_SCHEMA``), the
+    buckets of the whole trace, and the per-device step table
+    (``steps.DEVICE_STEP_SCHEMA``); ops and both tables limited to ``step``.
 
     Raises:
         UsageError: ``step`` is not in the trace.
     """
-    steps = steps_mod.step_table(ops, host, meta)
+    tl = timeline.partition(ops, host, meta)
+    ops = tl.ops
+    steps, dev_steps = steps_mod.step_tables(tl, host, meta)
+    info = TimelineInfo(buckets=timeline.bucket_rows(tl), windows=timeline.window_rows(tl),
+                        outside_recording=dict(sorted(tl.outside.items())), capture_windows=tl.captures.height)
     if step is not None:
         have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
         if step not in have:
             raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
         ops = ops.filter(pl.col("step") == step)
         steps = steps.filter(pl.col("step") == step)
-    return ops, steps
+        dev_steps = dev_steps.filter(pl.col("step") == step)
+    return ops, steps, info, dev_steps
 
 
 def rank_groups(ops: pl.DataFrame, group_by: str) -> pl.DataFrame:
@@ -181,10 +190,12 @@ class Utilization:
 
 def summarize(ops: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec, reason: str, meta: TraceMeta,
               coverage: Coverage, model_flops_per_step: float | None, model_flops_formula: str | None,
-              n_devices: int | None) -> Utilization:
+              n_devices: int | None, timeline_info: TimelineInfo | None = None,
+              device_steps: pl.DataFrame | None = None) -> Utilization:
     """Step averages, HFU (:func:`traceroof.mfu.hfu`), roofline efficiency and MFU
     (:func:`traceroof.mfu.mfu`); the same formula per step; per device when a rank drives
-    several (:func:`traceroof.device_accounting.per_device`). ``n_devices`` defaults to the
+    several (:func:`traceroof.device_accounting.per_device` of ``device_steps``, the
+    per-device step table of :func:`segment_steps`). ``n_devices`` defaults to the
     world size, else the number of ranks × the devices each drives (a jax process driving 4
     chips is 4 devices)."""
     stats = steps_mod.summarize(steps)
@@ -199,7 +210,11 @@ def summarize(ops: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec, reason: st
                                  Peak(peak, dom, f"{spec.name}: {reason}", spec.name) if peak else None)
     summary = Summary(steps=int(stats["steps"]), step=step, hfu=hfu_info,
                       roofline=_roofline_efficiency(ops, coverage), mfu=mfu_info,
-                      devices=per_device(ops, steps, peak))
+                      devices=per_device(device_steps, steps, peak) if device_steps is not None else None,
+                      timeline=timeline_info)
+    if step is not None and step.complete_steps == 0:
+        meta.warn(f"no complete step ({summary.steps} step(s), all partial): no step time, busy share "
+                  "or HFU is given (accounting rule 5)")
     return Utilization(summary, _per_step_utilization(steps, peak, model_flops_per_step, nd),
                        [i for i in (hfu_bad, mfu_bad) if i is not None])
 
@@ -249,6 +264,8 @@ def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, 
     detectors' shared results (cross-rank view, matched collectives) are handed over here."""
     from .findings import FindingContext, run_detectors
 
+    if "bucket" in ops.columns:  # ops off the recorded timeline define no window or idle (rule 2)
+        ops = ops.filter(pl.col("bucket") != "outside_recording")
     ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=meta,
                          ranks=ranks, rank_comparison=rank_comparison)
     return run_detectors(ctx, names)
@@ -380,11 +397,11 @@ def analyze(
     spec, reason = resolve_chip(trace, chip)
     costed = cost_ops(trace, rank)
     ops = apply_roofline(costed.ops, spec)
-    ops, steps = segment_steps(ops, costed.host, meta, step)
+    ops, steps, tl_info, dev_steps = segment_steps(ops, costed.host, meta, step)
     group_by = group_by or facts_for(meta.format).default_group_by
     ranking = rank_groups(ops, group_by)
     util = summarize(ops, steps, spec, reason, meta, costed.coverage, model_flops_per_step,
-                     model_flops_formula, n_devices)
+                     model_flops_formula, n_devices, tl_info, dev_steps)
     above = check_roofs(ops, spec, group_by)
     ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
     found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings)

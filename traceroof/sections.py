@@ -193,6 +193,26 @@ class StepStats(_Section):
     idle_ns: float | None = None
     flops_per_step: float | None = None
     devices_per_rank: int | None = None
+    queue_lag_ns: float | None = _opt(omit_none=True)
+    device_lag_ns: float | None = _opt(omit_none=True)
+
+
+@dataclass(frozen=True)
+class TimelineInfo(_Section):
+    """The partition of every device's timeline into buckets (:mod:`traceroof.timeline`,
+    accounting rule 2), of the whole trace (before ``--step``).
+
+    ``buckets``: per (rank, device, bucket) ``ops``, ``wall_ns`` (null for
+    ``outside_recording``) and ``busy_ns``; ``windows``: per (rank, device) its recorded
+    ``span`` and each step's device window (``start_ns``, ``end_ns``, ``wall_ns``);
+    ``outside_recording``: ops off the timeline, per reason; ``capture_windows``: graph-capture
+    windows found on the host. All times ns.
+    """
+
+    buckets: list[dict[str, Any]] = field(default_factory=list)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    outside_recording: dict[str, int] = field(default_factory=dict)
+    capture_windows: int = 0
 
 
 @dataclass(frozen=True)
@@ -259,6 +279,7 @@ class Summary(_Section):
     mfu: MfuInfo | None = _opt(flatten=True, section=MfuInfo)
     #: one row per (rank, device) when a rank drives several devices; None (absent) otherwise
     devices: list[DeviceStats] | None = _opt(omit_none=True, section=DeviceStats)
+    timeline: TimelineInfo | None = _opt(omit_none=True, section=TimelineInfo)
 
     @property
     def step_time_ns(self) -> float | None:
@@ -307,6 +328,6 @@ class RanksInfo(_Section):
 
 __all__ = [
     "ChipInfo", "CoverageInfo", "DeviceStats", "Filters", "HfuInfo", "InconsistencyInfo", "MfuInfo", "RanksInfo",
-    "RooflineInfo", "StepStats", "Summary", "TraceInfo", "TraceSays", "section_from_dict",
+    "RooflineInfo", "StepStats", "Summary", "TimelineInfo", "TraceInfo", "TraceSays", "section_from_dict",
     "section_to_dict",
 ]

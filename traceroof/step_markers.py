@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 STEP_MARKER = "ProfilerStep#"
 #: the categories of host-side and device-side markers
 HOST_MARKER_CAT, DEVICE_MARKER_CAT = "annotation", "gpu_annotation"
+#: the host-table category of the Kineto recording-window instants, and their names: the
+#: active window opens at ``Iteration Start: PyTorch Profiler`` and closes at ``Record Window End``
+WINDOW_CAT = "window"
+WINDOW_START, WINDOW_END = "Iteration Start", "Record Window End"
 
 
 def marker_name(step: int) -> str:
@@ -86,5 +90,5 @@ def steps_containing(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray, np.
     return np.where(ok, n[kk], -1), ok
 
 
-__all__ = ["STEP_MARKER", "marker_name", "marker_rows", "step_windows", "device_and_host_windows",
+__all__ = ["STEP_MARKER", "WINDOW_CAT", "WINDOW_START", "WINDOW_END", "marker_name", "marker_rows", "step_windows", "device_and_host_windows",
            "steps_containing"]

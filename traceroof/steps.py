@@ -1,12 +1,13 @@
-"""Steps and the per-step breakdown (DESIGN §7).
+"""Steps and the per-step breakdown (DESIGN §7), on the partitioned timeline.
 
-Step windows come from the step markers of the host table (:mod:`traceroof.step_markers`:
-``ProfilerStep#N`` rows, whatever format wrote them): the device-side window when the trace
-has one, else the host-side one; ops are already assigned to steps by their parser.
-Without markers the whole trace is one step, with a warning (BC-14).
-
-Per step: wall time, device busy time (union over all streams), a compute / memory /
-communication / idle breakdown from interval unions, and hardware FLOPs (→ HFU).
+The device timeline of every (rank, device) is first partitioned into buckets
+(:func:`traceroof.timeline.partition`: step windows that never overlap, before/after the
+steps, graph capture, outside the recording). One row here per (rank, step): the step's
+device windows, and per device the breakdown of the op pieces inside its window (busy =
+union over streams, clipped to the window; compute / memory / communication / idle from
+interval unions), averaged over the rank's devices (``devices`` says how many), with its
+hardware FLOPs (→ HFU) and the device's lag behind the host.
+Without markers the whole trace is one step per rank (``step`` null), with a warning (BC-14).
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ from typing import Any
 
 import polars as pl
 
+from . import graph_capture
 from . import intervals as iv
-from .step_markers import device_and_host_windows
+from .timeline import Timeline
 from .trace import TraceMeta
 
 STEP_SCHEMA = {
     "rank": pl.Int32,
     "step": pl.Int32,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "wall_ns": pl.Int64,
+    "start_ns": pl.Int64,  # earliest start of the step's window on the rank's devices
+    "end_ns": pl.Int64,  # latest end of it
+    "wall_ns": pl.Int64,  # per-device mean of the window length less its graph-capture time
     "busy_ns": pl.Int64,
     "compute_bound_ns": pl.Int64,
     "memory_bound_ns": pl.Int64,
@@ -35,163 +37,109 @@ STEP_SCHEMA = {
     "flops": pl.Float64,
     "partial": pl.Boolean,
     "devices": pl.Int32,  # devices of the rank in this step (times are per-device means)
+    "queue_lag_ns": pl.Int64,  # median over the step's launched ops of device start − launch start
+    "device_lag_ns": pl.Int64,  # per-device mean of device window start − host ProfilerStep start
+}
+
+#: group key of a step bucket with no step number (the unsegmented step)
+_NO_STEP = -(2**31)
+
+
+#: one row per (rank, step, device): that device's own window and breakdown (ns); the
+#: step table's times are the means of these over the rank's devices
+DEVICE_STEP_SCHEMA = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "device": pl.Int32,
+    "wall_ns": pl.Int64,  # the device's window length less its graph-capture time
+    "busy_ns": pl.Int64,
+    "compute_bound_ns": pl.Int64,
+    "memory_bound_ns": pl.Int64,
+    "comm_ns": pl.Int64,
+    "comm_exposed_ns": pl.Int64,
+    "idle_ns": pl.Int64,
+    "ops": pl.Int64,  # device ops whose start is in the window
+    "flops": pl.Float64,  # their FLOPs (null when none has a cost)
 }
 
 
-def _windows(gpu: pl.DataFrame, cpu: pl.DataFrame, spans: pl.DataFrame | None) -> pl.DataFrame:
-    """Step windows (rank, step, start_ns, end_ns): the device-side markers when the trace
-    has them, else the host-side ones moved to the device span of their ops (``spans``:
-    :func:`_step_groups`)."""
-    src = gpu if gpu.height else cpu
-    if src.height == 0 or spans is None:
-        return src
-    # extend each window to cover the device work of the ops assigned to it
-    span = spans.select("rank", "step", pl.col("s").alias("_s"), pl.col("e").alias("_e"))
-    w = src.join(span, on=["rank", "step"], how="left")
-    if not gpu.height:
-        # host windows run ahead of the device: the device window is the span of its ops
-        w = w.with_columns(
-            pl.coalesce("_s", "start_ns").alias("start_ns"), pl.coalesce("_e", "end_ns").alias("end_ns")
-        )
-    return w.select("rank", "step", "start_ns", "end_ns")
+def step_table(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """One row per (rank, step) with the breakdown in STEP_SCHEMA (all times ns): the first
+    table of :func:`step_tables`."""
+    return step_tables(tl, host, meta)[0]
 
 
-def step_table(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
-    """One row per (rank, step) with the breakdown in STEP_SCHEMA (all times ns).
+def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per-step table, per-device step table): one row per (rank, step) with the breakdown
+    in STEP_SCHEMA, and one per (rank, step, device) in DEVICE_STEP_SCHEMA (all times ns).
 
-    ``ops`` must carry roofline columns (``bound``). Steps with no markers: one row per rank
-    with ``step`` null, spanning the rank's device ops.
+    ``tl``: :func:`traceroof.timeline.partition` of the op table (its ops carry the roofline
+    column ``bound``). Steps with no markers: one row per rank with ``step`` null, spanning
+    the rank's recorded device time. Rule 3 holds per device: busy + idle = wall.
     """
-    gpu, cpu = device_and_host_windows(host)
-    # only the columns the breakdown reads: filters then move no op names
-    ends = ops.select(
-        "rank", "step", "device", "kind", "bound", "flops", "start_ns",
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-    )
-    stepped = ends.filter(pl.col("step").is_not_null())
-    groups = _step_groups(stepped) if gpu.height or cpu.height else None
-    w = _windows(gpu, cpu, groups)
-    if w.height == 0:
-        if ops.height:
-            meta.warn(
-                "no ProfilerStep#N markers: the whole trace is analysed as one unsegmented step"
-            )
-        per_rank = ops.group_by("rank").agg(
-            pl.col("start_ns").min().alias("start_ns"),
-            (pl.col("start_ns") + pl.col("dur_ns")).max().alias("end_ns"),
-        )
-        w = per_rank.with_columns(pl.lit(None, dtype=pl.Int32).alias("step")).select("rank", "step", "start_ns", "end_ns")
-    partial = _partial_steps(ops, host, w, cpu, meta)
-    segmented = bool(w["step"].is_not_null().any())
-    if segmented:  # each op in the step it was assigned to
-        scope, stats = stepped, _step_stats(groups)
-    else:  # one unsegmented step (null) per rank: all of the rank's ops
-        scope, stats = ends.with_columns(pl.lit(None, dtype=pl.Int32).alias("step")), {}
-    # what each (rank, step) needs from its ops, and every (rank, step, device) breakdown of
-    # those ops, each in one grouped query (no per-step copies)
-    pre = _device_breakdowns(scope) if stats or not segmented else {}
-    rows = []
-    for rank, step, s, e in w.sort("rank", "start_ns").iter_rows():
-        if (rank, step) in stats:
-            summ, known = stats[(rank, step)], pre
-
-            def frame(rank: Any = rank, step: Any = step) -> pl.DataFrame:
-                return scope.filter(pl.col("rank") == rank, pl.col("step") == step)
-        else:
-            if step is not None:  # no op assigned to the step: device time inside the window
-                sel = ends.filter(pl.col("rank") == rank, pl.col("start_ns") < e, pl.col("end_ns") > s)
-            else:
-                sel = ends.filter(pl.col("rank") == rank)
-            # the unsegmented step of a rank is the rank's ops: its devices are in ``pre``
-            # (its summary is not: FLOPs summed over the rank's ops in their order)
-            summ, known = _summary(sel), (None if segmented or step is not None else pre)
-
-            def frame(sel: pl.DataFrame = sel) -> pl.DataFrame:
-                return sel
-        rows.append(_breakdown(rank, step, s, e, summ, frame, (rank, step) in partial, known))
-    return pl.DataFrame(rows, schema=STEP_SCHEMA, orient="row")
+    seg = tl.segments.filter(pl.col("bucket") == "step")
+    if seg.height == 0:
+        return pl.DataFrame(schema=STEP_SCHEMA), pl.DataFrame(schema=DEVICE_STEP_SCHEMA)
+    if seg["step"].null_count() == seg.height and tl.ops.height:
+        meta.warn("no ProfilerStep#N markers: the whole trace is analysed as one unsegmented step")
+    key = pl.col("step").fill_null(_NO_STEP).alias("_sk")
+    walls = seg.with_columns(key).group_by("rank", "_sk", "device").agg(
+        pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"),
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall"))
+    pieces = tl.pieces.filter(pl.col("bucket") == "step").with_columns(key)
+    bd = _device_breakdowns(pieces.rename({"step": "_step"}).rename({"_sk": "step"}))
+    stepped = tl.ops.filter(pl.col("bucket") == "step").with_columns(key)
+    per_op = _op_stats(stepped)
+    per_dev_op = _device_op_stats(stepped)
+    host_start = {(r, st): s0 for r, st, s0, _ in tl.host_steps.iter_rows()}
+    rows, dev_rows = [], []
+    for (rank, sk), g in walls.sort("rank", "_sk", "device").group_by(["rank", "_sk"], maintain_order=True):
+        step = None if sk == _NO_STEP else sk
+        devices = g["device"].to_list()
+        parts = [bd.get((rank, sk, d), (0, 0, 0, 0, 0)) for d in devices]
+        for d, w, p in zip(devices, g["wall"].to_list(), parts):
+            n_d, fl_d = per_dev_op.get((rank, sk, d), (0, None))
+            dev_rows.append((rank, step, d, int(w), *p, int(w) - p[0], n_d, fl_d))
+        n = len(parts)
+        wall = int(round(float(g["wall"].mean())))
+        busy, cb, mb, comm, exposed = (int(round(sum(p[i] for p in parts) / n)) for i in range(5))
+        count, flops, qlag = per_op.get((rank, sk), (0, None, None))
+        h0 = host_start.get((rank, step))
+        dlag = int(round(float((g["s"] - h0).mean()))) if h0 is not None else None
+        rows.append((rank, step, int(g["s"].min()), int(g["e"].max()), wall, busy, cb, mb, comm, exposed,
+                     wall - busy, count, flops, False, n, qlag, dlag))
+    out = pl.DataFrame(rows, schema=STEP_SCHEMA, orient="row").sort("rank", "start_ns")
+    dev = pl.DataFrame(dev_rows, schema=DEVICE_STEP_SCHEMA, orient="row")
+    partial = _partial_steps(tl.ops, host, out, tl.host_steps, tl.captures, meta)
+    if partial:
+        out = out.with_columns(pl.struct("rank", "step").map_elements(
+            lambda r: (r["rank"], r["step"]) in partial, return_dtype=pl.Boolean).alias("partial"))
+    return out, dev
 
 
-#: (ops, first start ns, last end ns, sorted devices, FLOPs or None) of one step's ops
-_Summary = tuple[int, Any, Any, list, Any]
+def _device_op_stats(ops: pl.DataFrame) -> dict[tuple[Any, Any, Any], tuple[int, float | None]]:
+    """Per (rank, step key ``_sk``, device): op count and FLOPs sum (None when no op has FLOPs)."""
+    g = ops.group_by("rank", "_sk", "device").agg(
+        pl.len().alias("n"), pl.col("flops").sum().alias("fl"), pl.col("flops").is_not_null().any().alias("has"))
+    return {(r, k, d): (int(n), float(fl) if has else None) for r, k, d, n, fl, has in g.iter_rows()}
 
 
-def _summary(sel: pl.DataFrame) -> _Summary:
-    if sel.height == 0:
-        return (0, None, None, [], None)
-    flops = float(sel["flops"].sum()) if sel["flops"].is_not_null().any() else None
-    return (sel.height, int(sel["start_ns"].min()), int(sel["end_ns"].max()),
-            sorted(sel["device"].unique().to_list()), flops)
-
-
-def _step_groups(ends: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, step) of ``ends`` (ops with ``end_ns``): op count ``n``, first start ``s``
-    and last end ``e`` (ns), sorted distinct ``devs``, FLOPs sum ``fl`` and whether any op
-    has FLOPs ``has``."""
-    return ends.group_by("rank", "step").agg(
-        pl.len().alias("n"), pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"),
-        pl.col("device").unique().sort().alias("devs"),
-        pl.col("flops").sum().alias("fl"), pl.col("flops").is_not_null().any().alias("has"),
-    )
-
-
-def _step_stats(groups: pl.DataFrame) -> dict[tuple[Any, Any], _Summary]:
-    """:func:`_summary` of the ops of every (rank, step) of :func:`_step_groups`."""
-    return {
-        (r, st): (int(n), int(s0), int(e0), list(devs), float(fl) if has else None)
-        for r, st, n, s0, e0, devs, fl, has in groups.iter_rows()
-    }
-
-
-def _breakdown(
-    rank: int, step: int | None, s: int, e: int, summ: _Summary, frame: Any, partial: bool,
-    known: dict[tuple[Any, ...], tuple[int, int, int, int, int]] | None = None,
-) -> tuple:
-    """One step of one rank. A rank with several devices (an XPlane host with 4 TPU chips)
-    gets each device's breakdown from its own unions, averaged over its devices; FLOPs are
-    the rank's total and ``devices`` says how many devices share them. ``summ``: the step's
-    :func:`_summary`; ``frame()``: its ops (only read for a device ``known`` lacks);
-    ``known``: the precomputed :func:`_device_breakdown` of each (rank, step, device)."""
-    height, smin, emax, devs, flops = summ
-    if height:
-        s = min(s, smin)
-        e = max(e, emax)
-    wall = e - s
-    devices = devs if height else [0]
-    parts = [
-        known[(rank, step, d)] if known is not None and (rank, step, d) in known
-        else _device_breakdown(frame().filter(pl.col("device") == d))
-        for d in devices
-    ] if height else [(0, 0, 0, 0, 0)]
-    n = len(parts)
-    busy_ns, cb, mb, comm_ns, exposed = (int(round(sum(p[i] for p in parts) / n)) for i in range(5))
-    # FLOPs of the ops with a cost model; null (not 0) when no op in the step has one
-    return (
-        rank, step, s, e, wall, busy_ns, cb, mb, comm_ns, exposed, wall - busy_ns, height,
-        flops, partial, n,
-    )
-
-
-def _device_breakdown(sel: pl.DataFrame) -> tuple[int, int, int, int, int]:
-    """(busy, compute-bound, memory/latency-bound, comm, exposed comm) ns of one device."""
-    kind = pl.col("kind").cast(pl.String)
-    coll = sel.filter(kind == "collective")
-    # compute = kernels that are not communication; copies and fills do not hide communication
-    comp = sel.filter(~kind.is_in(["collective", "memcpy", "memset"]))
-    u_coll = iv.union(coll)
-    u_comp = iv.union(comp)
-    comm_ns = iv.total(u_coll)
-    exposed = comm_ns - iv.total(iv.intersect(u_coll, u_comp))
-    cb = iv.total(iv.union(comp.filter(pl.col("bound") == "compute")))
-    mb = iv.total(iv.union(sel.filter(kind != "collective"))) - cb
-    return iv.total(iv.union(sel)), cb, mb, comm_ns, exposed
+def _op_stats(ops: pl.DataFrame) -> dict[tuple[Any, Any], tuple[int, float | None, int | None]]:
+    """Per (rank, step key ``_sk``): op count, FLOPs sum (None when no op has FLOPs) and the
+    median queue lag (device start − launch start, ns; None when no op has a launch)."""
+    g = ops.group_by("rank", "_sk").agg(
+        pl.len().alias("n"), pl.col("flops").sum().alias("fl"), pl.col("flops").is_not_null().any().alias("has"),
+        (pl.col("start_ns") - pl.col("launch_start_ns")).median().alias("lag"))
+    return {(r, k): (int(n), float(fl) if has else None, int(round(lag)) if lag is not None else None)
+            for r, k, n, fl, has, lag in g.iter_rows()}
 
 
 def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, int, int, int, int]]:
-    """:func:`_device_breakdown` of the ops of every (rank, step, device) of ``ends``
-    (device not null).
+    """(busy, compute-bound, memory/latency-bound, comm, exposed comm) ns of the ops of every
+    (rank, step, device) of ``ends`` (device not null): compute = kernels that are not
+    communication (copies and fills do not hide communication).
 
-    The same interval measures, as union lengths of six subsets per (rank, step, device)
+    Interval measures, as union lengths of six subsets per (rank, step, device)
     from one sorted pass (:func:`traceroof.intervals.union_lengths`); the communication
     hidden under compute is ``|coll ∩ comp| = |coll| + |comp| − |coll ∪ comp|`` (exact:
     integer measures of the same sets).
@@ -218,9 +166,10 @@ def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, i
 
 
 def _partial_steps(
-    ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta
+    ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, cpu: pl.DataFrame, caps: pl.DataFrame, meta: TraceMeta
 ) -> set:
-    """The last step of a rank is partial when a launch in it has no device op (BC-14).
+    """The last step of a rank is partial when a launch in it has no device op (BC-14);
+    launches inside a graph-capture window (``caps``) have none by design and do not count.
 
     ``cpu``: the host-side step windows (:func:`~traceroof.step_markers.step_windows`). Returns the partial (rank, step).
     """
@@ -235,7 +184,7 @@ def _partial_steps(
         win = cpu.filter(pl.col("rank") == rank, pl.col("step") == step)
         if win.height:
             lasts.append((rank, step, int(win["start_ns"][0]), int(win["end_ns"][0])))
-    lost = _lost_launches(ops, host, [(r, s, e) for r, _, s, e in lasts])
+    lost = _lost_launches(ops, host, [(r, s, e) for r, _, s, e in lasts], caps)
     for rank, step, _, _ in lasts:
         n = lost.get(rank, 0)
         if n or truncated:
@@ -248,9 +197,11 @@ def _partial_steps(
     return out
 
 
-def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[Any, int, int]]) -> dict[Any, int]:
+def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[Any, int, int]],
+                   caps: pl.DataFrame) -> dict[Any, int]:
     """Launch/memcpy/memset runtime calls starting in each rank's window ``(rank, start ns,
-    end ns)`` whose correlation id has no device op of that rank: rank → count."""
+    end ns)``, outside the graph-capture windows ``caps``, whose correlation id has no device
+    op of that rank: rank → count."""
     if not windows:
         return {}
     win = pl.DataFrame(
@@ -265,6 +216,8 @@ def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[An
         .filter(pl.col("start_ns") >= pl.col("_ws"), pl.col("start_ns") < pl.col("_we"))
         .filter(pl.col("cat") == "runtime", pl.col("name").str.contains(r"(?i)launch|memcpy|memset"))
     )
+    if calls.height and caps.height:
+        calls = calls.filter(~graph_capture.inside(calls, caps))
     if calls.height == 0:
         return {}
     # only the ops whose correlation id is in the calls' range can match (a cheap integer
@@ -276,17 +229,28 @@ def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[An
 
 
 def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
-    """Averages over complete steps: step time, busy fraction, breakdown (ns)."""
-    full = steps.filter(~pl.col("partial")) if steps.height else steps
-    if full.height == 0:
-        full = steps
-    if full.height == 0:
+    """Averages over complete steps: step time, busy fraction, breakdown, lags (ns).
+
+    Rule 5: only complete (non-partial) steps give a step time; with none, every mean is None
+    (``complete_steps`` 0) and the report says so instead of printing a step time.
+    """
+    if steps.height == 0:
         return {"steps": 0}
+    full = steps.filter(~pl.col("partial"))
+    n_full = full.height
+    if n_full == 0:
+        return {"steps": steps.height, "complete_steps": 0, "step_time_ns": None,
+                "devices_per_rank": int(steps["devices"].max())}
     wall = float(full["wall_ns"].mean())
     busy = float(full["busy_ns"].mean())
+
+    def mean(col: str) -> float | None:
+        v = full[col].drop_nulls() if col in full.columns else None
+        return float(v.mean()) if v is not None and v.len() else None
+
     return {
         "steps": steps.height,
-        "complete_steps": int((~steps["partial"]).sum()),
+        "complete_steps": n_full,
         "step_time_ns": wall,
         "step_time_median_ns": float(full["wall_ns"].median()),
         "busy_ns": busy,
@@ -298,4 +262,6 @@ def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
         "idle_ns": float(full["idle_ns"].mean()),
         "flops_per_step": None if full["flops"].is_null().all() else float(full["flops"].mean()),
         "devices_per_rank": int(full["devices"].max()),
+        "queue_lag_ns": mean("queue_lag_ns"),
+        "device_lag_ns": mean("device_lag_ns"),
     }

@@ -9,8 +9,9 @@ to exactly one cause, so the idle-type detectors (``launch_bound``, ``device_idl
 label         the gap before device op *n* (the first op after the gap) ...
 ============  ===========================================================================
 ``graph``     touches a CUDA/HIP graph replay (op *n* or the op before it is a graph
-              kernel, or the gap lies inside a graph's span): not attributable from CPU-side
-              timing (BC-13); nobody claims it
+              kernel, or the gap lies inside a graph's span) or a graph-capture window
+              (:mod:`traceroof.graph_capture`): not attributable from CPU-side timing
+              (BC-13), not host-bound; nobody claims it
 ``sync``      contains the return of a host synchronization that began before the device
               ran dry (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``, a synchronous
               ``cudaMemcpy`` ...): owned by ``host_device_copies``
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from .. import graph_capture
 from . import FindingContext
 from ._common import device_order, name_tests
 
@@ -198,13 +200,23 @@ def _in_graph_span(gaps: pl.DataFrame, tl: pl.DataFrame) -> pl.Series:
     return j.select("_gi", inside.alias("in_graph")).sort("_gi")["in_graph"]
 
 
-def _in_graph(ops: pl.DataFrame) -> pl.Series:
+def _in_graph(ops: pl.DataFrame, caps: pl.DataFrame) -> pl.Series:
     """``in_graph`` of every timeline row (:func:`_in_graph_span`, on the rows with a gap only;
-    false elsewhere). Only called when some op is a graph kernel."""
+    false elsewhere), or its gap overlaps a graph-capture window of its rank (``caps``,
+    :func:`traceroof.graph_capture.windows`: launches there have no device op by design, so
+    the device is not idle for the host). Only called when some op is a graph kernel or the
+    host captured a graph."""
     at = ops.select(pl.arg_where(pl.col("gap_ns") > 0)).to_series()
     gaps = ops.select("rank", "device", "gap_start_ns")[at].with_row_index("_gi")
     inside = _in_graph_span(gaps, ops) if gaps.height else pl.Series("in_graph", [], pl.Boolean)
-    return _scatter(ops.height, at, inside.alias("in_graph"), False)
+    out = _scatter(ops.height, at, inside.alias("in_graph"), False)
+    if caps.height:
+        hit = pl.lit(False)
+        for r, cs, ce in caps.select("rank", "start_ns", "end_ns").iter_rows():
+            hit = hit | ((pl.col("rank") == r) & (pl.col("gap_ns") > 0) & (pl.col("gap_start_ns") < ce)
+                         & (pl.col("start_ns") > cs))
+        out = out | ops.select(hit.alias("in_graph"))["in_graph"]
+    return out
 
 
 def _sync_names(ops: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
@@ -372,13 +384,14 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
 def _timeline_and_stretches(ctx: FindingContext) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(timeline, stretches)`` of a context, computed (:func:`timeline`)."""
     ops = _device_ops(ctx)
-    graphs = bool(ops["graph"].any())
+    caps = graph_capture.windows(ctx.host)
+    graphs = bool(ops["graph"].any()) or caps.height > 0
     calls = _host_calls(ctx.host)
     tests = name_tests(calls["name"], _NAME_TESTS)
     ops = _attach_launches(ops, _host_launches(calls, tests["launch"]))
     causes = [_sync_names(ops, _syncs(calls, tests["sync"], tests["memcpy"]))]
     if graphs:
-        causes.append(_in_graph(ops))
+        causes.append(_in_graph(ops, caps))
     ops = ops.with_columns(*causes).with_columns(_label(graphs))
     if graphs:
         ops = ops.drop("in_graph")

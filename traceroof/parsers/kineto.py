@@ -26,6 +26,7 @@ import polars as pl
 
 from ..errors import InputNotFoundError, TraceFormatError
 from ..host import no_device_ops_reason
+from ..step_markers import WINDOW_CAT, WINDOW_END, WINDOW_START
 from ..trace import DeviceInfo, Trace, TraceMeta
 from . import kineto_vocab as V
 from .kineto_columns import as_int, device_frame, host_frame
@@ -236,6 +237,9 @@ class _Builder:
                 elif ph in ("i", "I"):
                     if e.name == "[memory]":
                         mem += 1
+                    elif isinstance(e.name, str) and (e.name.startswith(WINDOW_START) or e.name == WINDOW_END):
+                        host.append(e)  # the recording window's edges (traceroof.timeline)
+                        h_cat.append(WINDOW_CAT)
                 elif ph == "C":
                     counters += 1
                 else:

@@ -16,7 +16,7 @@ import polars as pl
 
 from ..host import innermost_cpu_ops
 from ..schema import HOST_SCHEMA, OP_SCHEMA, conform, empty
-from ..step_markers import device_and_host_windows
+from ..step_markers import WINDOW_CAT, device_and_host_windows
 from ..trace import TraceMeta
 from . import kineto_vocab as V
 from .kineto_enclose import consistent_links, enclosing_cpu_ops, is_nesting_era
@@ -39,7 +39,9 @@ def build_tables(
     dev = _drop_invalid_durations(dev, meta, "device") if dev.height else dev
     host = _drop_invalid_durations(host, meta, "host") if host.height else host
 
-    starts = [f["ts_ns"].min() for f in (dev, host) if f.height]
+    # the recording-window instants do not move the origin (they may open before any event)
+    timed = host.filter(pl.col("cat") != WINDOW_CAT) if host.height else host
+    starts = [f["ts_ns"].min() for f in (dev, timed) if f.height]
     starts = [s for s in starts if s is not None]
     origin = int(min(starts)) if starts else 0
     meta.origin_ns = origin

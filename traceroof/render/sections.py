@@ -125,21 +125,63 @@ def _step_mean_of(report: Report) -> str:
     return f"mean of {units.plural(n, 'complete step')}, per rank"
 
 
+def _lag_line(st: StepStats) -> str:
+    """The device's lag behind the host, per step (means over complete steps)."""
+    parts = []
+    if st.queue_lag_ns is not None:
+        parts.append(f"launch → device start {units.ns(st.queue_lag_ns)} (median per step)")
+    if st.device_lag_ns is not None:
+        parts.append(f"device step start − host ProfilerStep start {units.ns(st.device_lag_ns)}")
+    return "; ".join(parts)
+
+
+#: what the text calls each bucket that is not a step
+_BUCKET_WORDS = {"before_first_step": "before the first step", "after_last_step": "after the last step",
+                 "graph_capture": "under graph capture", "outside_recording": "outside the recording"}
+
+
+def _bucket_rows(tl: Any) -> list[tuple[str, str]]:
+    """One line for the device time outside the steps (rule 2): per bucket, its time and
+    ops, summed over the devices; none when all the recorded time is in steps."""
+    if tl is None or not tl.buckets:
+        return []
+    tot: dict[str, list[int]] = {}
+    devices = {(b["rank"], b["device"]) for b in tl.buckets}
+    for b in tl.buckets:
+        t = tot.setdefault(b["bucket"], [0, 0])
+        t[0] += b["wall_ns"] if b["wall_ns"] is not None else b["busy_ns"]
+        t[1] += b["ops"]
+    parts = [f"{_BUCKET_WORDS[k]} {units.ns(v[0])} ({units.plural(v[1], 'op')})"
+             for k, v in tot.items() if k in _BUCKET_WORDS and (v[0] or v[1])]
+    if not parts:
+        return []
+    over = f" over {len(devices)} devices" if len(devices) > 1 else ""
+    return [("not in steps", "; ".join(parts) + over + " (never idle; accounting rule 2)")]
+
+
 def summary(report: Report) -> list[tuple[str, str]]:
     s = report.summary
     if not s.steps:
         return [("summary", "no device ops to summarise")]
     st = s.step or StepStats()
     per_dev = _per_device(report)
-    rows = [
-        ("step time", f"{units.ns(st.step_time_ns)} ({_step_mean_of(report)})"),
-        ("device busy", f"{units.pct(st.busy_fraction)} ({units.ns(st.busy_ns)} per step, union over streams)"
-         if per_dev is None else f"{units.pct(st.busy_fraction)} ({per_dev['busy']}; {units.ns(st.busy_ns)} per step "
-                                 "and device, union over its streams)"),
-        ("breakdown", f"compute-bound {units.ns(st.compute_bound_ns)}, memory/latency-bound {units.ns(st.memory_bound_ns)}, "
-                      f"communication {units.ns(st.comm_ns)} ({units.ns(st.comm_exposed_ns)} exposed), idle {units.ns(st.idle_ns)}"
-                      + ("" if per_dev is None else f" (means of {per_dev['what']}; {per_dev['idle']})")),
-    ]
+    if st.step_time_ns is None and s.step is not None and st.complete_steps == 0:
+        rows = [("step time", f"none: no complete step ({units.plural(s.steps, 'step')}, all partial; "
+                              "accounting rule 5)")]
+    else:
+        rows = [
+            ("step time", f"{units.ns(st.step_time_ns)} ({_step_mean_of(report)})"),
+            ("device busy", f"{units.pct(st.busy_fraction)} ({units.ns(st.busy_ns)} per step, union over streams)"
+             if per_dev is None else f"{units.pct(st.busy_fraction)} ({per_dev['busy']}; {units.ns(st.busy_ns)} per step "
+                                     "and device, union over its streams)"),
+            ("breakdown", f"compute-bound {units.ns(st.compute_bound_ns)}, memory/latency-bound "
+                          f"{units.ns(st.memory_bound_ns)}, communication {units.ns(st.comm_ns)} "
+                          f"({units.ns(st.comm_exposed_ns)} exposed), idle {units.ns(st.idle_ns)}"
+                          + ("" if per_dev is None else f" (means of {per_dev['what']}; {per_dev['idle']})")),
+        ]
+    if st.queue_lag_ns is not None or st.device_lag_ns is not None:
+        rows.append(("queue lag", _lag_line(st)))
+    rows += _bucket_rows(s.timeline)
     h = s.hfu
     if h is not None and h.value is not None:
         rows.append((

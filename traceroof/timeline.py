@@ -1,0 +1,407 @@
+"""The time base: each (rank, device) timeline partitioned into buckets (accounting rules 1, 2).
+
+Every device op falls in exactly one bucket, by its device start:
+
+* ``step``: the device window of one step (``step`` its number; null for the one
+  unsegmented step of a trace without ``ProfilerStep#N`` markers);
+* ``before_first_step`` / ``after_last_step``: recorded device time before the first step's
+  window, after the last one's;
+* ``graph_capture``: device time under a graph-capture window of the rank
+  (:mod:`traceroof.graph_capture`: launches there produce no device op by design);
+* ``outside_recording``: ops that cannot be placed on the recorded timeline: before or after
+  the Kineto recording window (warm-up), stamped more than :data:`BEFORE_LAUNCH_TOL_NS`
+  before their own launch, or at a raw timestamp ≤ 0 (clock trouble). They are counted, not
+  placed: they define no step and no idle.
+
+Step windows on a device (``docs/accounting.md``, rule 1): step N starts where the device
+starts step N's work, the device-side ``ProfilerStep#N`` marker when the trace has one, else
+the first device op the parser attributed to step N (by its launch: ``ops.step``), and ends
+where step N+1 starts (the last step: at the end of its last op, or of its marker); starts
+are made monotone (a running maximum in step order), so windows never overlap. The recorded
+span of a device (first to last end of its placed ops, widened to its step and capture
+windows) is covered exactly by its ``segments``: disjoint intervals, each one bucket. An op
+running past its segment's end is split there (``pieces``), so per-device busy summed over
+buckets equals the plain interval union.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from . import graph_capture
+from . import intervals as iv
+from .step_markers import (
+    DEVICE_MARKER_CAT,
+    STEP_MARKER,
+    WINDOW_CAT,
+    WINDOW_END,
+    WINDOW_START,
+    device_and_host_windows,
+    marker_rows,
+)
+from .trace import TraceMeta
+
+#: bucket names, in report order
+BUCKETS = ("step", "before_first_step", "after_last_step", "graph_capture", "outside_recording")
+#: a device op stamped more than this before its own launch (ns) is clock trouble, not work
+BEFORE_LAUNCH_TOL_NS = 1_000_000
+#: a rank whose device ops reach this raw time (1 h, ns) keeps an absolute clock: an op
+#: stamped at ts ≤ 0 there is the CUPTI clock fallback, not the trace's own origin
+ABSOLUTE_CLOCK_NS = 3_600_000_000_000
+
+SEGMENT_SCHEMA = {"rank": pl.Int32, "device": pl.Int32, "bucket": pl.String, "step": pl.Int32,
+                  "start_ns": pl.Int64, "end_ns": pl.Int64}
+#: the op columns the pieces carry (for the per-step breakdown)
+PIECE_COLUMNS = ("kind", "bound", "flops")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The partition of every device's timeline.
+
+    Attributes:
+        ops: the op table with ``step`` (the step whose window holds the op's device start;
+            null outside steps) and ``bucket`` (one of :data:`BUCKETS`) set.
+        segments: :data:`SEGMENT_SCHEMA`: per (rank, device), disjoint intervals (ns, end
+            exclusive) that cover its recorded span, each labelled with its bucket and step.
+        pieces: the placed ops cut at segment ends: ``rank``, ``device``, ``bucket``,
+            ``step``, ``start_ns``, ``end_ns``, ``head`` (the piece holding the op's start:
+            one per op), and :data:`PIECE_COLUMNS`, ``launch_start_ns``.
+        captures: the capture windows (:func:`traceroof.graph_capture.windows`).
+        host_steps: the host-side step windows (rank, step, start_ns, end_ns).
+        outside: per reason (``before_recording``, ``after_recording``, ``before_launch``,
+            ``ts_zero``), the ops put in ``outside_recording``.
+    """
+
+    ops: pl.DataFrame
+    segments: pl.DataFrame
+    pieces: pl.DataFrame
+    captures: pl.DataFrame
+    host_steps: pl.DataFrame
+    outside: dict[str, int]
+
+
+def recording_windows(host: pl.DataFrame) -> dict[Any, tuple[int | None, int | None]]:
+    """Per rank, the Kineto recording window (start, end) ns: the ``Iteration Start: PyTorch
+    Profiler`` and ``Record Window End`` instants (host rows of category
+    :data:`~traceroof.step_markers.WINDOW_CAT`); None where the trace lacks one."""
+    if host.height == 0:
+        return {}
+    w = host.filter(pl.col("cat") == WINDOW_CAT)
+    out: dict[Any, tuple[int | None, int | None]] = {}
+    for (rank,), g in w.group_by(["rank"]):
+        s = g.filter(pl.col("name").str.starts_with(WINDOW_START))["start_ns"]
+        e = g.filter(pl.col("name") == WINDOW_END)["start_ns"]
+        out[rank] = (int(s.min()) if s.len() else None, int(e.max()) if e.len() else None)
+    return out
+
+
+def outside_reasons(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.Series:
+    """Why each op cannot be placed on the recorded timeline (null: it can): ``ts_zero`` (raw
+    timestamp ≤ 0 on a rank whose clock is absolute, :data:`ABSOLUTE_CLOCK_NS`: the CUPTI
+    clock fallback), ``before_launch`` (device start more than
+    :data:`BEFORE_LAUNCH_TOL_NS` before its launch), ``before_recording`` /
+    ``after_recording`` (outside the rank's :func:`recording_windows`). A String Series."""
+    win = recording_windows(host)
+    origin = pl.col("rank").replace_strict(
+        {r: meta.stats.get(f"origin_ns[{r}]", meta.origin_ns) for r in ops["rank"].unique().to_list()},
+        default=meta.origin_ns, return_dtype=pl.Int64)
+    ws = pl.col("rank").replace_strict({r: w[0] for r, w in win.items()}, default=None, return_dtype=pl.Int64)
+    we = pl.col("rank").replace_strict({r: w[1] for r, w in win.items()}, default=None, return_dtype=pl.Int64)
+    # a raw timestamp ≤ 0 is clock trouble only on a rank whose clock reads absolute time
+    # (another op at least ABSOLUTE_CLOCK_NS in): hand-written traces start at 0
+    absolute = (pl.col("start_ns").max().over("rank") + origin) >= ABSOLUTE_CLOCK_NS
+    reason = (
+        pl.when((pl.col("start_ns") + origin <= 0) & absolute).then(pl.lit("ts_zero"))
+        .when(pl.col("start_ns") < pl.col("launch_start_ns") - BEFORE_LAUNCH_TOL_NS).then(pl.lit("before_launch"))
+        .when(pl.col("start_ns") < ws).then(pl.lit("before_recording"))
+        .when(pl.col("start_ns") >= we).then(pl.lit("after_recording"))
+    )
+    return ops.select(reason.alias("outside"))["outside"]
+
+
+def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timeline:
+    """Partition every (rank, device) timeline of ``ops`` into buckets (module docstring).
+
+    ``ops``: the op table, ``step`` filled by the parser (launch attribution); ``host``: its
+    host table. Says once, in ``meta.warnings``, how many ops (and ns) went to
+    ``outside_recording``, and how much device time lay under capture windows. Never raises.
+    """
+    gpu, cpu = _device_markers(host), device_and_host_windows(host)[1]
+    caps = graph_capture.windows(host)
+    why = outside_reasons(ops, host, meta)
+    ops = ops.with_columns(why.alias("_why"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"))
+    placed = ops.filter(pl.col("_why").is_null())
+    segments = _segments(placed, gpu, cpu, caps)
+    pieces, head = _cut(placed, segments)
+    ops = ops.join(head, on="_i", how="left").with_columns(
+        pl.when(pl.col("_why").is_not_null()).then(pl.lit("outside_recording")).otherwise(pl.col("_bucket")).alias("bucket"),
+        pl.when(pl.col("_why").is_null()).then(pl.col("_step")).cast(pl.Int32).alias("step"),
+    ).sort("_i")
+    outside = {k: int(v) for k, v in ops.filter(pl.col("_why").is_not_null()).group_by("_why").len().iter_rows()}
+    _warn(ops, segments, caps, outside, meta)
+    return Timeline(ops=ops.drop("_why", "_i", "_bucket", "_step"), segments=segments, pieces=pieces,
+                    captures=caps, host_steps=cpu, outside=outside)
+
+
+def _warn(ops: pl.DataFrame, seg: pl.DataFrame, caps: pl.DataFrame, outside: dict[str, int], meta: TraceMeta) -> None:
+    """One warning for the ops outside the recording, one for capture time."""
+    if outside:
+        out = ops.filter(pl.col("_why").is_not_null())
+        meta.stats["ops_outside_recording"] = out.height
+        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(outside.items()))
+        meta.warn(f"{out.height} device ops ({int(out['dur_ns'].sum())} ns of device time) lie outside the "
+                  f"recorded timeline ({what}; ts zero = raw timestamp ≤ 0, before launch = stamped over "
+                  f"{BEFORE_LAUNCH_TOL_NS} ns before their own launch): they are counted in the "
+                  "outside_recording bucket, not in any step or idle time (accounting rule 2)")
+    cap = seg.filter(pl.col("bucket") == "graph_capture")
+    if caps.height:
+        ns = int((cap["end_ns"] - cap["start_ns"]).sum()) if cap.height else 0
+        meta.warn(f"{caps.height} graph-capture window(s) ({int(caps['launches'].sum())} launches recorded into "
+                  f"graphs, no device op by design): {ns} ns of device time under them is the graph_capture "
+                  "bucket, not idle and not a partial step")
+
+
+# --------------------------------------------------------------------------- segments
+
+
+def _device_markers(host: pl.DataFrame) -> pl.DataFrame:
+    """Device-side step markers per device: ``rank``, ``device`` (the last integer of the
+    marker's ``pid``: a Kineto device id, an XPlane ``/device:GPU:N`` plane; null when it has
+    none), ``step``, ``start_ns``, ``end_ns``; a (rank, device, step) marked twice keeps its
+    first window."""
+    m = marker_rows(host).filter(pl.col("cat") == DEVICE_MARKER_CAT)
+    return (m.with_columns(
+        pl.col("name").str.extract(STEP_MARKER + r"(\d+)").cast(pl.Int32).alias("step"),
+        pl.col("pid").str.extract(r"(\d+)\D*$").cast(pl.Int32, strict=False).alias("device"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+        .select("rank", "device", "step", "start_ns", "end_ns").sort("start_ns")
+        .unique(["rank", "device", "step"], keep="first", maintain_order=True))
+
+
+def _step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, device, step): ``s`` (where the device starts the step) and ``e`` (the end of
+    its last attributed op or marker), ns, sorted by step.
+
+    A device takes its own device-side markers (``gpu``: :func:`_device_markers`); a device
+    without markers of its own, on a rank that has some, takes the rank's (per step, the
+    earliest start and latest end over its devices); on a rank without device-side markers a
+    device takes the span of its ops attributed to each step by launch; a device with none
+    takes the span of the rank's attributed ops per step, else (no op attributed on the rank)
+    the host windows ``cpu``."""
+    devs = placed.select("rank", "device").unique()
+    by_ops = (placed.filter(pl.col("step").is_not_null()).group_by("rank", "device", "step")
+              .agg(pl.col("start_ns").min().alias("s"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("e")))
+    parts = []
+    for (rank,), d in devs.group_by(["rank"]):
+        m = gpu.filter(pl.col("rank") == rank)
+        own = m.filter(pl.col("device").is_in(d["device"].implode())).select(
+            "device", "step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e"))
+        w = d.join(own, on="device")
+        if m.height:  # devices without markers of their own take the rank's: per step, the
+            # earliest start and the latest end of its markers on any device
+            marks = m.group_by("step").agg(pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"))
+            bare = d.join(own.select("device").unique(), on="device", how="anti")
+            w = pl.concat([w, bare.join(marks, how="cross").select(w.columns)], how="vertical_relaxed")
+        if w.height:
+            w = w.join(by_ops.select("rank", "device", "step", pl.col("e").alias("_oe")),
+                       on=["rank", "device", "step"], how="left")
+            parts.append(w.with_columns(pl.max_horizontal("e", "_oe").alias("e")).drop("_oe"))
+        rest = d.join(w.select("device").unique(), on="device", how="anti")  # devices without markers
+        o = by_ops.join(rest, on=["rank", "device"], how="semi")
+        if o.height:
+            parts.append(o)
+        # a device with no op attributed to a step takes, per step, the span of the rank's
+        # attributed ops on its other devices; on a rank with none, the host windows
+        idle = rest.join(o.select("device").unique(), on="device", how="anti")
+        if idle.height:
+            r_ops = by_ops.filter(pl.col("rank") == rank)
+            spans = (r_ops.group_by("step").agg(pl.col("s").min(), pl.col("e").max()) if r_ops.height else
+                     cpu.filter(pl.col("rank") == rank).select("step", pl.col("start_ns").alias("s"),
+                                                              pl.col("end_ns").alias("e")))
+            if spans.height:
+                parts.append(idle.join(spans, how="cross"))
+    if not parts:
+        return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64, "e": pl.Int64})
+    cols = ["rank", "device", "step", "s", "e"]
+    return pl.concat([p.select(cols).cast({"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64,
+                                           "e": pl.Int64}) for p in parts]).sort("rank", "device", "step")
+
+
+def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: pl.DataFrame) -> pl.DataFrame:
+    """:data:`SEGMENT_SCHEMA` rows covering, on each device of a rank, the rank's recorded
+    span (first device-op start to last end over all its devices, widened by capture
+    windows and step windows)."""
+    starts = _step_starts(placed, gpu, cpu)
+    segmented = bool(gpu.height or cpu.height)
+    # every device of a rank covers the rank's recorded span: a process drives its devices
+    # together, so a chip that starts late was idle (or outside the steps) meanwhile
+    rank_span = placed.group_by("rank").agg(
+        pl.col("start_ns").min().alias("lo"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("hi"))
+    spans = placed.select("rank", "device").unique().join(rank_span, on="rank").select("rank", "device", "lo", "hi")
+    rows: list[tuple] = []
+    for rank, device, lo, hi in spans.sort("rank", "device").iter_rows():
+        w = starts.filter(pl.col("rank") == rank, pl.col("device") == device)
+        cap = [(s, e) for s, e in caps.filter(pl.col("rank") == rank).select("start_ns", "end_ns").iter_rows() if e > s]
+        base = _base(w, lo, hi, segmented)
+        lo = min([lo, *(s for s, _ in cap)] + [b[2] for b in base])
+        hi = max([hi, *(e for _, e in cap)] + [b[3] for b in base])
+        rows += [(rank, device, *x) for x in _carve(_close(base, lo, hi), cap)]
+    return pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
+
+
+def _base(w: pl.DataFrame, lo: int, hi: int, segmented: bool) -> list[tuple]:
+    """(bucket, step, start, end) of the step windows of one device: monotone starts, each
+    step ending where the next starts, the last at its ``e``."""
+    if w.height == 0:
+        return [] if segmented else [("step", None, lo, hi)]
+    out = []
+    run = None
+    steps = w.select("step", "s", "e").rows()
+    for i, (step, s, e) in enumerate(steps):
+        run = s if run is None else max(run, s)
+        nxt = max(run, steps[i + 1][1]) if i + 1 < len(steps) else max(run, e if e is not None else run)
+        out.append(("step", step, run, nxt))
+    return out
+
+
+def _close(base: list[tuple], lo: int, hi: int) -> list[tuple]:
+    """``base`` with the ``before_first_step`` / ``after_last_step`` segments that make it
+    cover [lo, hi) (no step window: all of it is ``before_first_step``)."""
+    if not base:
+        return [("before_first_step", None, lo, hi)]
+    out = []
+    if lo < base[0][2]:
+        out.append(("before_first_step", None, lo, base[0][2]))
+    out += base
+    if base[-1][3] < hi:
+        out.append(("after_last_step", None, base[-1][3], hi))
+    return out
+
+
+def _carve(base: list[tuple], caps: list[tuple[int, int]]) -> list[tuple]:
+    """``base`` segments with the capture intervals cut out as ``graph_capture`` segments."""
+    if not caps:
+        return base
+    cuts = sorted({p for s, e in caps for p in (s, e)} | {p for b in base for p in (b[2], b[3])})
+    merged = _merge(caps)
+    cs = [s for s, _ in merged]
+    bs = [b[2] for b in base]
+    out: list[tuple] = []
+    for a, b in zip(cuts, cuts[1:]):
+        k = bisect.bisect_right(cs, a) - 1
+        if k >= 0 and a < merged[k][1]:
+            lab: tuple = ("graph_capture", None)
+        else:
+            j = max(bisect.bisect_right(bs, a) - 1, 0)
+            lab = base[j][:2]
+        if out and out[-1][:2] == lab and out[-1][3] == a:
+            out[-1] = (*lab, out[-1][2], b)
+        else:
+            out.append((*lab, a, b))
+    # zero-length step windows (a step starting where the next starts) keep their row
+    have = {(x[0], x[1]) for x in out}
+    out += [b for b in base if b[0] == "step" and b[2] == b[3] and (b[0], b[1]) not in have]
+    return sorted(out, key=lambda x: (x[2], x[3]))
+
+
+def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def _cut(placed: pl.DataFrame, seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(pieces, head): the placed ops cut at the segment ends, and per op (``_i``) the bucket
+    and step of the segment holding its start."""
+    cols = ["_i", "rank", "device", "start_ns", "dur_ns", "launch_start_ns", *PIECE_COLUMNS]
+    parts = []
+    for (rank, device), s in seg.group_by(["rank", "device"]):
+        o = placed.filter(pl.col("rank") == rank, pl.col("device") == device).select(cols)
+        if o.height == 0:
+            continue
+        s = s.sort("start_ns", "end_ns")
+        st, en = s["start_ns"].to_numpy(), s["end_ns"].to_numpy()
+        a = o["start_ns"].to_numpy()
+        b = a + o["dur_ns"].to_numpy()
+        k0 = np.searchsorted(st, a, "right") - 1
+        k1 = np.maximum(np.searchsorted(st, np.maximum(b - 1, a), "right") - 1, k0)
+        n = k1 - k0 + 1
+        rep = np.repeat(np.arange(o.height), n)
+        k = k0[rep] + (np.arange(rep.size) - np.repeat(np.cumsum(n) - n, n))
+        ps, pe = np.maximum(a[rep], st[k]), np.minimum(b[rep], en[k])
+        keep = (k == k0[rep]) | (pe > ps)
+        rep, k, ps, pe = rep[keep], k[keep], ps[keep], pe[keep]
+        p = o.drop("start_ns", "dur_ns")[rep].with_columns(
+            pl.Series("start_ns", ps, dtype=pl.Int64), pl.Series("end_ns", np.maximum(pe, ps), dtype=pl.Int64),
+            s["bucket"][k].alias("bucket"), s["step"][k].alias("step"),
+            pl.Series("head", k == k0[rep], dtype=pl.Boolean))
+        parts.append(p)
+    if not parts:
+        empty = placed.select(cols).clear().with_columns(
+            pl.lit(None, pl.Int64).alias("end_ns"), pl.lit(None, pl.String).alias("bucket"),
+            pl.lit(None, pl.Int32).alias("step"), pl.lit(None, pl.Boolean).alias("head")).drop("dur_ns")
+        return empty, pl.DataFrame(schema={"_i": pl.Int64, "_bucket": pl.String, "_step": pl.Int32})
+    pieces = pl.concat(parts)
+    head = pieces.filter("head").select("_i", pl.col("bucket").alias("_bucket"), pl.col("step").alias("_step"))
+    return pieces.drop("_i"), head
+
+
+__all__ = ["BUCKETS", "BEFORE_LAUNCH_TOL_NS", "SEGMENT_SCHEMA", "Timeline", "recording_windows",
+           "outside_reasons", "partition", "bucket_rows", "window_rows"]
+
+
+# --------------------------------------------------------------------------- report rows
+
+
+def bucket_rows(tl: Timeline) -> list[dict[str, Any]]:
+    """Per (rank, device, bucket): ``ops`` (device ops whose start is in it), ``wall_ns``
+    (its segments' length; null for ``outside_recording``, which is off the timeline) and
+    ``busy_ns`` (union of its op pieces; for ``outside_recording`` the union of its ops).
+    Sorted by rank, device, then :data:`BUCKETS` order; only buckets with time or ops."""
+    seg = tl.segments.group_by("rank", "device", "bucket").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall"))
+    busy = iv.union_lengths(tl.pieces, {"busy": pl.lit(True)}, ["rank", "device", "bucket"]) if tl.pieces.height else None
+    busy_of = {(r, d, b): int(x) for r, d, b, x in busy.iter_rows()} if busy is not None else {}
+    out_ops = tl.ops.filter(pl.col("bucket") == "outside_recording")
+    if out_ops.height:
+        o = out_ops.select("rank", "device", pl.lit("outside_recording").alias("bucket"), "start_ns",
+                           (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+        for r, d, b, x in iv.union_lengths(o, {"busy": pl.lit(True)}, ["rank", "device", "bucket"]).iter_rows():
+            busy_of[(r, d, b)] = int(x)
+    n_ops = {(r, d, b): int(n) for r, d, b, n in tl.ops.group_by("rank", "device", "bucket").len().iter_rows()}
+    walls = {(r, d, b): int(w) for r, d, b, w in seg.iter_rows()}
+    keys = set(walls) | set(n_ops)
+    order = {b: i for i, b in enumerate(BUCKETS)}
+    return [{"rank": r, "device": d, "bucket": b, "ops": n_ops.get((r, d, b), 0),
+             "wall_ns": walls.get((r, d, b)) if b != "outside_recording" else None,
+             "busy_ns": busy_of.get((r, d, b), 0)}
+            for r, d, b in sorted(keys, key=lambda k: (k[0], -1 if k[1] is None else k[1], order.get(k[2], 99)))]
+
+
+def window_rows(tl: Timeline) -> list[dict[str, Any]]:
+    """Per (rank, device, step): the step's device window ``start_ns``, ``end_ns`` and
+    ``wall_ns`` (its length less the graph-capture time inside), ns; and per (rank, device)
+    a row with ``step`` null and bucket ``span``: the recorded span its segments cover."""
+    seg = tl.segments
+    if seg.height == 0:
+        return []
+    st = (seg.filter(pl.col("bucket") == "step").group_by("rank", "device", "step")
+          .agg(pl.col("start_ns").min(), pl.col("end_ns").max(), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall_ns"))
+          .with_columns(pl.lit("step").alias("bucket")))
+    sp = seg.group_by("rank", "device").agg(pl.col("start_ns").min(), pl.col("end_ns").max()).with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"), pl.lit(None, pl.Int32).alias("step"),
+        pl.lit("span").alias("bucket"))
+    cols = ["rank", "device", "bucket", "step", "start_ns", "end_ns", "wall_ns"]
+    return pl.concat([sp.select(cols), st.select(cols)]).sort("rank", "device", "start_ns", "bucket").to_dicts()
