@@ -250,6 +250,7 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     ops = ops.with_columns(pl.col("_tl").fill_null(False))
     ops = _tensorlist_bytes(ops, keys)
     ops = _fill_from_formulas(ops)
+    ops = _collective_costs(ops, trace.host, trace.meta.world_size)
     cov = _coverage(ops)
     ops = ops.sort("_row").drop(
         ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
@@ -339,6 +340,69 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     return ops
 
 
+def comm_annotation_bytes(host: pl.DataFrame) -> pl.DataFrame:
+    """The message bytes of each collective framework op from the ``nccl:*`` annotation
+    nested in it (:mod:`traceroof.costs.comms`): ``rank, external_id, _cb``.
+
+    The op is the ``cpu_op`` a collective kernel is linked to (``record_param_comms`` or a
+    ``c10d::`` op in PyTorch 1.x); the annotation runs inside its host interval on the same
+    (pid, thread), or is the op itself. An op holding annotations of different sizes has no
+    size (ambiguous: null, never a guess).
+    """
+    ann = host.filter(pl.col("name").str.contains(costs.COMM_ANNOTATION_RE), pl.col("input_dims").is_not_null())
+    if ann.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32, "external_id": pl.Int64, "_cb": pl.Float64})
+    # the formula runs once per distinct recorded buffer
+    uniq = ann.select("input_dims", "input_types").unique()
+    uniq = uniq.with_columns(pl.Series("_ab", [costs.message_bytes(d, t) for d, t in uniq.iter_rows()],
+                                       dtype=pl.Float64))
+    ann = ann.join(uniq, on=["input_dims", "input_types"], how="left", nulls_equal=True).select(
+        "rank", "pid", "thread", pl.col("start_ns").alias("_as"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("_ae"), "_ab")
+    is_comm = pl.col("name").str.contains(costs.COMM_ANNOTATION_RE)
+    ops = host.filter(pl.col("external_id").is_not_null(), (pl.col("cat") == "cpu_op") | is_comm).select(
+        "rank", "pid", "thread", "external_id", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("_oe"))
+    nested = ops.join(ann, on=["rank", "pid", "thread"]).filter(
+        pl.col("_as") >= pl.col("start_ns"), pl.col("_ae") <= pl.col("_oe"))
+    return nested.group_by("rank", "external_id").agg(
+        pl.when(pl.col("_ab").n_unique() == 1).then(pl.col("_ab").first()).alias("_cb"))
+
+
+def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | None) -> pl.DataFrame:
+    """Collectives: ``comm_bytes`` from the nested ``nccl:*`` annotation's shapes where the
+    trace carried no message size (:func:`comm_annotation_bytes`), and the group size, when
+    not recorded, taken as the world size (the default process group: PyTorch 1.x records
+    none). ``cost_source`` of a collective: ``shapes`` when its size came from shapes,
+    ``trace`` when the trace carried it, else as before (``name``)."""
+    coll = pl.col("kind").cast(pl.String) == "collective"
+    if ops.filter(coll).height == 0:
+        return ops
+    had = pl.col("comm_bytes").is_not_null()
+    ops = ops.join(comm_annotation_bytes(host), on=["rank", "external_id"], how="left", maintain_order="left")
+    from_shapes = coll & ~had & pl.col("_cb").is_not_null()
+    ops = ops.with_columns(
+        pl.when(from_shapes).then(pl.col("_cb")).otherwise(pl.col("comm_bytes")).alias("comm_bytes"),
+        from_shapes.alias("_cs"),
+    ).drop("_cb")
+    if world_size:
+        ops = ops.with_columns(
+            pl.when(coll & pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_null())
+            .then(pl.lit(world_size, pl.Int32)).otherwise(pl.col("group_size")).alias("group_size"))
+    sized = coll & pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_not_null()
+    return ops.with_columns(
+        pl.when(sized & pl.col("_cs")).then(pl.lit("shapes")).when(sized).then(pl.lit("trace"))
+        .otherwise(pl.col("cost_source")).alias("cost_source"),
+    ).drop("_cs")
+
+
+def _costed() -> pl.Expr:
+    """An op has a cost model: FLOPs and bytes, or, for a collective, its message bytes and
+    group size (the roofline's ``comm_ns``)."""
+    coll = pl.col("kind").cast(pl.String) == "collective"
+    return pl.when(coll).then(pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_not_null()).otherwise(
+        pl.col("flops").is_not_null() & pl.col("bytes").is_not_null())
+
+
 def _coverage(ops: pl.DataFrame) -> Coverage:
     """The :class:`Coverage` of a costed op table (before the helper columns are dropped)."""
     grp = ["rank", "external_id"]
@@ -349,14 +413,12 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     kernels = ops.filter(~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
     linked = kernels.filter(pl.col("op").is_not_null())
     cov.linked_ns = int(linked["dur_ns"].sum() or 0)
-    cov.linked_costed_ns = int(
-        linked.filter(pl.col("flops").is_not_null(), pl.col("bytes").is_not_null())["dur_ns"].sum() or 0
-    )
+    cov.linked_costed_ns = int(linked.filter(_costed())["dur_ns"].sum() or 0)
     cov.split_ops = int(
         ops.filter(pl.col("_nk") > 1).select(pl.struct(grp).n_unique()).item() if ops.height else 0
     )
     unc = (
-        ops.filter(pl.col("flops").is_null() | pl.col("bytes").is_null())
+        ops.filter(~_costed())
         .group_by(pl.coalesce("op", "name").alias("l"))
         .agg(pl.col("dur_ns").sum())
     )
