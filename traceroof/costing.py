@@ -23,6 +23,7 @@ import msgspec
 import polars as pl
 
 from . import costs
+from .costing_tbe import pair_tbe
 from .dtypes import KERNEL_TEMPLATE_DTYPES, WIDTH_DTYPE
 from .host import innermost_cpu_ops
 from .schema import KIND
@@ -37,8 +38,9 @@ _json = msgspec.json.Decoder()
 class Coverage:
     """How much device time has a cost model, by source (ns and shares).
 
-    ``uncosted_ns`` holds the device time (ns) of every op or kernel label without FLOPs or
-    bytes, so coverages of disjoint op tables (the ranks of a dataset) add up exactly
+    ``kernel_ns`` is the device time of the kernels (copies and fills excluded): the time
+    ``linked_ns`` is a part of. ``uncosted_ns`` holds the device time (ns) of every op or
+    kernel label without a cost model (``uncosted_why``: why, in a few words), so coverages of disjoint op tables (the ranks of a dataset) add up exactly
     (:meth:`merge`); ``uncosted_top`` is its largest five.
     """
 
@@ -48,6 +50,8 @@ class Coverage:
     linked_costed_ns: int = 0
     split_ops: int = 0
     uncosted_ns: dict[str, int] = field(default_factory=dict)
+    kernel_ns: int = 0
+    uncosted_why: dict[str, str] = field(default_factory=dict)
 
     def share(self, source: str) -> float:
         """Share of device time whose costs came from ``source`` (0 when there is none)."""
@@ -79,6 +83,8 @@ class Coverage:
             device_ns=int(d["device_ns"]), by_source_ns={str(k): int(v) for k, v in d["by_source_ns"].items()},
             linked_ns=int(d["linked_ns"]), linked_costed_ns=int(d["linked_costed_ns"]),
             split_ops=int(d["split_ops"]), uncosted_ns={str(k): int(v) for k, v in d["uncosted_ns"].items()},
+            kernel_ns=int(d.get("kernel_ns", 0)),
+            uncosted_why={str(k): str(v) for k, v in d.get("uncosted_why", {}).items()},
         )
 
     @classmethod
@@ -91,6 +97,9 @@ class Coverage:
             out.linked_ns += c.linked_ns
             out.linked_costed_ns += c.linked_costed_ns
             out.split_ops += c.split_ops
+            out.kernel_ns += c.kernel_ns
+            for k, v in c.uncosted_why.items():
+                out.uncosted_why.setdefault(k, v)
             for k, v in c.by_source_ns.items():
                 out.by_source_ns[k] = out.by_source_ns.get(k, 0) + v
             for k, v in c.uncosted_ns.items():
@@ -231,7 +240,8 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
 def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     """:func:`apply_costs` without stored costs: always computes them from the shapes."""
     ops = trace.ops
-    shapes, keys = shape_keys(trace.host)
+    host, _ = pair_tbe(trace.host)
+    shapes, keys = shape_keys(host)
     ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left", maintain_order="left")
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))
@@ -251,9 +261,11 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     ops = _tensorlist_bytes(ops, keys)
     ops = _fill_from_formulas(ops)
     ops = _collective_costs(ops, trace.host, trace.meta.world_size)
+    dims = keys.select("_skey", pl.col("input_dims").is_not_null().alias("_dims"))
+    ops = ops.join(dims, on="_skey", how="left", maintain_order="left")
     cov = _coverage(ops)
     ops = ops.sort("_row").drop(
-        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
+        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk", "_dims"]
     )
     return ops, cov
 
@@ -423,4 +435,23 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
         .agg(pl.col("dur_ns").sum())
     )
     cov.uncosted_ns = {str(a): int(b) for a, b in unc.iter_rows()}
+    cov.kernel_ns = int(kernels["dur_ns"].sum() or 0)
+    why = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l")).agg(
+        pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any())
+    cov.uncosted_why = {str(lbl): _why(op, kind, dims) for lbl, op, kind, dims in why.iter_rows()}
     return cov
+
+
+def _why(op: str | None, kind: str, has_dims: bool) -> str:
+    """Why an op (or kernel) label has no cost model, in a few words."""
+    if kind in ("memcpy", "memset"):
+        return "no byte count in the trace"
+    if op is None:
+        return "no framework op linked"
+    if kind == "collective":
+        return "no message size recorded"
+    if costs.formula_for(op) is None:
+        return "no cost formula for this op"
+    if not has_dims:
+        return "no shapes recorded"
+    return "its recorded shapes do not determine the cost (e.g. Tensor[] sizes not recorded)"

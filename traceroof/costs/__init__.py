@@ -19,6 +19,7 @@ from . import (
     comms,
     conv,
     elementwise,
+    fbgemm,
     matmul,
     memory,
     norm,
@@ -48,4 +49,4 @@ __all__ = [
 ]
 
 # the formula modules are imported for their registrations
-del attention, comms, conv, elementwise, matmul, memory, norm, optimizer, reduction, triton
+del attention, comms, conv, elementwise, fbgemm, matmul, memory, norm, optimizer, reduction, triton
