@@ -103,7 +103,7 @@ def test_small_fbgemm_ops_hand_arithmetic():
                       ["int", "int", "int", "", "Scalar"])
     assert c.bytes_read == (24 + 384 + 2304) * 4 and c.bytes_written == (384 + 2304) * 4
     # 979 of 951 features: a selection/repetition, the output size is not recorded
-    assert costs.cost_of("fbgemm::permute_sparse_features", [[979], [951, 1024], [13914359], []],
+    assert costs.cost_of("fbgemm::permute_2D_sparse_data", [[979], [951, 1024], [13914359], []],
                          ["int", "int", "int", ""]) is None
 
 
