@@ -102,9 +102,12 @@ def test_small_fbgemm_ops_hand_arithmetic():
     c = costs.cost_of("fbgemm::permute_2D_sparse_data", [[24], [24, 16], [2304], [], []],
                       ["int", "int", "int", "", "Scalar"])
     assert c.bytes_read == (24 + 384 + 2304) * 4 and c.bytes_written == (384 + 2304) * 4
-    # 979 of 951 features: a selection/repetition, the output size is not recorded
-    assert costs.cost_of("fbgemm::permute_2D_sparse_data", [[979], [951, 1024], [13914359], []],
-                         ["int", "int", "int", ""]) is None
+    # 979 of 951 features: a selection/repetition moves a number of indices not recorded; the
+    # lower bound reads permute and lengths, writes the [979, 1024] lengths
+    c = costs.cost_of("fbgemm::permute_sparse_features", [[979], [951, 1024], [13914359], []],
+                      ["int", "int", "int", ""])
+    assert (c.bytes_read, c.bytes_written) == ((979 + 951 * 1024) * 4, 979 * 1024 * 4)
+    assert "lower bound" in c.note
 
 
 def test_comm_message_bytes():

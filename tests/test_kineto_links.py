@@ -149,7 +149,7 @@ def _enclosing(idx, th, r):
 def _oracle(doc):
     """From one raw Kineto JSON: kernel us; kernel us whose launch some cpu_op encloses on the
     launch's thread (linked); kernel us with shapes to cost from (the innermost enclosing
-    cpu_op recorded non-empty Input Dims, or an NCCL kernel inside an ``nccl:`` annotation that
+    cpu_op recorded a tensor argument's shape and type, or an NCCL kernel inside an ``nccl:`` annotation that
     recorded its buffer); and the collectives' message bytes (that buffer: numel x itemsize)."""
     ev = doc["traceEvents"]
     rt = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"}
@@ -183,8 +183,9 @@ def _oracle(doc):
                 shaped += e["dur"]
                 (n,), (ty,) = nccl[-1]["args"]["Input Dims"], nccl[-1]["args"]["Input type"]
                 comm_bytes += int(np.prod(n)) * _ITEMSIZE[ty]
-        elif any(ops[-1]["args"].get("Input Dims") or []):
-            shaped += e["dur"]
+        elif any(ty not in ("", "Scalar", "ScalarList", "TensorList", "GenericList")
+                 for ty in ops[-1]["args"].get("Input type") or []):
+            shaped += e["dur"]  # a tensor argument recorded (a 0-dim tensor's shape is [])
     return tot, linked, shaped, comm_bytes
 
 

@@ -108,7 +108,7 @@ class Coverage:
 
 
 #: The op-table columns :func:`apply_costs` fills; the rest of the table is left as it is.
-COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source")
+COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source", "comm_bytes", "group_size")
 
 
 @functools.cache

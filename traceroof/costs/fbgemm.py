@@ -161,20 +161,25 @@ def permute_pooled(a: OpArgs) -> OpCost | None:
     return OpCost(0.0, total_bytes(ts), ts[0].nbytes, "elementwise", ts[0].dtype)
 
 
-@register_cost("fbgemm::permute_2D_sparse_data", kind="elementwise")
+@register_cost("fbgemm::permute_2D_sparse_data", "fbgemm::permute_sparse_features", kind="elementwise")
 def permute_sparse(a: OpArgs) -> OpCost | None:
-    """``permute_2D_sparse_data(permute [T'], lengths [T, B], indices [L], weights [L]?, …)``:
-    ``lengths`` rows, and each row's indices and weights, reordered by ``permute``. 0 FLOPs;
-    reads every argument tensor, writes ``lengths``, ``indices`` (and ``weights``) once.
-    Only when ``permute`` is a permutation (``T' == T``): a selection or repetition writes a
-    number of indices the trace does not record (``None``).
+    """``permute_2D_sparse_data(permute [T'], lengths [T, B], indices [L], weights [L]?, …)``
+    (``permute_sparse_features`` the same): the rows ``permute`` names of ``lengths``, and
+    each row's indices and weights, gathered into ``[T', B]`` lengths and their indices.
+    0 FLOPs.
 
-    ``fbgemm::permute_sparse_features`` (the same arguments) is left without a formula: in
-    HTA's trace_diff traces a third of its calls select 979 of 951 features, so its ranking
-    row would be partly costed, which a ranking row cannot be (accounting rule 7)."""
+    A permutation (``T' == T``) reads every argument tensor and writes ``lengths``,
+    ``indices`` (and ``weights``) once. A selection or repetition (``T' != T``) moves a
+    number of indices the trace does not record: counted is a lower bound, reading
+    ``permute`` and ``lengths`` and writing the ``[T', B]`` lengths (the note says so).
+    """
     perm, lengths, idx = a.tensor(0), a.tensor(1), a.tensor(2)
-    if perm is None or lengths is None or idx is None or lengths.ndim != 2 or perm.numel != lengths.shape[0]:
+    if perm is None or lengths is None or idx is None or lengths.ndim != 2 or perm.ndim != 1:
         return None
+    if perm.numel != lengths.shape[0]:
+        out = Tensor((perm.numel, lengths.shape[1]), lengths.dtype)
+        note = f"lower bound: {perm.numel} of {lengths.shape[0]} rows selected, indices moved not recorded"
+        return OpCost(0.0, total_bytes([perm, lengths]), out.nbytes, "elementwise", idx.dtype, note)
     w = a.tensor(3)
     w = w if w is not None and w.numel == idx.numel else None
     return OpCost(0.0, total_bytes([perm, lengths, idx, w]), total_bytes([lengths, idx, w]), "elementwise",
