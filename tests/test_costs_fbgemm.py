@@ -202,3 +202,16 @@ def test_collective_without_world_size_has_bytes_but_no_cost():
     r = ops.filter(pl.col("kind") == "collective").row(0, named=True)
     assert r["comm_bytes"] == 4000 and r["group_size"] is None
     assert r["cost_source"] != "shapes" and cov.linked_costed_ns == 0
+
+
+def test_assumed_group_size_is_said_in_a_warning():
+    from traceroof import analyze
+
+    r = analyze(_comm_trace([1000]), "h100")
+    # the one kernel is all of the device time (50 us of 50 us)
+    assert r.coverage is not None
+    w = [x for x in r.warnings if "recorded no group size" in x]
+    assert w == ["collectives (100.0% of device time) recorded no group size: their ring factor assumes "
+                 "the whole world (world size 4)"]
+    # without a world size nothing is assumed (the collective stays uncosted), and nothing said
+    assert not any("recorded no group size" in x for x in analyze(_comm_trace([1000], world_size=None), "h100").warnings)

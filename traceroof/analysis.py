@@ -304,6 +304,10 @@ def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[
                 f"{units.short(n, 60)} ({ns / 1e6:.3g} ms" + (f": {cov.uncosted_why[n]})" if n in cov.uncosted_why else ")")
                 for n, ns in cov.uncosted_top[:3])
         warnings.append(msg)
+    if cov.group_size_assumed_ns and cov.device_ns:
+        warnings.append(
+            f"collectives ({cov.group_size_assumed_ns / cov.device_ns:.1%} of device time) recorded no group size: "
+            f"their ring factor assumes the whole world (world size {meta.world_size})")
     hint = facts_for(meta.format).shapes_hint
     if hint and ops.height and not meta.record_shapes and cov.share("shapes") == 0:
         warnings.append(hint)

@@ -40,8 +40,10 @@ class Coverage:
 
     ``kernel_ns`` is the device time of the kernels (copies and fills excluded): the time
     ``linked_ns`` is a part of. ``uncosted_ns`` holds the device time (ns) of every op or
-    kernel label without a cost model (``uncosted_why``: why, in a few words), so coverages of disjoint op tables (the ranks of a dataset) add up exactly
-    (:meth:`merge`); ``uncosted_top`` is its largest five.
+    kernel label without a cost model (``uncosted_why``: why, in a few words);
+    ``group_size_assumed_ns`` the collectives' time whose group size was not recorded and is
+    taken as the world size. Coverages of disjoint op tables (the ranks of a dataset) add up
+    exactly (:meth:`merge`); ``uncosted_top`` is its largest five.
     """
 
     device_ns: int = 0
@@ -52,6 +54,7 @@ class Coverage:
     uncosted_ns: dict[str, int] = field(default_factory=dict)
     kernel_ns: int = 0
     uncosted_why: dict[str, str] = field(default_factory=dict)
+    group_size_assumed_ns: int = 0
 
     def share(self, source: str) -> float:
         """Share of device time whose costs came from ``source`` (0 when there is none)."""
@@ -83,7 +86,7 @@ class Coverage:
             device_ns=int(d["device_ns"]), by_source_ns={str(k): int(v) for k, v in d["by_source_ns"].items()},
             linked_ns=int(d["linked_ns"]), linked_costed_ns=int(d["linked_costed_ns"]),
             split_ops=int(d["split_ops"]), uncosted_ns={str(k): int(v) for k, v in d["uncosted_ns"].items()},
-            kernel_ns=int(d.get("kernel_ns", 0)),
+            kernel_ns=int(d.get("kernel_ns", 0)), group_size_assumed_ns=int(d.get("group_size_assumed_ns", 0)),
             uncosted_why={str(k): str(v) for k, v in d.get("uncosted_why", {}).items()},
         )
 
@@ -98,6 +101,7 @@ class Coverage:
             out.linked_costed_ns += c.linked_costed_ns
             out.split_ops += c.split_ops
             out.kernel_ns += c.kernel_ns
+            out.group_size_assumed_ns += c.group_size_assumed_ns
             for k, v in c.uncosted_why.items():
                 out.uncosted_why.setdefault(k, v)
             for k, v in c.by_source_ns.items():
@@ -265,7 +269,7 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     ops = ops.join(dims, on="_skey", how="left", maintain_order="left")
     cov = _coverage(ops)
     ops = ops.sort("_row").drop(
-        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk", "_dims"]
+        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk", "_dims", "_gs_assumed"]
     )
     return ops, cov
 
@@ -388,7 +392,7 @@ def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | N
     ``trace`` when the trace carried it, else as before (``name``)."""
     coll = pl.col("kind").cast(pl.String) == "collective"
     if ops.filter(coll).height == 0:
-        return ops
+        return ops.with_columns(pl.lit(False).alias("_gs_assumed"))
     had = pl.col("comm_bytes").is_not_null()
     ops = ops.join(comm_annotation_bytes(host), on=["rank", "external_id"], how="left", maintain_order="left")
     from_shapes = coll & ~had & pl.col("_cb").is_not_null()
@@ -396,10 +400,11 @@ def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | N
         pl.when(from_shapes).then(pl.col("_cb")).otherwise(pl.col("comm_bytes")).alias("comm_bytes"),
         from_shapes.alias("_cs"),
     ).drop("_cb")
+    assume = coll & pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_null() & pl.lit(bool(world_size))
+    ops = ops.with_columns(assume.alias("_gs_assumed"))
     if world_size:
         ops = ops.with_columns(
-            pl.when(coll & pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_null())
-            .then(pl.lit(world_size, pl.Int32)).otherwise(pl.col("group_size")).alias("group_size"))
+            pl.when("_gs_assumed").then(pl.lit(world_size, pl.Int32)).otherwise(pl.col("group_size")).alias("group_size"))
     sized = coll & pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_not_null()
     return ops.with_columns(
         pl.when(sized & pl.col("_cs")).then(pl.lit("shapes")).when(sized).then(pl.lit("trace"))
@@ -436,6 +441,7 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     )
     cov.uncosted_ns = {str(a): int(b) for a, b in unc.iter_rows()}
     cov.kernel_ns = int(kernels["dur_ns"].sum() or 0)
+    cov.group_size_assumed_ns = int(ops.filter(pl.col("_gs_assumed").fill_null(False))["dur_ns"].sum() or 0)
     why = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l")).agg(
         pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any())
     cov.uncosted_why = {str(lbl): _why(op, kind, dims) for lbl, op, kind, dims in why.iter_rows()}
