@@ -356,17 +356,19 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     return ops
 
 
-def comm_annotation_bytes(host: pl.DataFrame) -> pl.DataFrame:
-    """The message bytes of each collective framework op from the ``nccl:*`` annotation
-    nested in it (:mod:`traceroof.costs.comms`): ``rank, external_id, _cb``.
+def comm_annotation_bytes(host: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
+    """The message bytes of the collective framework ops ``keys`` (``rank, external_id``)
+    from the ``nccl:*`` annotation nested in each (:mod:`traceroof.costs.comms`): ``rank,
+    external_id, _cb``.
 
     The op is the ``cpu_op`` a collective kernel is linked to (``record_param_comms`` or a
-    ``c10d::`` op in PyTorch 1.x); the annotation runs inside its host interval on the same
-    (pid, thread), or is the op itself. An op holding annotations of different sizes has no
-    size (ambiguous: null, never a guess).
+    ``c10d::`` op in PyTorch 1.x; of several with its External id, the innermost, as the
+    shapes are read); the annotation runs inside its host interval on the same (pid,
+    thread). An op holding annotations of different sizes has no size (ambiguous: null,
+    never a guess).
     """
-    ann = host.filter(pl.col("name").str.contains(costs.COMM_ANNOTATION_RE), pl.col("input_dims").is_not_null())
-    if ann.height == 0:
+    ann = host.filter(pl.col("input_dims").is_not_null()).filter(pl.col("name").str.contains(costs.COMM_ANNOTATION_RE))
+    if ann.height == 0 or keys.height == 0:
         return pl.DataFrame(schema={"rank": pl.Int32, "external_id": pl.Int64, "_cb": pl.Float64})
     # the formula runs once per distinct recorded buffer
     uniq = ann.select("input_dims", "input_types").unique()
@@ -375,8 +377,9 @@ def comm_annotation_bytes(host: pl.DataFrame) -> pl.DataFrame:
     ann = ann.join(uniq, on=["input_dims", "input_types"], how="left", nulls_equal=True).select(
         "rank", "pid", "thread", pl.col("start_ns").alias("_as"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("_ae"), "_ab")
-    is_comm = pl.col("name").str.contains(costs.COMM_ANNOTATION_RE)
-    ops = host.filter(pl.col("external_id").is_not_null(), (pl.col("cat") == "cpu_op") | is_comm).select(
+    ops = host.select("rank", "pid", "thread", "external_id", "start_ns", "dur_ns")[
+        innermost_cpu_ops(host, ["rank", "external_id"])]
+    ops = ops.join(keys.unique(), on=["rank", "external_id"], how="semi").select(
         "rank", "pid", "thread", "external_id", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("_oe"))
     nested = ops.join(ann, on=["rank", "pid", "thread"]).filter(
         pl.col("_as") >= pl.col("start_ns"), pl.col("_ae") <= pl.col("_oe"))
@@ -394,7 +397,8 @@ def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | N
     if ops.filter(coll).height == 0:
         return ops.with_columns(pl.lit(False).alias("_gs_assumed"))
     had = pl.col("comm_bytes").is_not_null()
-    ops = ops.join(comm_annotation_bytes(host), on=["rank", "external_id"], how="left", maintain_order="left")
+    need = ops.filter(coll, ~had, pl.col("external_id").is_not_null()).select("rank", "external_id")
+    ops = ops.join(comm_annotation_bytes(host, need), on=["rank", "external_id"], how="left", maintain_order="left")
     from_shapes = coll & ~had & pl.col("_cb").is_not_null()
     ops = ops.with_columns(
         pl.when(from_shapes).then(pl.col("_cb")).otherwise(pl.col("comm_bytes")).alias("comm_bytes"),

@@ -55,10 +55,10 @@ def pair_tbe(host: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     Returns:
         ``(host, pairs)``.
     """
-    tbe = host.with_row_index("_h").filter(
-        pl.col("cat") == "cpu_op", pl.col("input_dims").is_not_null(),
-        pl.col("name").str.contains(FORWARD_RE) | pl.col("name").str.contains(BACKWARD_RE),
-    )
+    # the cheap tests first: the regexes run on the few fbgemm / autograd-node rows only
+    tbe = host.with_row_index("_h").filter(pl.col("cat") == "cpu_op", pl.col("input_dims").is_not_null()).filter(
+        pl.col("name").str.starts_with("fbgemm::") | pl.col("name").str.starts_with("torch::autograd::CppNode<Split"))
+    tbe = tbe.filter(pl.col("name").str.contains(FORWARD_RE) | pl.col("name").str.contains(BACKWARD_RE))
     if tbe.height == 0:
         return host, 0
     open_fwd: dict[tuple, list] = {}
