@@ -163,7 +163,7 @@ def test_backward_nodes_pair_with_their_forwards_in_reverse_order():
     assert by["bwd_of_2"]["flops"] == 200 * 16 and by["bwd_of_2"]["bytes"] == 8 * 64 * 4 + 200 * 8 + 33 * 8 + 200 * 8
     assert by["bwd_of_1"]["flops"] == 40 * 16
     assert by["bwd_alone"]["flops"] is None and by["bwd_alone"]["cost_source"] != "shapes"
-    assert cov.uncosted_why[BWD] == "its recorded shapes do not determine the cost (e.g. Tensor[] sizes not recorded)"
+    assert cov.uncosted_why[BWD] == "its recorded shapes do not fit its formula"  # unpaired
 
 
 # --------------------------------------------------------------------------- collectives
@@ -215,3 +215,21 @@ def test_assumed_group_size_is_said_in_a_warning():
                  "the whole world (world size 4)"]
     # without a world size nothing is assumed (the collective stays uncosted), and nothing said
     assert not any("recorded no group size" in x for x in analyze(_comm_trace([1000], world_size=None), "h100").warnings)
+
+
+def test_uncosted_reasons_name_what_is_missing():
+    evs = [op("aten::cat", 1, ts=0, dur=20, dims=[[], []], types=["TensorList", "Scalar"]), launch(900, ts=5),
+           kern("CatArrayBatchedCopy<float, unsigned int, 1, 128, 1>", 900, 1000, 10),
+           op("aten::nosuchop", 2, ts=30, dur=20, dims=[[4]], types=["float"]), launch(901, ts=35),
+           kern("k_nosuch", 901, 1020, 10),
+           op("aten::mm", 3, ts=60, dur=20), launch(902, ts=65), kern("gemm_noshapes", 902, 1040, 10),
+           kern("k_unlinked", 999, 1060, 10)]
+    _, cov = apply_costs(K.read_bytes(kineto(evs), path="why.json"))
+    assert cov.uncosted_why == {
+        "aten::cat": "its Tensor[] sizes are not recorded",
+        "aten::nosuchop": "no cost formula for this op",
+        "aten::mm": "no shapes recorded",
+        "k_unlinked": "no framework op linked",
+    }
+    assert cov.uncosted_ns == {k: 10_000 for k in cov.uncosted_why}  # 10 us each
+    assert cov.kernel_ns == 40_000 and cov.linked_ns == 30_000

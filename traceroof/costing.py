@@ -447,12 +447,13 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     cov.kernel_ns = int(kernels["dur_ns"].sum() or 0)
     cov.group_size_assumed_ns = int(ops.filter(pl.col("_gs_assumed").fill_null(False))["dur_ns"].sum() or 0)
     why = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l")).agg(
-        pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any())
-    cov.uncosted_why = {str(lbl): _why(op, kind, dims) for lbl, op, kind, dims in why.iter_rows()}
+        pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any(),
+        pl.col("_tl").fill_null(False).any())
+    cov.uncosted_why = {str(lbl): _why(op, kind, dims, tl) for lbl, op, kind, dims, tl in why.iter_rows()}
     return cov
 
 
-def _why(op: str | None, kind: str, has_dims: bool) -> str:
+def _why(op: str | None, kind: str, has_dims: bool, tensorlist: bool) -> str:
     """Why an op (or kernel) label has no cost model, in a few words."""
     if kind in ("memcpy", "memset"):
         return "no byte count in the trace"
@@ -464,4 +465,6 @@ def _why(op: str | None, kind: str, has_dims: bool) -> str:
         return "no cost formula for this op"
     if not has_dims:
         return "no shapes recorded"
-    return "its recorded shapes do not determine the cost (e.g. Tensor[] sizes not recorded)"
+    if tensorlist:
+        return "its Tensor[] sizes are not recorded"
+    return "its recorded shapes do not fit its formula"
