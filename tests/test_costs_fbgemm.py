@@ -233,3 +233,17 @@ def test_uncosted_reasons_name_what_is_missing():
     }
     assert cov.uncosted_ns == {k: 10_000 for k in cov.uncosted_why}  # 10 us each
     assert cov.kernel_ns == 40_000 and cov.linked_ns == 30_000
+
+
+def test_tbe_kernels_are_kind_other_so_no_fusion_chain_takes_them():
+    # the backward's kernels carry elementwise-looking names (linearize_index_kernel); the op is
+    # a sort-and-scatter no elementwise fusion applies to
+    f1 = split_args(40, 8, 1, weighted=False)
+    evs = [op(SPLIT, 1, ts=0, dur=20, dims=f1[0], types=f1[1]), launch(900, ts=5),
+           kern("void split_embedding_codegen_forward_unweighted_kernel<float>", 900, 1000, 10),
+           op(BWD, 2, ts=100, dur=20, tid=2, dims=[[8, 16]], types=["float"]), launch(901, ts=105, tid=2),
+           kern("void linearize_index_kernel<long>", 901, 1020, 10)]
+    ops, _ = apply_costs(K.read_bytes(kineto(evs), path="kind.json"))
+    assert ops["kind"].cast(pl.String).to_list() == ["other", "other"]
+    assert ops["cost_source"].to_list() == ["shapes", "shapes"]
+    assert costs.kind_of_kernel("void linearize_index_kernel<long>") == "elementwise"  # what the name alone says

@@ -330,7 +330,9 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     new_kind = (
         pl.when(cur_kind != "other")  # the parser's kind (copies, collectives, HLO categories)
         .then(cur_kind)
-        .when(pl.col("_kind").is_not_null() & (pl.col("_kind") != "other"))
+        # the formula's kind; a costed formula's "other" too (an FBGEMM lookup is no elementwise
+        # op, whatever its kernels' names say)
+        .when(pl.col("_kind").is_not_null() & ((pl.col("_kind") != "other") | has_shape_cost))
         .then(pl.col("_kind"))
         .otherwise(kernel_kind)
     )

@@ -21,6 +21,10 @@ argument: PyTorch 1.x traces do not record it (no ``Concrete Inputs``), so
 
 The per-table dims are not recorded, so a looked-up row is ``D̄ = total_D / T`` wide: exact
 when the tables share one dim (DLRM's common embedding dim), the mean otherwise.
+
+The lookups and their backward are kind ``other``, not ``elementwise``: a gather-reduce and
+a sort-and-scatter that no elementwise fusion (torch.compile, XLA) can fuse, so the
+unfused-elementwise detector must not chain their kernels.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def tbe_lookup_shape(a: OpArgs, split: bool, base: int = 0) -> dict | None:
 
 
 @register_cost("fbgemm::split_embedding_codegen_lookup_*", "fbgemm::dense_embedding_codegen_lookup_function",
-               kind="elementwise")
+               kind="other")
 def tbe_forward(a: OpArgs) -> OpCost | None:
     """Pooled TBE forward (sum pooling): each of the ``L`` looked-up rows (``D̄`` wide) is
     read once and added into its bag's output; weighted lookups multiply it by its
@@ -90,10 +94,10 @@ def tbe_forward(a: OpArgs) -> OpCost | None:
     out = Tensor((s["B"], s["total_D"]), w.dtype).nbytes
     flops = (2.0 if s["indice_weights"] is not None else 1.0) * s["L"] * d_mean
     note = f"T={s['T']} tables, B={s['B']}, L={s['L']} rows of mean D={d_mean:g}"
-    return OpCost(flops, reads + row_bytes, out, "elementwise", w.dtype, note)
+    return OpCost(flops, reads + row_bytes, out, "other", w.dtype, note)
 
 
-@register_cost("torch::autograd::CppNode<SplitLookupFunction_*", kind="elementwise")
+@register_cost("torch::autograd::CppNode<SplitLookupFunction_*", kind="other")
 def tbe_backward(a: OpArgs) -> OpCost | None:
     """Backward of a pooled TBE lookup (``SplitLookupFunction_{optimizer}_Op``, run with the
     fused optimizer update), from its arguments as :mod:`traceroof.costing_tbe` pairs them:
@@ -121,7 +125,7 @@ def tbe_backward(a: OpArgs) -> OpCost | None:
     written = float(s["L"] * 8)
     flops = (2.0 if s["indice_weights"] is not None else 1.0) * s["L"] * d_mean
     note = f"lower bound: T={s['T']}, B={s['B']}, L={s['L']}, mean D={d_mean:g}; row updates not counted"
-    return OpCost(flops, reads, written, "elementwise", g.dtype, note)
+    return OpCost(flops, reads, written, "other", g.dtype, note)
 
 
 @register_cost("fbgemm::bounds_check_indices", kind="elementwise")
