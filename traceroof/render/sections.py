@@ -48,7 +48,7 @@ def header(report: Report) -> list[tuple[str, str]]:
         ts = c.trace_says
         rows.append(("trace says", f"{ts.device}: {units.flops_per_s(ts.peak_flops_per_s)}, {units.bytes_per_s(ts.peak_hbm_bytes_per_s)}"))
     cov_line = (
-        f"{units.pct(cov.costed_share)} of device time costed (FLOPs and bytes; collectives: message size) "
+        f"{units.pct(cov.costed_share)} of device time costed: FLOPs and bytes, or a collective's message size "
         f"({units.pct(cov.shapes_share)} from shapes, {units.pct(cov.trace_share)} from the trace)"
     )
     if cov.linked_device_time_ns and cov.linked_device_time_ns != t.device_time_ns:
