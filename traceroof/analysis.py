@@ -307,6 +307,7 @@ def describe_coverage(cov: Coverage) -> CoverageInfo:
         device_time_ns=cov.device_ns, by_source_ns=dict(sorted(cov.by_source_ns.items())),
         costed_share=cov.costed_share, shapes_share=cov.share("shapes"), trace_share=cov.share("trace"),
         linked_device_time_ns=cov.linked_ns, linked_costed_share=cov.linked_costed_share,
+        kernel_time_ns=cov.kernel_ns,
         split_ops=cov.split_ops, uncosted_top=cov.uncosted_top,
     )
 
@@ -332,8 +333,14 @@ def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[
         unk = 1.0 - cov.costed_share
         msg = f"{unk:.0%} of device time has no cost model (no FLOPs/bytes)"
         if cov.uncosted_top:
-            msg += "; largest: " + ", ".join(f"{units.short(n, 60)} ({ns / 1e6:.3g} ms)" for n, ns in cov.uncosted_top[:3])
+            msg += "; largest: " + ", ".join(
+                f"{units.short(n, 60)} ({ns / 1e6:.3g} ms" + (f": {cov.uncosted_why[n]})" if n in cov.uncosted_why else ")")
+                for n, ns in cov.uncosted_top[:3])
         warnings.append(msg)
+    if cov.group_size_assumed_ns and cov.device_ns:
+        warnings.append(
+            f"collectives ({cov.group_size_assumed_ns / cov.device_ns:.1%} of device time) recorded no group size: "
+            f"their ring factor assumes the whole world (world size {meta.world_size})")
     hint = facts_for(meta.format).shapes_hint
     if hint and ops.height and not meta.record_shapes and cov.share("shapes") == 0:
         warnings.append(hint)

@@ -30,7 +30,8 @@ original table, so the exact row order and dtypes are restored: the round trip i
 every column and on the metadata.
 
 The op parts also hold the op's costs (``__cost_kind``, ``__cost_dtype``, ``__cost_flops``,
-``__cost_bytes``, ``__cost_cost_source``: :data:`traceroof.costing.COST_COLUMNS` as
+``__cost_bytes``, ``__cost_cost_source``, ``__cost_comm_bytes``, ``__cost_group_size``:
+:data:`traceroof.costing.COST_COLUMNS` as
 :func:`traceroof.costing.apply_costs` fills them), and the manifest or fragment a ``costs``
 entry (the cost model's identifier and the :class:`~traceroof.costing.Coverage`). They are
 chip-independent, so they are computed once at ingest; the trace read back carries them in

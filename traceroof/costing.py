@@ -23,6 +23,7 @@ import msgspec
 import polars as pl
 
 from . import costs
+from .costing_tbe import pair_tbe
 from .dtypes import KERNEL_TEMPLATE_DTYPES, WIDTH_DTYPE
 from .host import innermost_cpu_ops
 from .schema import KIND
@@ -37,9 +38,12 @@ _json = msgspec.json.Decoder()
 class Coverage:
     """How much device time has a cost model, by source (ns and shares).
 
-    ``uncosted_ns`` holds the device time (ns) of every op or kernel label without FLOPs or
-    bytes, so coverages of disjoint op tables (the ranks of a dataset) add up exactly
-    (:meth:`merge`); ``uncosted_top`` is its largest five.
+    ``kernel_ns`` is the device time of the kernels (copies and fills excluded): the time
+    ``linked_ns`` is a part of. ``uncosted_ns`` holds the device time (ns) of every op or
+    kernel label without a cost model (``uncosted_why``: why, in a few words);
+    ``group_size_assumed_ns`` the collectives' time whose group size was not recorded and is
+    taken as the world size. Coverages of disjoint op tables (the ranks of a dataset) add up
+    exactly (:meth:`merge`); ``uncosted_top`` is its largest five.
     """
 
     device_ns: int = 0
@@ -48,6 +52,9 @@ class Coverage:
     linked_costed_ns: int = 0
     split_ops: int = 0
     uncosted_ns: dict[str, int] = field(default_factory=dict)
+    kernel_ns: int = 0
+    uncosted_why: dict[str, str] = field(default_factory=dict)
+    group_size_assumed_ns: int = 0
 
     def share(self, source: str) -> float:
         """Share of device time whose costs came from ``source`` (0 when there is none)."""
@@ -79,6 +86,8 @@ class Coverage:
             device_ns=int(d["device_ns"]), by_source_ns={str(k): int(v) for k, v in d["by_source_ns"].items()},
             linked_ns=int(d["linked_ns"]), linked_costed_ns=int(d["linked_costed_ns"]),
             split_ops=int(d["split_ops"]), uncosted_ns={str(k): int(v) for k, v in d["uncosted_ns"].items()},
+            kernel_ns=int(d.get("kernel_ns", 0)), group_size_assumed_ns=int(d.get("group_size_assumed_ns", 0)),
+            uncosted_why={str(k): str(v) for k, v in d.get("uncosted_why", {}).items()},
         )
 
     @classmethod
@@ -91,6 +100,10 @@ class Coverage:
             out.linked_ns += c.linked_ns
             out.linked_costed_ns += c.linked_costed_ns
             out.split_ops += c.split_ops
+            out.kernel_ns += c.kernel_ns
+            out.group_size_assumed_ns += c.group_size_assumed_ns
+            for k, v in c.uncosted_why.items():
+                out.uncosted_why.setdefault(k, v)
             for k, v in c.by_source_ns.items():
                 out.by_source_ns[k] = out.by_source_ns.get(k, 0) + v
             for k, v in c.uncosted_ns.items():
@@ -99,7 +112,7 @@ class Coverage:
 
 
 #: The op-table columns :func:`apply_costs` fills; the rest of the table is left as it is.
-COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source")
+COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source", "comm_bytes", "group_size")
 
 
 @functools.cache
@@ -231,7 +244,8 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
 def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     """:func:`apply_costs` without stored costs: always computes them from the shapes."""
     ops = trace.ops
-    shapes, keys = shape_keys(trace.host)
+    host, _ = pair_tbe(trace.host)
+    shapes, keys = shape_keys(host)
     ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left", maintain_order="left")
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))
@@ -250,9 +264,12 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     ops = ops.with_columns(pl.col("_tl").fill_null(False))
     ops = _tensorlist_bytes(ops, keys)
     ops = _fill_from_formulas(ops)
+    ops = _collective_costs(ops, trace.host, trace.meta.world_size)
+    dims = keys.select("_skey", pl.col("input_dims").is_not_null().alias("_dims"))
+    ops = ops.join(dims, on="_skey", how="left", maintain_order="left")
     cov = _coverage(ops)
     ops = ops.sort("_row").drop(
-        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk"]
+        ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk", "_dims", "_gs_assumed"]
     )
     return ops, cov
 
@@ -313,7 +330,9 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     new_kind = (
         pl.when(cur_kind != "other")  # the parser's kind (copies, collectives, HLO categories)
         .then(cur_kind)
-        .when(pl.col("_kind").is_not_null() & (pl.col("_kind") != "other"))
+        # the formula's kind; a costed formula's "other" too (an FBGEMM lookup is no elementwise
+        # op, whatever its kernels' names say)
+        .when(pl.col("_kind").is_not_null() & ((pl.col("_kind") != "other") | has_shape_cost))
         .then(pl.col("_kind"))
         .otherwise(kernel_kind)
     )
@@ -339,6 +358,74 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     return ops
 
 
+def comm_annotation_bytes(host: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
+    """The message bytes of the collective framework ops ``keys`` (``rank, external_id``)
+    from the ``nccl:*`` annotation nested in each (:mod:`traceroof.costs.comms`): ``rank,
+    external_id, _cb``.
+
+    The op is the ``cpu_op`` a collective kernel is linked to (``record_param_comms`` or a
+    ``c10d::`` op in PyTorch 1.x; of several with its External id, the innermost, as the
+    shapes are read); the annotation runs inside its host interval on the same (pid,
+    thread). An op holding annotations of different sizes has no size (ambiguous: null,
+    never a guess).
+    """
+    ann = host.filter(pl.col("input_dims").is_not_null()).filter(pl.col("name").str.contains(costs.COMM_ANNOTATION_RE))
+    if ann.height == 0 or keys.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32, "external_id": pl.Int64, "_cb": pl.Float64})
+    # the formula runs once per distinct recorded buffer
+    uniq = ann.select("input_dims", "input_types").unique()
+    uniq = uniq.with_columns(pl.Series("_ab", [costs.message_bytes(d, t) for d, t in uniq.iter_rows()],
+                                       dtype=pl.Float64))
+    ann = ann.join(uniq, on=["input_dims", "input_types"], how="left", nulls_equal=True).select(
+        "rank", "pid", "thread", pl.col("start_ns").alias("_as"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("_ae"), "_ab")
+    ops = host.select("rank", "pid", "thread", "external_id", "start_ns", "dur_ns")[
+        innermost_cpu_ops(host, ["rank", "external_id"])]
+    ops = ops.join(keys.unique(), on=["rank", "external_id"], how="semi").select(
+        "rank", "pid", "thread", "external_id", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("_oe"))
+    nested = ops.join(ann, on=["rank", "pid", "thread"]).filter(
+        pl.col("_as") >= pl.col("start_ns"), pl.col("_ae") <= pl.col("_oe"))
+    return nested.group_by("rank", "external_id").agg(
+        pl.when(pl.col("_ab").n_unique() == 1).then(pl.col("_ab").first()).alias("_cb"))
+
+
+def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | None) -> pl.DataFrame:
+    """Collectives: ``comm_bytes`` from the nested ``nccl:*`` annotation's shapes where the
+    trace carried no message size (:func:`comm_annotation_bytes`), and the group size, when
+    not recorded, taken as the world size (the default process group: PyTorch 1.x records
+    none). ``cost_source`` of a collective: ``shapes`` when its size came from shapes,
+    ``trace`` when the trace carried it, else as before (``name``)."""
+    coll = pl.col("kind").cast(pl.String) == "collective"
+    if ops.filter(coll).height == 0:
+        return ops.with_columns(pl.lit(False).alias("_gs_assumed"))
+    had = pl.col("comm_bytes").is_not_null()
+    need = ops.filter(coll, ~had, pl.col("external_id").is_not_null()).select("rank", "external_id")
+    ops = ops.join(comm_annotation_bytes(host, need), on=["rank", "external_id"], how="left", maintain_order="left")
+    from_shapes = coll & ~had & pl.col("_cb").is_not_null()
+    ops = ops.with_columns(
+        pl.when(from_shapes).then(pl.col("_cb")).otherwise(pl.col("comm_bytes")).alias("comm_bytes"),
+        from_shapes.alias("_cs"),
+    ).drop("_cb")
+    assume = coll & pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_null() & pl.lit(bool(world_size))
+    ops = ops.with_columns(assume.alias("_gs_assumed"))
+    if world_size:
+        ops = ops.with_columns(
+            pl.when("_gs_assumed").then(pl.lit(world_size, pl.Int32)).otherwise(pl.col("group_size")).alias("group_size"))
+    sized = coll & pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_not_null()
+    return ops.with_columns(
+        pl.when(sized & pl.col("_cs")).then(pl.lit("shapes")).when(sized).then(pl.lit("trace"))
+        .otherwise(pl.col("cost_source")).alias("cost_source"),
+    ).drop("_cs")
+
+
+def _costed() -> pl.Expr:
+    """An op has a cost model: FLOPs and bytes, or, for a collective, its message bytes and
+    group size (the roofline's ``comm_ns``)."""
+    coll = pl.col("kind").cast(pl.String) == "collective"
+    return pl.when(coll).then(pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_not_null()).otherwise(
+        pl.col("flops").is_not_null() & pl.col("bytes").is_not_null())
+
+
 def _coverage(ops: pl.DataFrame) -> Coverage:
     """The :class:`Coverage` of a costed op table (before the helper columns are dropped)."""
     grp = ["rank", "external_id"]
@@ -349,16 +436,37 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     kernels = ops.filter(~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
     linked = kernels.filter(pl.col("op").is_not_null())
     cov.linked_ns = int(linked["dur_ns"].sum() or 0)
-    cov.linked_costed_ns = int(
-        linked.filter(pl.col("flops").is_not_null(), pl.col("bytes").is_not_null())["dur_ns"].sum() or 0
-    )
+    cov.linked_costed_ns = int(linked.filter(_costed())["dur_ns"].sum() or 0)
     cov.split_ops = int(
         ops.filter(pl.col("_nk") > 1).select(pl.struct(grp).n_unique()).item() if ops.height else 0
     )
     unc = (
-        ops.filter(pl.col("flops").is_null() | pl.col("bytes").is_null())
+        ops.filter(~_costed())
         .group_by(pl.coalesce("op", "name").alias("l"))
         .agg(pl.col("dur_ns").sum())
     )
     cov.uncosted_ns = {str(a): int(b) for a, b in unc.iter_rows()}
+    cov.kernel_ns = int(kernels["dur_ns"].sum() or 0)
+    cov.group_size_assumed_ns = int(ops.filter(pl.col("_gs_assumed").fill_null(False))["dur_ns"].sum() or 0)
+    why = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l")).agg(
+        pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any(),
+        pl.col("_tl").fill_null(False).any())
+    cov.uncosted_why = {str(lbl): _why(op, kind, dims, tl) for lbl, op, kind, dims, tl in why.iter_rows()}
     return cov
+
+
+def _why(op: str | None, kind: str, has_dims: bool, tensorlist: bool) -> str:
+    """Why an op (or kernel) label has no cost model, in a few words."""
+    if kind in ("memcpy", "memset"):
+        return "no byte count in the trace"
+    if op is None:
+        return "no framework op linked"
+    if kind == "collective":
+        return "no message size recorded"
+    if costs.formula_for(op) is None:
+        return "no cost formula for this op"
+    if not has_dims:
+        return "no shapes recorded"
+    if tensorlist:
+        return "its Tensor[] sizes are not recorded"
+    return "its recorded shapes do not fit its formula"

@@ -16,8 +16,10 @@ from __future__ import annotations
 from ..dtypes import itemsize
 from . import (
     attention,
+    comms,
     conv,
     elementwise,
+    fbgemm,
     matmul,
     memory,
     norm,
@@ -26,10 +28,12 @@ from . import (
     triton,
 )
 from .args import OpArgs, Tensor, dtype_of
+from .comms import COMM_ANNOTATION_RE, message_bytes
 from .kinds import kind_of_kernel, kind_of_op
 from .registry import OpCost, cost_of, formula_for, register_cost, registered_ops
 
 __all__ = [
+    "COMM_ANNOTATION_RE",
     "OpArgs",
     "OpCost",
     "Tensor",
@@ -39,9 +43,10 @@ __all__ = [
     "itemsize",
     "kind_of_kernel",
     "kind_of_op",
+    "message_bytes",
     "register_cost",
     "registered_ops",
 ]
 
 # the formula modules are imported for their registrations
-del attention, conv, elementwise, matmul, memory, norm, optimizer, reduction, triton
+del attention, comms, conv, elementwise, fbgemm, matmul, memory, norm, optimizer, reduction, triton

@@ -53,12 +53,16 @@ def header(report: Report) -> list[tuple[str, str]]:
         ts = c.trace_says
         rows.append(("trace says", f"{ts.device}: {units.flops_per_s(ts.peak_flops_per_s)}, {units.bytes_per_s(ts.peak_hbm_bytes_per_s)}"))
     cov_line = (
-        f"{units.pct(cov.costed_share)} of device time has FLOPs and bytes "
+        f"{units.pct(cov.costed_share)} of device time costed: FLOPs and bytes, or a collective's message size "
         f"({units.pct(cov.shapes_share)} from shapes, {units.pct(cov.trace_share)} from the trace)"
     )
     if cov.linked_device_time_ns and cov.linked_device_time_ns != t.device_time_ns:
-        linked_share = cov.linked_device_time_ns / cov.device_time_ns if cov.device_time_ns else 0.0
-        cov_line += (f"; {units.pct(linked_share)} of device time is kernels linked to a framework op, "
+        # the linked time is kernel time: its share is of the kernels (copies and fills are
+        # never linked), said with the kernel time it is a share of
+        kern_ns = cov.kernel_time_ns or cov.device_time_ns
+        linked_share = cov.linked_device_time_ns / kern_ns if kern_ns else 0.0
+        whose = f"kernel time ({units.ns(kern_ns)})" if cov.kernel_time_ns else "device time"
+        cov_line += (f"; {units.pct(linked_share)} of {whose} linked to a framework op, "
                      f"{units.pct(cov.linked_costed_share)} of that linked time costed")
     rows.append(("cost coverage", cov_line))
     return rows
