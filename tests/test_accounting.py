@@ -225,19 +225,8 @@ def test_stage_declared():
 # --------------------------------------------------------------------------- every trace today
 
 #: the traces that break a rule today, and how often (rule → violations). Every other input
-#: gives zero. Each is a fault the issue names or one the check found:
-KNOWN = {
-    # two convolution_backward ops at 100.5 % of their roof: under the 105 % inconsistency
-    # tolerance, so shown as an efficiency above 1
-    "HolisticTraceAnalysis/tests/data/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz": {4: 1},
-    # PyTorch 1.x traces, costed from shapes since their links are read by nesting: ops at
-    # 100-105 % of their roof (under the inconsistency tolerance, shown above 1)
-    "HolisticTraceAnalysis/tests/data/trace_diff/control/control.json.gz": {4: 5},
-    "HolisticTraceAnalysis/tests/data/trace_filter/sampled_rank-0.json.gz": {4: 1},
-    "HolisticTraceAnalysis/tests/data/trace_filter/sampled_rank-1.json.gz": {4: 1},
-    # the summary roofline efficiency is 1.072: Σ expected > Σ measured over the 3 % costed
-    "TraceLens/tests/traces/inference/vllm_decode_full/graph_execution.json.gz": {4: 1},
-}
+#: gives zero; the table is empty, and a violation that comes back fails here by name.
+KNOWN: dict[str, dict[int, int]] = {}
 
 
 #: real files that are not traces (xprof's tool outputs, a deliberately mangled XSpace): they

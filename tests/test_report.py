@@ -95,10 +95,11 @@ def test_the_walk_test_fails_when_a_stage_is_skipped(monkeypatch):
 
 def test_hfu_and_mfu_come_from_the_mfu_module(monkeypatch):
     from traceroof import mfu as mfu_mod
+    from traceroof import utilization
 
     seen: list[str] = []
-    monkeypatch.setattr(analysis, "hfu", lambda *a, **k: (seen.append("hfu"), mfu_mod.hfu(*a, **k))[1])
-    monkeypatch.setattr(analysis, "mfu", lambda *a, **k: (seen.append("mfu"), mfu_mod.mfu(*a, **k))[1])
+    monkeypatch.setattr(utilization, "hfu", lambda *a, **k: (seen.append("hfu"), mfu_mod.hfu(*a, **k))[1])
+    monkeypatch.setattr(utilization, "mfu", lambda *a, **k: (seen.append("mfu"), mfu_mod.mfu(*a, **k))[1])
     r = analysis.analyze(read_trace(EXAMPLE), "h100", model_flops_per_step=1e12)
     assert seen == ["hfu", "mfu"]
     s = r.summary

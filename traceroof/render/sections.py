@@ -266,8 +266,8 @@ def ranking_rows(report: Report, top: int) -> list[list[str]]:
 
 
 def _efficiency(v: Any) -> str:
-    """Efficiency as a percentage; above the 105 % tolerance it is not a result (see the
-    inconsistencies section), so it is never printed as one."""
+    """Efficiency as a percentage; above 100 % it is not a result (an inconsistency: see that
+    section, accounting rule 4), so it is never printed as one."""
     from ..roofline import ABOVE_ROOF_TOLERANCE
 
     if v is not None and v > ABOVE_ROOF_TOLERANCE:
@@ -293,13 +293,26 @@ def findings_rows(report: Report, top: int) -> list[list[str]]:
     return out
 
 
+#: ops-above-roof labels printed before the rest are counted in one line
+INCONSISTENT_OPS_SHOWN = 10
+
+
 def inconsistency_lines(report: Report) -> list[str]:
+    """One line per inconsistency; of the ops above their roof, the first
+    :data:`INCONSISTENT_OPS_SHOWN` labels, then one line counting the rest (the JSON has all)."""
     lines = []
+    ops = [i for i in report.inconsistencies if i.op is not None]
     for i in report.inconsistencies:
         what = i.what
         if i.op is not None:
+            if ops.index(i) >= INCONSISTENT_OPS_SHOWN:
+                continue
             what += f": {units.short(i.op, 60)} ×{i.count} (up to {units.pct(i.max_efficiency)} of roofline)"
         lines.append(what + " — suspects: " + "; ".join(i.suspects))
+    rest = ops[INCONSISTENT_OPS_SHOWN:]
+    if rest:
+        lines.append(f"{units.plural(len(rest), 'more op label')} above their roof "
+                     f"({units.plural(sum(i.count or 0 for i in rest), 'op')}); --format json lists them all")
     return lines
 
 
