@@ -240,3 +240,46 @@ def test_a_key_without_a_field_is_refused_where_it_would_be_dropped():
     # a summary's flattened groups are known keys
     d = _example_dict()["summary"]
     assert section_from_dict(Summary, d, strict=True).to_dict() == d
+
+
+# ----------------------------------------------------------------------------- version 1
+
+def _as_version_1(d: dict) -> dict:
+    """A report dict written as version 1 wrote it: a ranking row's ``measured_ns`` was
+    every op's time (version 2's ``total_ns``), with no ``total_ns`` or ``costed``."""
+    old = copy.deepcopy(d)
+    old["schema_version"] = 1
+    for r in old["ranking"]:
+        r["measured_ns"] = r.pop("total_ns")
+        r.pop("costed")
+    return old
+
+
+def test_version_1_reports_are_upgraded_as_read(tmp_path):
+    # tw003 has a partly costed row (__amd_rocclr_copyBuffer.kd: 12 of 24 ops costed), whose
+    # version-2 measured time (the costed ops') version 1 did not store: it is expected /
+    # efficiency (version 1's efficiency was expected / costed ops' time)
+    r = analysis.load_report(real("TraceLens", "tests", "traces", "mi300", "jax08_gemm", "tw003.xplane.pb"), jobs=1)
+    d = r.to_dict()
+    partly = [x for x in d["ranking"] if x["costed_count"] and x["costed_count"] < x["count"]]
+    assert partly, "the fixture must hold a partly costed row"
+    back = Report.from_dict(_as_version_1(d), source="v1.json")
+    assert back.schema_version == 2
+    for want, got in zip(d["ranking"], back.ranking.to_dicts()):
+        for k in ("total_ns", "measured_ns", "costed"):
+            assert got[k] == pytest.approx(want[k], rel=1e-9), (want["label"], k)
+    # a gate baseline saved by version 1 still gates
+    base = tmp_path / "v1.json"
+    base.write_text(json.dumps(_as_version_1(d)))
+    cur = tmp_path / "cur.json"
+    cur.write_text(json.dumps(d))
+    from click.testing import CliRunner
+
+    from traceroof.cli import cli
+
+    res = CliRunner().invoke(cli, ["gate", str(cur), "--baseline", str(base), "--max-step-time-increase", "0.01"])
+    assert res.exit_code == 0, res.output
+    # a version this traceroof does not know is still refused, naming what it reads
+    d3 = dict(d, schema_version=3)
+    with pytest.raises(TraceroofError, match="reads versions 1, 2"):
+        Report.from_dict(d3, source="v3.json")

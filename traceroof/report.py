@@ -33,6 +33,34 @@ from .sections import (
 #: 2: a ranking row's ``measured_ns`` covers only its costed ops (accounting rule 7); ``total_ns``
 #: and ``costed`` added
 SCHEMA_VERSION = 2
+#: the older versions :meth:`Report.from_dict` upgrades as it reads them
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
+
+
+def upgrade_v1_ranking(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Version-1 ranking rows in version 2's meaning (accounting rule 7).
+
+    In version 1 a row's ``measured_ns`` was every op's time while ``expected_ns``,
+    ``gap_ns`` and ``efficiency`` covered only the costed ops (``efficiency`` = expected /
+    costed ops' time). Version 2: ``total_ns`` is every op's time, ``measured_ns`` the costed
+    ops' (= expected / efficiency, exact up to float rounding; null when the row has no costed
+    op) and ``costed`` = measured / total.
+    """
+    out = []
+    for r in rows:
+        r = dict(r)
+        total = r.get("measured_ns")
+        exp, eff = r.get("expected_ns"), r.get("efficiency")
+        if r.get("costed_count") and r.get("costed_count") == r.get("count"):
+            measured = total
+        elif exp is not None and eff:
+            measured = exp / eff
+        else:
+            measured = None
+        r["total_ns"], r["measured_ns"] = total, measured
+        r["costed"] = measured / total if measured is not None and total else None
+        out.append(r)
+    return out
 
 
 @dataclass
@@ -118,10 +146,14 @@ class Report:
             ReportVersionError: unknown ``schema_version``.
         """
         v = d.get("schema_version")
-        if v != SCHEMA_VERSION:
+        if v not in READABLE_VERSIONS:
             raise ReportVersionError(
-                f"{source}: report schema_version {v!r}; this traceroof reads version {SCHEMA_VERSION}"
+                f"{source}: report schema_version {v!r}; this traceroof reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
+        if v == 1:  # upgraded as read (the sections of version 2 only added keys)
+            d = {**d, "ranking": upgrade_v1_ranking(d.get("ranking") or [])}
+            v = SCHEMA_VERSION
         ops = pl.DataFrame(d["ops"]) if d.get("ops") else None
         if ops is not None:
             from .schema import KIND
