@@ -30,8 +30,8 @@ def complete_steps(steps: pl.DataFrame) -> pl.DataFrame:
     return full if full.height else steps
 
 
-def per_device(device_steps: pl.DataFrame, steps: pl.DataFrame,
-               peak_flops_per_s: float | None) -> list[DeviceStats] | None:
+def per_device(device_steps: pl.DataFrame, steps: pl.DataFrame, peak_flops_per_s: float | None,
+               devices: pl.DataFrame | None = None) -> list[DeviceStats] | None:
     """One :class:`~traceroof.sections.DeviceStats` per (rank, device) of the ranks whose
     steps run on more than one device, rank then device order; None when every rank drives
     one device (its numbers are the summary's).
@@ -42,6 +42,8 @@ def per_device(device_steps: pl.DataFrame, steps: pl.DataFrame,
         steps: the step table (``rank``, ``step``, ``partial``); its complete rows
             (:func:`complete_steps`) are averaged.
         peak_flops_per_s: dense peak of one device (FLOP/s) for the HFU, None when unknown.
+        devices: every (``rank``, ``device``) with device ops (default: those of
+            ``device_steps``), so a device that took part in no step still gets its row.
 
     Each device is averaged over the complete steps it has a window in (its own window: a
     device idle through a step is idle there, not left out); a device of a multi-device rank
@@ -53,7 +55,7 @@ def per_device(device_steps: pl.DataFrame, steps: pl.DataFrame,
     """
     if device_steps.height == 0 or steps.height == 0:
         return None
-    devs = device_steps.select("rank", "device").unique()
+    devs = (devices if devices is not None else device_steps).select("rank", "device").unique()
     multi = devs.group_by("rank").len().filter(pl.col("len") > 1)["rank"]
     if multi.len() == 0:
         return None

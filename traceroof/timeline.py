@@ -190,10 +190,11 @@ def _step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> 
 
     A device takes its own device-side markers (``gpu``: :func:`_device_markers`); a device
     without markers of its own, on a rank that has some, takes the rank's (per step, the
-    earliest start and latest end over its devices); on a rank without device-side markers a
+    earliest start and latest end over its devices) when one of its ops starts inside them,
+    else it has no step window (its ops are outside the steps); on a rank without device-side markers a
     device takes the span of its ops attributed to each step by launch; a device with none
-    takes the span of the rank's attributed ops per step, else (no op attributed on the rank)
-    the host windows ``cpu``."""
+    takes the span of the rank's attributed ops per step when one of its ops starts inside
+    it, else (no op attributed on the rank) the host windows ``cpu``."""
     devs = placed.select("rank", "device").unique()
     by_ops = (placed.filter(pl.col("step").is_not_null()).group_by("rank", "device", "step")
               .agg(pl.col("start_ns").min().alias("s"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("e")))
@@ -203,10 +204,13 @@ def _step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> 
         own = m.filter(pl.col("device").is_in(d["device"].implode())).select(
             "device", "step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e"))
         w = d.join(own, on="device")
-        if m.height:  # devices without markers of their own take the rank's: per step, the
-            # earliest start and the latest end of its markers on any device
+        if m.height:  # devices without markers of their own that ran something inside the
+            # rank's marker windows take the rank's: per step, the earliest start and the
+            # latest end of its markers on any device (a device that ran nothing inside them
+            # has its ops outside the steps: it was not part of them)
             marks = m.group_by("step").agg(pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"))
             bare = d.join(own.select("device").unique(), on="device", how="anti")
+            bare = bare.join(_inside_any(placed.filter(pl.col("rank") == rank), marks), on="device", how="semi")
             w = pl.concat([w, bare.join(marks, how="cross").select(w.columns)], how="vertical_relaxed")
         if w.height:
             w = w.join(by_ops.select("rank", "device", "step", pl.col("e").alias("_oe")),
@@ -218,19 +222,30 @@ def _step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> 
             parts.append(o)
         # a device with no op attributed to a step takes, per step, the span of the rank's
         # attributed ops on its other devices; on a rank with none, the host windows
-        idle = rest.join(o.select("device").unique(), on="device", how="anti")
+        idle = rest.join(o.select("device").unique(), on="device", how="anti") if not m.height else rest.clear()
         if idle.height:
             r_ops = by_ops.filter(pl.col("rank") == rank)
             spans = (r_ops.group_by("step").agg(pl.col("s").min(), pl.col("e").max()) if r_ops.height else
                      cpu.filter(pl.col("rank") == rank).select("step", pl.col("start_ns").alias("s"),
                                                               pl.col("end_ns").alias("e")))
-            if spans.height:
+            if r_ops.height:  # only a device that ran something inside them took part
+                idle = idle.join(_inside_any(placed.filter(pl.col("rank") == rank), spans), on="device", how="semi")
+            if spans.height and idle.height:
                 parts.append(idle.join(spans, how="cross"))
     if not parts:
         return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64, "e": pl.Int64})
     cols = ["rank", "device", "step", "s", "e"]
     return pl.concat([p.select(cols).cast({"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64,
                                            "e": pl.Int64}) for p in parts]).sort("rank", "device", "step")
+
+
+def _inside_any(ops: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
+    """The devices (column ``device``) of ``ops`` with an op starting inside a window of
+    ``marks`` (``s``, ``e`` ns, end exclusive)."""
+    o = ops.select("device", "start_ns").sort("start_ns")
+    w = marks.select(pl.col("s").alias("start_ns"), "e").sort("start_ns")
+    hit = o.join_asof(w, on="start_ns", strategy="backward").filter(pl.col("start_ns") < pl.col("e"))
+    return hit.select("device").unique()
 
 
 def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: pl.DataFrame) -> pl.DataFrame:

@@ -65,7 +65,7 @@ def summarize(ops: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec, reason: st
     roof, roof_bad = roofline_above_one(_roofline_efficiency(ops, coverage), spec)
     summary = Summary(steps=int(stats["steps"]), step=step, hfu=hfu_info,
                       roofline=roof, mfu=mfu_info,
-                      devices=per_device(device_steps, steps, peak) if device_steps is not None else None,
+                      devices=per_device(device_steps, steps, peak, ops.select("rank", "device")) if device_steps is not None else None,
                       timeline=timeline_info)
     if step is not None and step.complete_steps == 0:
         meta.warn(f"no complete step ({summary.steps} step(s), all partial): no step time, busy share "
