@@ -138,6 +138,53 @@ def test_warm_up_before_the_recording_window_is_outside(tmp_path):
     assert sum("outside the recorded timeline" in w for w in r.warnings) == 1
 
 
+def test_work_launched_inside_the_window_stays_in_its_step(tmp_path):
+    # a device 3 ms behind the host, no sync: the last step's kernels run after Record Window
+    # End (the host stopped the profiler), but were launched inside it: CUPTI records them
+    # and they belong to their step, not outside the recording
+    b = TraceBuilder(queue_ns=3_000_000)
+    b.host_t = 0
+    for n in range(3):
+        b.begin_step(n)
+        for _ in range(3):
+            b.op(*MM, [Kernel("sm90_gemm_bf16", 50_000, stream=7)])
+        b.end_step(sync=False)
+    end = b.host_t + 1_000
+    assert max(k["start_ns"] for k in b.kernels) > end  # the oracle: they do run after it
+    b.recording_window(0, end)
+    r = _analyze(tmp_path, b)
+    assert _time_rules(r) == []
+    assert r.summary.timeline.outside_recording == {}
+    assert int(r.steps["ops"].sum()) == len(b.kernels) == 9
+    assert not any("clock offset" in w for w in r.warnings)  # 3 ms is queued work
+    # 3 s behind is a clock: said once
+    b2 = TraceBuilder(queue_ns=3_000_000_000)
+    _clean_steps(b2, 2)
+    r2 = _analyze(tmp_path, b2, "offset.json.gz")
+    assert sum("clock offset" in w for w in r2.warnings) == 1
+
+
+def test_a_capture_never_ended_is_not_a_window(tmp_path):
+    # a cudaStreamBeginCapture with no EndCapture a third of the way in: the kernels after it
+    # ran (they are in the trace), so it must not swallow them nor drop steps
+    ref = TraceBuilder()
+    _clean_steps(ref, 3)
+    b = TraceBuilder()
+    _clean_steps(b, 1)
+    b._runtime("cudaStreamBeginCapture", 2_000)
+    for n in (1, 2):
+        b.begin_step(n)
+        b.op(*MM, [Kernel("sm90_gemm_bf16", 20_000, stream=7)])
+        b.op(*MM, [Kernel("sm90_gemm_bf16", 10_000, stream=8)])
+        b.end_step()
+    r, r_ref = _analyze(tmp_path, b), _analyze(tmp_path, ref, "ref.json.gz")
+    assert _time_rules(r) == []
+    assert r.summary.step.complete_steps == r_ref.summary.step.complete_steps == 3
+    assert "graph_capture" not in _buckets(r) and r.summary.timeline.capture_windows == 0
+    assert r.steps.select("step", "ops", "busy_ns").to_dicts() == r_ref.steps.select("step", "ops", "busy_ns").to_dicts()
+    assert sum("never ended" in w for w in r.warnings) == 1
+
+
 def test_junk_timestamps_define_no_step(tmp_path):
     b = TraceBuilder()
     _clean_steps(b)

@@ -20,15 +20,18 @@ WINDOW_SCHEMA = {"rank": pl.Int32, "thread": pl.String, "start_ns": pl.Int64, "e
                  "launches": pl.Int64, "closed": pl.Boolean}
 
 
-def windows(host: pl.DataFrame) -> pl.DataFrame:
+def windows(host: pl.DataFrame, *, unclosed: bool = False) -> pl.DataFrame:
     """The capture windows of ``host``, one row per Begin…End pair.
 
     Columns: ``rank``, ``thread`` (the host thread that captured), ``start_ns`` (the Begin
     call's start) and ``end_ns`` (the End call's end), ns on the host table's clock;
-    ``launches``: launch runtime calls on that thread inside the window; ``closed``: False
-    for a Begin with no End before the table ends (the window then runs to the last host
-    event's end). Pairs are matched in time order per (rank, thread): each Begin with the
-    next End after it. No capture call: no rows. Never raises.
+    ``launches``: launch runtime calls on that thread inside the window; ``closed``: whether
+    an End closed it. Pairs are matched in time order per (rank, thread): each Begin with the
+    next End after it (a nested Begin: the outer one counts). A Begin with no End before the
+    table ends is not a window (nothing says where the capture stopped, and the launches after
+    it may well have run): it is left out unless ``unclosed`` (then it runs to the last host
+    event's end, ``closed`` False), so a caller can count and report it. No capture call: no
+    rows. Never raises.
     """
     if host.height == 0 or "name" not in host.columns:
         return pl.DataFrame(schema=WINDOW_SCHEMA)
@@ -46,7 +49,7 @@ def windows(host: pl.DataFrame) -> pl.DataFrame:
             elif open_at is not None:
                 rows.append((rank, thread, open_at, s + d, True))
                 open_at = None
-        if open_at is not None:
+        if open_at is not None and unclosed:
             rows.append((rank, thread, open_at, last_end, False))
     out = pl.DataFrame(rows, schema={k: WINDOW_SCHEMA[k] for k in ("rank", "thread", "start_ns", "end_ns", "closed")},
                        orient="row")
@@ -54,12 +57,21 @@ def windows(host: pl.DataFrame) -> pl.DataFrame:
 
 
 def _launches(host: pl.DataFrame, w: pl.DataFrame) -> pl.Series:
-    """Per window of ``w``: launch calls (``*Launch*`` runtime calls) on its thread inside it."""
+    """Per window of ``w``: launch calls (``*Launch*`` runtime calls) on its thread inside it
+    (start in [start, end)), counted by two sorted searches per (rank, thread), not a filter
+    of the host table per window."""
+    import numpy as np
+
+    counts = np.zeros(w.height, dtype=np.int64)
+    if w.height == 0:
+        return pl.Series("launches", counts, dtype=pl.Int64)
     calls = host.filter(pl.col("cat") == "runtime", pl.col("name").str.contains(r"(?i)launch"))
-    counts = []
-    for rank, thread, s, e in w.select("rank", "thread", "start_ns", "end_ns").iter_rows():
-        counts.append(calls.filter(pl.col("rank") == rank, pl.col("thread") == thread,
-                                   pl.col("start_ns") >= s, pl.col("start_ns") < e).height)
+    wi = w.with_row_index("_w")
+    for (rank, thread), g in wi.group_by(["rank", "thread"]):
+        t = np.sort(calls.filter(pl.col("rank") == rank, pl.col("thread") == thread)["start_ns"].to_numpy())
+        lo = np.searchsorted(t, g["start_ns"].to_numpy(), "left")
+        hi = np.searchsorted(t, g["end_ns"].to_numpy(), "left")
+        counts[g["_w"].to_numpy()] = hi - lo
     return pl.Series("launches", counts, dtype=pl.Int64)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import graph_capture
+from . import graph_capture, units
 from . import intervals as iv
 from .step_markers import (
     DEVICE_MARKER_CAT,
@@ -106,7 +106,8 @@ def outside_reasons(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> p
     timestamp ≤ 0 on a rank whose clock is absolute, :data:`ABSOLUTE_CLOCK_NS`: the CUPTI
     clock fallback), ``before_launch`` (device start more than
     :data:`BEFORE_LAUNCH_TOL_NS` before its launch), ``before_recording`` /
-    ``after_recording`` (outside the rank's :func:`recording_windows`). A String Series."""
+    ``after_recording`` (launched outside the rank's :func:`recording_windows`; an op without
+    a launch by its device start). A String Series."""
     win = recording_windows(host)
     origin = pl.col("rank").replace_strict(
         {r: meta.stats.get(f"origin_ns[{r}]", meta.origin_ns) for r in ops["rank"].unique().to_list()},
@@ -116,11 +117,15 @@ def outside_reasons(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> p
     # a raw timestamp ≤ 0 is clock trouble only on a rank whose clock reads absolute time
     # (another op at least ABSOLUTE_CLOCK_NS in): hand-written traces start at 0
     absolute = (pl.col("start_ns").max().over("rank") + origin) >= ABSOLUTE_CLOCK_NS
+    # an op is inside the recording when it was launched inside it: a device lagging the
+    # host runs work launched before Record Window End after it (CUPTI still records it);
+    # an op without a launch (warm-up kernels, XPlane) by its device start
+    when = pl.coalesce("launch_start_ns", "start_ns")
     reason = (
         pl.when((pl.col("start_ns") + origin <= 0) & absolute).then(pl.lit("ts_zero"))
         .when(pl.col("start_ns") < pl.col("launch_start_ns") - BEFORE_LAUNCH_TOL_NS).then(pl.lit("before_launch"))
-        .when(pl.col("start_ns") < ws).then(pl.lit("before_recording"))
-        .when(pl.col("start_ns") >= we).then(pl.lit("after_recording"))
+        .when(when < ws).then(pl.lit("before_recording"))
+        .when(when >= we).then(pl.lit("after_recording"))
     )
     return ops.select(reason.alias("outside"))["outside"]
 
@@ -133,7 +138,8 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timelin
     ``outside_recording``, and how much device time lay under capture windows. Never raises.
     """
     gpu, cpu = _device_markers(host), device_and_host_windows(host)[1]
-    caps = graph_capture.windows(host)
+    every = graph_capture.windows(host, unclosed=True)
+    caps, unclosed = every.filter(pl.col("closed")), every.filter(~pl.col("closed"))
     why = outside_reasons(ops, host, meta)
     ops = ops.with_columns(why.alias("_why"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"))
     placed = ops.filter(pl.col("_why").is_null())
@@ -145,6 +151,8 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timelin
     ).sort("_i")
     outside = {k: int(v) for k, v in ops.filter(pl.col("_why").is_not_null()).group_by("_why").len().iter_rows()}
     _warn(ops, segments, caps, outside, meta)
+    _warn_unclosed(unclosed, meta)
+    _warn_clock(ops.filter(pl.col("_why").is_null()), meta)
     return Timeline(ops=ops.drop("_why", "_i", "_bucket", "_step"), segments=segments, pieces=pieces,
                     captures=caps, host_steps=cpu, outside=outside)
 
@@ -154,17 +162,51 @@ def _warn(ops: pl.DataFrame, seg: pl.DataFrame, caps: pl.DataFrame, outside: dic
     if outside:
         out = ops.filter(pl.col("_why").is_not_null())
         meta.stats["ops_outside_recording"] = out.height
-        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(outside.items()))
-        meta.warn(f"{out.height} device ops ({int(out['dur_ns'].sum())} ns of device time) lie outside the "
-                  f"recorded timeline ({what}; ts zero = raw timestamp ≤ 0, before launch = stamped over "
-                  f"{BEFORE_LAUNCH_TOL_NS} ns before their own launch): they are counted in the "
-                  "outside_recording bucket, not in any step or idle time (accounting rule 2)")
+        what = ", ".join(f"{n:,} {_REASON_WORDS.get(k, k)}" for k, n in sorted(outside.items()))
+        meta.warn(f"{units.plural(out.height, 'device op')} ({units.ns(int(out['dur_ns'].sum()))} of device time) "
+                  f"lie outside the recorded timeline ({what}): they are in no step and not counted as idle "
+                  "(accounting rule 2)")
     cap = seg.filter(pl.col("bucket") == "graph_capture")
     if caps.height:
         ns = int((cap["end_ns"] - cap["start_ns"]).sum()) if cap.height else 0
-        meta.warn(f"{caps.height} graph-capture window(s) ({int(caps['launches'].sum())} launches recorded into "
-                  f"graphs, no device op by design): {ns} ns of device time under them is the graph_capture "
-                  "bucket, not idle and not a partial step")
+        meta.warn(f"{units.plural(caps.height, 'graph-capture window')} "
+                  f"({units.plural(int(caps['launches'].sum()), 'launch call')} inside, recorded into graphs: no "
+                  f"device op by design): {units.ns(ns)} of device time under them is graph capture, not idle "
+                  "and not a partial step")
+
+
+#: how the warning words each reason of :func:`outside_reasons`
+_REASON_WORDS = {
+    "ts_zero": "stamped at time 0 (clock fallback)",
+    "before_launch": f"stamped over {units.ns(BEFORE_LAUNCH_TOL_NS)} before their own launch",
+    "before_recording": "launched before the recording window",
+    "after_recording": "launched after the recording window",
+}
+
+
+#: a median queue lag (launch → device start) above this is more likely a clock offset
+#: between host and device than work queued: said, never corrected
+CLOCK_OFFSET_SUSPECT_NS = 1_000_000_000
+
+
+def _warn_clock(ops: pl.DataFrame, meta: TraceMeta) -> None:
+    """A warning per rank whose device ops start a median over :data:`CLOCK_OFFSET_SUSPECT_NS`
+    after their launches."""
+    lag = (ops.filter(pl.col("launch_start_ns").is_not_null())
+           .group_by("rank").agg((pl.col("start_ns") - pl.col("launch_start_ns")).median().alias("lag")))
+    for rank, v in lag.sort("rank").iter_rows():
+        if v is not None and v > CLOCK_OFFSET_SUSPECT_NS:
+            meta.warn(f"rank {rank}: device ops start a median {units.ns(v)} after their launches: more likely "
+                      "a device clock offset from the host's than queued work (step windows and idle use device "
+                      "time; the queue lag includes the offset)")
+
+
+def _warn_unclosed(unclosed: pl.DataFrame, meta: TraceMeta) -> None:
+    """One warning per rank for capture Begins the trace never closes (not windows)."""
+    for (rank,), g in unclosed.group_by(["rank"], maintain_order=True):
+        at = ", ".join(units.ns(int(x)) for x in g["start_ns"].head(3).to_list())
+        meta.warn(f"rank {rank}: {units.plural(g.height, 'graph capture')} begun (at {at}) and never ended in "
+                  "the trace: not treated as capture windows; the launches after them are judged as any other")
 
 
 # --------------------------------------------------------------------------- segments

@@ -352,9 +352,13 @@ def ranks_lines(report: Report) -> list[tuple[str, str]]:
 
 
 def _rank_names(t: TraceInfo) -> str:
-    """``0, 1`` or, when the trace labels its ranks, ``0 (TP00-PP00), 1 (TP01-PP00)``."""
+    """``rank 0`` for one rank, ``0, 1 (2 ranks)`` for several; when the trace labels its
+    ranks, ``0 (TP00-PP00), 1 (TP01-PP00) (2 ranks)``."""
     labels = t.rank_labels or {}
-    return ", ".join(f"{r} ({labels[str(r)]})" if str(r) in labels else str(r) for r in t.ranks)
+    names = [f"{r} ({labels[str(r)]})" if str(r) in labels else str(r) for r in t.ranks]
+    if len(names) == 1:
+        return f"rank {names[0]}"
+    return ", ".join(names) + f" ({len(names)} ranks)"
 
 
 def ranks_rows(report: Report, top: int) -> tuple[list[list[str]], str | None]:
