@@ -215,11 +215,19 @@ def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, 
                     meta: TraceMeta, ranks: dict[str, Any] | None, rank_comparison: Any,
                     names: list[str] | None) -> list[Finding]:
     """Run the detectors ``names`` (default: all), largest recoverable time first. The
-    detectors' shared results (cross-rank view, matched collectives) are handed over here."""
+    detectors' shared results (cross-rank view, matched collectives) are handed over here.
+
+    The detectors see the device time the summary accounts (rule 2): ops off the recorded
+    timeline never; and on a rank with steps only the ops in its steps (and under graph
+    capture), so no finding claims idle or time in what the header reports as before the
+    first step / after the last, and shares are of the steps' time."""
     from .findings import FindingContext, run_detectors
 
-    if "bucket" in ops.columns:  # ops off the recorded timeline define no window or idle (rule 2)
-        ops = ops.filter(pl.col("bucket") != "outside_recording")
+    if "bucket" in ops.columns:
+        b = pl.col("bucket")
+        stepped = (b == "step") & pl.col("step").is_not_null()
+        ops = ops.filter(b.is_in(["step", "graph_capture"]) | (b.is_in(["before_first_step", "after_last_step"])
+                                                               & ~stepped.any().over("rank")))
     ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=meta,
                          ranks=ranks, rank_comparison=rank_comparison)
     return run_detectors(ctx, names)

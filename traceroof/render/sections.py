@@ -160,7 +160,7 @@ def _bucket_rows(tl: Any) -> list[tuple[str, str]]:
     if not parts:
         return []
     over = f" over {len(devices)} devices" if len(devices) > 1 else ""
-    return [("not in steps", "; ".join(parts) + over + " (never idle; accounting rule 2)")]
+    return [("not in steps", "; ".join(parts) + over + " (outside the step time, not counted as idle)")]
 
 
 def summary(report: Report) -> list[tuple[str, str]]:
