@@ -226,10 +226,11 @@ def test_graph_capture_is_its_own_bucket_not_idle_nor_partial(tmp_path):
     cap_s = round(float(ev["cudaStreamBeginCapture"]["ts"]) * 1000) - b.base_ts_ns
     cap_e = round((float(ev["cudaStreamEndCapture"]["ts"]) + float(ev["cudaStreamEndCapture"]["dur"])) * 1000) - b.base_ts_ns
     bk = _buckets(r)
-    # the device time under the capture window is the bucket; a kernel launched before the
-    # capture that starts inside it on the device is in it too (by device start)
-    inside = [k for k in b.kernels if cap_s <= k["start_ns"] < cap_e]
-    assert bk["graph_capture"]["wall_ns"] == cap_e - cap_s and bk["graph_capture"]["ops"] == len(inside)
+    # the device time under the capture window is the bucket, from when the device finished
+    # the work launched before the capture (that is the step's work, not capture)
+    dev_s = max([cap_s] + [k["start_ns"] + k["dur_ns"] for k in b.kernels if k["launch_ns"] < cap_s])
+    inside = [k for k in b.kernels if dev_s <= k["start_ns"] < cap_e]
+    assert bk["graph_capture"]["wall_ns"] == cap_e - dev_s and bk["graph_capture"]["ops"] == len(inside)
     assert bk["graph_capture"]["busy_ns"] == _union_ns([(k["start_ns"], min(k["start_ns"] + k["dur_ns"], cap_e))
                                                          for k in inside])
     # step 1's wall leaves the capture time out: its window less the capture window
@@ -237,7 +238,7 @@ def test_graph_capture_is_its_own_bucket_not_idle_nor_partial(tmp_path):
     mark = next(e for e in raw["traceEvents"] if e.get("cat") == "gpu_user_annotation" and e["name"] == "ProfilerStep#1")
     d0 = round(float(mark["ts"]) * 1000) - b.base_ts_ns  # the device starts step 1 here
     end = b.kernels[-1]["start_ns"] + b.kernels[-1]["dur_ns"]
-    assert s1["wall_ns"] == (end - d0) - (min(cap_e, end) - max(cap_s, d0))
+    assert s1["wall_ns"] == (end - d0) - (min(cap_e, end) - max(dev_s, d0))
     assert s1["busy_ns"] + s1["idle_ns"] == s1["wall_ns"]
     assert r.summary.timeline.capture_windows == 1
     assert "under graph capture" in dict(summary_rows(r))["not in steps"]
@@ -370,3 +371,50 @@ def test_mtia_ops_recorded_before_the_window_are_outside():
                    and float(e["ts"]) >= ws)
     origin = min(float(e["ts"]) for e in ev if e.get("ph") == "X" and e.get("cat") not in ("Trace",))
     assert abs(int(r.steps["start_ns"][0]) - (first_in - origin) * 1000) < 2
+
+
+def test_a_device_idle_through_a_step_has_that_step_as_idle(tmp_path):
+    # 2 GPUs, 4 steps, no device-side markers; GPU 1 runs nothing in step 1. Its step-0
+    # window must end where the rank's step 1 starts (not run on through step 1), and step 1
+    # on GPU 1 is a window of pure idle
+    b = TraceBuilder(device_markers=False)
+    for n in range(4):
+        b.begin_step(n)
+        for _ in range(3):
+            b.op(*MM, [Kernel("gemm_a", 40_000, stream=7, device=0)], tag=str(n))
+            if n != 1:
+                b.op(*MM, [Kernel("gemm_b", 40_000, stream=7, device=1)], tag=str(n))
+        b.end_step(sync=True)
+    r = _analyze(tmp_path, b)
+    assert _time_rules(r) == []
+    win = {(w["device"], w["step"]): w for w in r.summary.timeline.windows if w["bucket"] == "step"}
+    first = {n: min(k["start_ns"] for k in b.kernels if k["tag"] == str(n)) for n in range(4)}
+    assert win[(1, 0)]["end_ns"] == win[(1, 1)]["start_ns"] == first[1]  # step 1's first kernel (on GPU 0)
+    gpu1 = [k for k in b.kernels if k["device"] == 1]
+    busy1 = _union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in gpu1])
+    dev1 = next(d for d in r.summary.devices if d.device == 1)
+    assert dev1.steps == 4 and dev1.busy_ns * 4 == busy1  # 9 kernels × 40 µs over 4 steps
+    assert r.steps.filter(r.steps["step"] == 1)["devices"][0] == 2
+
+
+def test_work_launched_before_a_capture_is_not_capture_time(tmp_path):
+    # a device behind the host (no sync in step 1): the 3 kernels launched before
+    # BeginCapture run while the host captures; that device time is step 1's work, not
+    # graph capture (the window on the device starts when that work ends)
+    b = TraceBuilder()
+    for n in range(3):
+        b.begin_step(n)
+        for _ in range(3):
+            b.op(*MM, [Kernel("gemm", 40_000, stream=7)], tag=str(n))
+        if n == 1:
+            b.begin_capture()
+            for _ in range(5):
+                b.op(*MM, [Kernel("gemm", 40_000, stream=7)])
+            b.end_capture()
+        b.end_step(sync=(n != 1))
+    r = _analyze(tmp_path, b)
+    assert _time_rules(r) == []
+    s1 = r.steps.filter(r.steps["step"] == 1).row(0, named=True)
+    assert (s1["ops"], s1["busy_ns"]) == (3, 3 * 40_000)  # the oracle: the 3 kernels of step 1
+    bk = _buckets(r)
+    assert bk.get("graph_capture", {"busy_ns": 0})["busy_ns"] == 0

@@ -18,16 +18,8 @@ from typing import Any
 
 import polars as pl
 
+from . import steps as steps_mod
 from .sections import DeviceStats
-
-
-def complete_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    """The step rows the summary averages (:func:`traceroof.steps.summarize`): the complete
-    ones, or every row when none is complete."""
-    if steps.height == 0:
-        return steps
-    full = steps.filter(~pl.col("partial"))
-    return full if full.height else steps
 
 
 def per_device(device_steps: pl.DataFrame, steps: pl.DataFrame, peak_flops_per_s: float | None,
@@ -40,7 +32,7 @@ def per_device(device_steps: pl.DataFrame, steps: pl.DataFrame, peak_flops_per_s
         device_steps: the per-device step table (:data:`traceroof.steps.DEVICE_STEP_SCHEMA`:
             each device's own window and breakdown in each step, ns).
         steps: the step table (``rank``, ``step``, ``partial``); its complete rows
-            (:func:`complete_steps`) are averaged.
+            (:func:`traceroof.steps.complete`, never the partial ones) are averaged.
         peak_flops_per_s: dense peak of one device (FLOP/s) for the HFU, None when unknown.
         devices: every (``rank``, ``device``) with device ops (default: those of
             ``device_steps``), so a device that took part in no step still gets its row.
@@ -59,7 +51,7 @@ def per_device(device_steps: pl.DataFrame, steps: pl.DataFrame, peak_flops_per_s
     multi = devs.group_by("rank").len().filter(pl.col("len") > 1)["rank"]
     if multi.len() == 0:
         return None
-    full = complete_steps(steps).filter(pl.col("rank").is_in(multi.implode())).select("rank", "step")
+    full = steps_mod.complete(steps).filter(pl.col("rank").is_in(multi.implode())).select("rank", "step")
     g = device_steps.join(full, on=["rank", "step"], how="semi", nulls_equal=True)
     per = g.group_by("rank", "device").agg(
         pl.len().alias("steps"), pl.col("wall_ns").mean().alias("wall"), pl.col("busy_ns").mean().alias("busy"),
@@ -87,4 +79,4 @@ def _row(r: dict[str, Any], peak: float | None) -> DeviceStats:
     )
 
 
-__all__ = ["complete_steps", "per_device"]
+__all__ = ["per_device"]

@@ -228,6 +228,12 @@ def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[An
     return dict(lost.iter_rows())
 
 
+def complete(steps: pl.DataFrame) -> pl.DataFrame:
+    """The complete (non-partial) step rows: the only ones any mean is taken over (rule 5);
+    no fallback to the partial ones."""
+    return steps.filter(~pl.col("partial")) if steps.height else steps
+
+
 def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
     """Averages over complete steps: step time, busy fraction, breakdown, lags (ns).
 
@@ -236,7 +242,7 @@ def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
     """
     if steps.height == 0:
         return {"steps": 0}
-    full = steps.filter(~pl.col("partial"))
+    full = complete(steps)
     n_full = full.height
     if n_full == 0:
         return {"steps": steps.height, "complete_steps": 0, "step_time_ns": None,

@@ -277,8 +277,26 @@ def _step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> 
     if not parts:
         return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64, "e": pl.Int64})
     cols = ["rank", "device", "step", "s", "e"]
-    return pl.concat([p.select(cols).cast({"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64,
-                                           "e": pl.Int64}) for p in parts]).sort("rank", "device", "step")
+    have = pl.concat([p.select(cols).cast({"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64,
+                                           "e": pl.Int64}) for p in parts])
+    return _fill_missing_steps(have).sort("rank", "device", "step")
+
+
+def _fill_missing_steps(have: pl.DataFrame) -> pl.DataFrame:
+    """``have`` plus, for each (rank, device), a window for every step of its rank between its
+    first and last step that it has none for (it ran nothing in it): the rank's window of
+    that step (earliest start, latest end over its devices). Without it the device's previous
+    step would run on through the step it sat idle in."""
+    stepped = have.filter(pl.col("step").is_not_null())
+    if stepped.height == 0:
+        return have
+    rank_steps = stepped.group_by("rank", "step").agg(pl.col("s").min(), pl.col("e").max())
+    rng = stepped.group_by("rank", "device").agg(pl.col("step").min().alias("_lo"), pl.col("step").max().alias("_hi"))
+    missing = (rng.join(rank_steps, on="rank")
+               .filter(pl.col("step").is_between(pl.col("_lo"), pl.col("_hi")))
+               .join(stepped.select("rank", "device", "step"), on=["rank", "device", "step"], how="anti")
+               .select(have.columns))
+    return pl.concat([have, missing.cast(have.schema)]) if missing.height else have
 
 
 def _inside_any(ops: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
@@ -302,14 +320,44 @@ def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: 
         pl.col("start_ns").min().alias("lo"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("hi"))
     spans = placed.select("rank", "device").unique().join(rank_span, on="rank").select("rank", "device", "lo", "hi")
     rows: list[tuple] = []
+    # one split of each table, not a filter of it per (rank, device)
+    starts_of = starts.partition_by(["rank", "device"], as_dict=True)
+    caps_of = caps.partition_by(["rank"], as_dict=True) if caps.height else {}
+    ops_of = (placed.select("rank", "device", "start_ns", "dur_ns", "launch_start_ns")
+              .partition_by(["rank", "device"], as_dict=True)) if caps.height else {}
+    empty = starts.clear()
     for rank, device, lo, hi in spans.sort("rank", "device").iter_rows():
-        w = starts.filter(pl.col("rank") == rank, pl.col("device") == device)
-        cap = [(s, e) for s, e in caps.filter(pl.col("rank") == rank).select("start_ns", "end_ns").iter_rows() if e > s]
+        w = starts_of.get((rank, device), empty)
+        c = caps_of.get((rank,))
+        cap = _device_captures(c, ops_of.get((rank, device))) if c is not None else []
         base = _base(w, lo, hi, segmented)
         lo = min([lo, *(s for s, _ in cap)] + [b[2] for b in base])
         hi = max([hi, *(e for _, e in cap)] + [b[3] for b in base])
         rows += [(rank, device, *x) for x in _carve(_close(base, lo, hi), cap)]
     return pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
+
+
+def _device_captures(caps: pl.DataFrame, ops: pl.DataFrame | None) -> list[tuple[int, int]]:
+    """The capture windows ``caps`` (host times, ns) as they fall on one device: each starts
+    only once the device has finished the work launched before the capture began (the
+    device lags the host: kernels launched before ``BeginCapture`` run during it and are not
+    capture); a window that work covers entirely is dropped."""
+    out = []
+    if ops is None or ops.height == 0:
+        return [(a, b) for a, b in caps.select("start_ns", "end_ns").iter_rows() if b > a]
+    o = ops.sort("start_ns")
+    st = o["start_ns"].to_numpy()
+    en = st + o["dur_ns"].to_numpy()
+    la = o["launch_start_ns"].fill_null(np.iinfo(np.int64).max).to_numpy()
+    run_end = np.maximum.accumulate(en)  # latest end of the ops started so far
+    for a, b in caps.select("start_ns", "end_ns").iter_rows():
+        i, j = np.searchsorted(st, a, "left"), np.searchsorted(st, b, "left")
+        busy_to = int(run_end[i - 1]) if i else a  # ops started before the capture
+        queued = en[i:j][la[i:j] < a]  # started inside it, launched before it
+        a2 = max(a, busy_to, int(queued.max()) if queued.size else a)
+        if b > a2:
+            out.append((a2, b))
+    return out
 
 
 def _base(w: pl.DataFrame, lo: int, hi: int, segmented: bool) -> list[tuple]:
