@@ -77,14 +77,18 @@ def _launches(host: pl.DataFrame, w: pl.DataFrame) -> pl.Series:
 
 def inside(host_rows: pl.DataFrame, w: pl.DataFrame) -> pl.Series:
     """Whether each row of ``host_rows`` (``rank``, ``thread``, ``start_ns``) starts inside a
-    capture window of ``w`` on its own rank and thread: a Boolean Series, one per row."""
+    capture window of ``w`` on its own rank and thread: a Boolean Series, one per row.
+
+    One backward as-of join on the windows' starts per (rank, thread) (the windows of one
+    thread never overlap: each Begin is matched with the next End), not a cross product."""
     if w.height == 0 or host_rows.height == 0:
         return pl.Series("inside", [False] * host_rows.height, dtype=pl.Boolean)
-    t = host_rows.select("rank", "thread", "start_ns").with_row_index("_i")
-    j = t.join(w.select("rank", "thread", pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we")),
-               on=["rank", "thread"], how="inner")
-    hit = set(j.filter(pl.col("start_ns") >= pl.col("_ws"), pl.col("start_ns") < pl.col("_we"))["_i"].to_list())
-    return pl.Series("inside", [i in hit for i in range(host_rows.height)], dtype=pl.Boolean)
+    t = host_rows.select("rank", "thread", "start_ns").with_row_index("_i").sort("start_ns")
+    win = w.select("rank", "thread", pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we")).sort("_ws")
+    j = t.join_asof(win, left_on="start_ns", right_on="_ws", by=["rank", "thread"], strategy="backward",
+                    check_sortedness=False)
+    hit = (pl.col("_we").is_not_null() & (pl.col("start_ns") < pl.col("_we"))).fill_null(False)
+    return j.sort("_i").select(hit.alias("inside"))["inside"]
 
 
 __all__ = ["BEGIN_RE", "END_RE", "WINDOW_SCHEMA", "windows", "inside"]

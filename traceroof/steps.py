@@ -112,8 +112,10 @@ def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.D
     dev = pl.DataFrame(dev_rows, schema=DEVICE_STEP_SCHEMA, orient="row")
     partial = _partial_steps(tl.ops, host, out, tl.host_steps, tl.captures, meta)
     if partial:
-        out = out.with_columns(pl.struct("rank", "step").map_elements(
-            lambda r: (r["rank"], r["step"]) in partial, return_dtype=pl.Boolean).alias("partial"))
+        marks = pl.DataFrame([(r, st, True) for r, st in partial], orient="row",
+                             schema={"rank": pl.Int32, "step": pl.Int32, "_p": pl.Boolean})
+        out = (out.join(marks, on=["rank", "step"], how="left", nulls_equal=True)
+               .with_columns(pl.col("_p").fill_null(False).alias("partial")).drop("_p"))
     return out, dev
 
 

@@ -211,11 +211,17 @@ def _in_graph(ops: pl.DataFrame, caps: pl.DataFrame) -> pl.Series:
     inside = _in_graph_span(gaps, ops) if gaps.height else pl.Series("in_graph", [], pl.Boolean)
     out = _scatter(ops.height, at, inside.alias("in_graph"), False)
     if caps.height:
-        hit = pl.lit(False)
-        for r, cs, ce in caps.select("rank", "start_ns", "end_ns").iter_rows():
-            hit = hit | ((pl.col("rank") == r) & (pl.col("gap_ns") > 0) & (pl.col("gap_start_ns") < ce)
-                         & (pl.col("start_ns") > cs))
-        out = out | ops.select(hit.alias("in_graph"))["in_graph"]
+        # a gap overlaps a window when the window starts before the op after the gap and ends
+        # after the gap starts: the latest window starting before the op (by rank), with the
+        # running max of the window ends (windows of several threads may overlap)
+        m = (caps.select(pl.col("rank").cast(ops.schema["rank"]), pl.col("start_ns").alias("_cs"),
+                         pl.col("end_ns").alias("_ce"))
+             .sort("rank", "_cs").with_columns(pl.col("_ce").cum_max().over("rank")).sort("_cs"))
+        j = (ops.select("rank", "start_ns", "gap_start_ns", "gap_ns").with_row_index("_i").sort("start_ns")
+             .join_asof(m, left_on="start_ns", right_on="_cs", by="rank", strategy="backward",
+                        allow_exact_matches=False, check_sortedness=False))
+        hit = ((pl.col("gap_ns") > 0) & (pl.col("gap_start_ns") < pl.col("_ce"))).fill_null(False)
+        out = out | j.sort("_i").select(hit.alias("in_graph"))["in_graph"]
     return out
 
 
