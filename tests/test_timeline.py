@@ -418,3 +418,15 @@ def test_work_launched_before_a_capture_is_not_capture_time(tmp_path):
     assert (s1["ops"], s1["busy_ns"]) == (3, 3 * 40_000)  # the oracle: the 3 kernels of step 1
     bk = _buckets(r)
     assert bk.get("graph_capture", {"busy_ns": 0})["busy_ns"] == 0
+
+
+def test_one_step_reports_that_steps_buckets_only(tmp_path):
+    # --step N: the timeline section is step N's (its ops, its windows), and the rules hold
+    b = TraceBuilder()
+    _clean_steps(b, 3)
+    path = b.write(tmp_path / "t.json.gz")
+    r = traceroof.analyze(traceroof.read_trace(path), chip="h100", step=1)
+    assert [v.line() for v in check(r)] == []
+    assert {x["bucket"] for x in r.summary.timeline.buckets} == {"step"}
+    assert sum(x["ops"] for x in r.summary.timeline.buckets) == r.ops.height == 2
+    assert {w["step"] for w in r.summary.timeline.windows if w["bucket"] == "step"} == {1}

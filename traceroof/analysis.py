@@ -154,12 +154,14 @@ def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
     tl = timeline.partition(ops, host, meta)
     ops = tl.ops
     steps, dev_steps = steps_mod.step_tables(tl, host, meta)
-    info = TimelineInfo(buckets=timeline.bucket_rows(tl), windows=timeline.window_rows(tl),
-                        outside_recording=dict(sorted(tl.outside.items())), capture_windows=tl.captures.height)
     if step is not None:
         have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
         if step not in have:
             raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
+        tl = timeline.only_step(tl, step)  # the buckets of that step, not of the whole trace
+    info = TimelineInfo(buckets=timeline.bucket_rows(tl), windows=timeline.window_rows(tl),
+                        outside_recording=dict(sorted(tl.outside.items())), capture_windows=tl.captures.height)
+    if step is not None:
         ops = ops.filter(pl.col("step") == step)
         steps = steps.filter(pl.col("step") == step)
         dev_steps = dev_steps.filter(pl.col("step") == step)

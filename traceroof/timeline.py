@@ -465,10 +465,20 @@ def _cut(placed: pl.DataFrame, seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
 
 
 __all__ = ["BUCKETS", "BEFORE_LAUNCH_TOL_NS", "SEGMENT_SCHEMA", "Timeline", "recording_windows",
-           "outside_reasons", "partition", "bucket_rows", "window_rows"]
+           "outside_reasons", "partition", "bucket_rows", "window_rows", "only_step"]
 
 
 # --------------------------------------------------------------------------- report rows
+
+
+def only_step(tl: Timeline, step: int) -> Timeline:
+    """``tl`` limited to step ``step``: its step segments, pieces and ops (what ``--step``
+    analyses), so the buckets reported are that step's, not the whole trace's."""
+    def keep(df: pl.DataFrame) -> pl.DataFrame:
+        return df.filter((pl.col("bucket") == "step") & (pl.col("step") == step))
+    return Timeline(ops=keep(tl.ops), segments=keep(tl.segments), pieces=keep(tl.pieces),
+                    captures=tl.captures.clear(), host_steps=tl.host_steps.filter(pl.col("step") == step),
+                    outside={})
 
 
 def bucket_rows(tl: Timeline) -> list[dict[str, Any]]:
