@@ -95,7 +95,7 @@ def test_built_trace_is_accounted_per_device(tmp_path):
     # table rounds the per-device mean busy to whole ns: 466,667 ns, within 1 ns / 1 ms)
     assert abs(r.summary.step.busy_fraction - (0.8 + 0.2 + 0.4) / 3) <= 1 / (WALL_US * 1000)
     md = markdown.render(r)
-    assert "46.7 % (mean of 3 devices, 20.0 %–80.0 %" in md
+    assert "46.7 % (busy time over device-time of 3 devices, 20.0 %–80.0 % per device" in md
     assert "## Devices" in md and "| 0 | 1 | 200 µs | 20.0 % | 800 µs |" in md
 
 
@@ -199,7 +199,7 @@ def test_tpu_idle_findings_are_per_device_and_within_its_idle():
         assert f.title.startswith(f"device {f.device} idle {f.recoverable_ns / wall:.0%}")
     assert not [w for w in r.warnings if "accounting" in w.lower() or "rule" in w]
     md = markdown.render(r)
-    assert "(mean of 4 devices," in md and "× 4 devices × peak" in md
+    assert "(busy time over device-time of 4 devices," in md and "× 4 devices × peak" in md
 
 
 def test_tpu_timeline_draws_each_chip_on_its_own_row():
@@ -320,7 +320,7 @@ def test_device_without_ops_in_the_steps_keeps_its_row_and_is_named(tmp_path):
     # (0.6 + 0.2) / 2 = 40 %: the step table's mean over the devices present
     assert r.summary.step.busy_fraction == 0.4
     md = markdown.render(r)
-    assert "40.0 % (mean of 2 devices with ops in the complete steps (device 2 has none), 20.0 %–60.0 %" in md
+    assert "40.0 % (busy time over device-time of 2 devices with ops in the complete steps (device 2 has none), 20.0 %–60.0 % per device" in md
     assert "| 0 | 2 | — | — | — |" in md
     # device 2's kernel is outside the steps, in no step and not idle
     assert [(b["device"], b["bucket"], b["ops"]) for b in r.summary.timeline.buckets if b["device"] == 2] == [

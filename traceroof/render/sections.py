@@ -155,11 +155,13 @@ def _bucket_rows(tl: Any) -> list[tuple[str, str]]:
         t = tot.setdefault(b["bucket"], [0, 0])
         t[0] += b["wall_ns"] if b["wall_ns"] is not None else b["busy_ns"]
         t[1] += b["ops"]
+    order = list(_BUCKET_WORDS)
     parts = [f"{_BUCKET_WORDS[k]} {units.ns(v[0])} ({units.plural(v[1], 'op')})"
-             for k, v in tot.items() if k in _BUCKET_WORDS and (v[0] or v[1])]
+             for k, v in sorted(tot.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+             if k in _BUCKET_WORDS and (v[0] or v[1])]
     if not parts:
         return []
-    over = f" over {len(devices)} devices" if len(devices) > 1 else ""
+    over = f" of device-time, summed over {len(devices)} devices" if len(devices) > 1 else ""
     return [("not in steps", "; ".join(parts) + over + " (outside the step time, not counted as idle)")]
 
 
@@ -225,7 +227,8 @@ def _per_device(report: Report) -> dict[str, str] | None:
     hfu = [r.hfu for r in rows if r.hfu is not None]
     return {
         "n": str(n), "what": what,
-        "busy": f"mean of {what}, {units.pct(min(busy))}–{units.pct(max(busy))}" if busy else f"mean of {what}",
+        "busy": (f"busy time over device-time of {what}, {units.pct(min(busy))}–{units.pct(max(busy))} per device"
+                 if busy else f"busy time over device-time of {what}"),
         "idle": (f"idle {units.ns(min(idle))}–{units.ns(max(idle))} per device, {units.ns(sum(idle))} of "
                  f"{units.ns(sum(r.wall_ns or 0 for r in rows))} device-time") if idle else "idle unknown",
         "hfu": (f"devices {units.pct(min(hfu))}–{units.pct(max(hfu))}" if hfu else "per-device HFU unknown"),
