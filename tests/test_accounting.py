@@ -138,6 +138,26 @@ def test_rule2_bucket_walls_and_counts(clean):
     assert any("holds" in v.text and v.numbers["bucket_ops"] - v.numbers["table_ops"] == 1 for v in vs)
 
 
+def test_rule2_bucket_busy_against_the_union_of_the_ops(clean):
+    # the buckets' busy time per device equals the union of its ops' intervals (computed here
+    # by a sort and a sweep): 2 µs of busy moved into a bucket from nowhere is caught
+    ops = clean.ops.filter(pl.col("bucket") != "outside_recording")
+    union = 0
+    cur = None
+    for s, e in sorted(zip(ops["start_ns"].to_list(), (ops["start_ns"] + ops["dur_ns"]).to_list())):
+        if cur is None or s > cur[1]:
+            union += 0 if cur is None else cur[1] - cur[0]
+            cur = [s, e]
+        else:
+            cur[1] = max(cur[1], e)
+    union += cur[1] - cur[0]
+    bs = [dict(b) for b in clean.summary.timeline.buckets]
+    assert sum(b["busy_ns"] for b in bs if b["bucket"] != "outside_recording") == union
+    bs[0]["busy_ns"] += 2_000
+    vs = [v for v in check(_with_windows(clean, buckets=bs)) if v.rule == 2 and "union" in v.text]
+    assert vs and vs[0].numbers["buckets_busy_ns"] - vs[0].numbers["union_ns"] == 2_000
+
+
 def test_rule2_op_in_no_bucket(clean):
     ops = clean.ops.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("bucket")).alias("bucket"))
     vs = [v for v in check(_copy(clean, ops=ops)) if v.rule == 2]

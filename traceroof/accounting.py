@@ -187,6 +187,34 @@ def check_buckets(report: Report) -> list[Violation]:
                 out.append(Violation(2, f"rank {rank}: steps' walls {units.ms(w)} != the step buckets' {units.ms(want)} "
                                         "(time of another bucket counted in a step)", rank=rank,
                                      numbers={"steps_wall_ns": float(w), "bucket_wall_ns": float(want)}))
+    if not filtered and ops is not None and ops.height and "bucket" in ops.columns:
+        out += _check_busy_against_union(ops, tl.buckets)
+    return out
+
+
+def _check_busy_against_union(ops: pl.DataFrame, buckets: list[dict[str, Any]]) -> list[Violation]:
+    """Rule 2 against an independent figure: per (rank, device), the busy time of the
+    buckets on the timeline (all but ``outside_recording``) sums to the plain union of the
+    device intervals of its ops on the timeline, computed here from the op table (not from
+    the partition's pieces). Time lost or counted twice between buckets breaks it."""
+    from . import intervals as iv
+
+    placed = ops.filter(pl.col("bucket") != "outside_recording").select(
+        "rank", "device", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    if placed.height == 0:
+        return []
+    union = {(r, d): int(u) for r, d, u in iv.union_lengths(placed, {"u": pl.lit(True)}, ["rank", "device"]).iter_rows()}
+    busy: dict[tuple[Any, Any], int] = defaultdict(int)
+    for b in buckets:
+        if b["bucket"] != "outside_recording":
+            busy[(b["rank"], b["device"])] += int(b["busy_ns"])
+    out = []
+    for key, u in union.items():
+        if abs(busy.get(key, 0) - u) > ABS_TOL_NS:
+            out.append(Violation(2, f"rank {key[0]} device {key[1]}: the buckets' busy time {units.ms(busy.get(key, 0))} "
+                                    f"!= the union of its ops {units.ms(u)} (time lost or counted twice between "
+                                    "buckets)", rank=key[0], device=key[1],
+                                 numbers={"buckets_busy_ns": float(busy.get(key, 0)), "union_ns": float(u)}))
     return out
 
 
