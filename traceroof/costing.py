@@ -4,8 +4,11 @@ Precedence: numbers the trace carries (``trace``) → a formula over the framewo
 input shapes (``shapes``, :mod:`traceroof.costs`) → a kind from the kernel name alone
 (``name``, no numbers) → ``unknown``. Unknown stays null, never zero.
 
-When one framework op launched several kernels, its FLOPs and bytes are spread over them in
-proportion to their durations (and the coverage summary says how many ops were split).
+An op with bytes but no FLOPs is costed by bytes alone (FLOPs null; the roofline's memory
+term; ``Coverage.bytes_only_ns``). When one framework op launched several kernels, its bytes
+are spread over them in proportion to their durations and its FLOPs over the kernels that do
+its arithmetic (data-movement kernels get none: :func:`split_shares`); the coverage summary
+says how many ops were split.
 """
 
 from __future__ import annotations
