@@ -131,7 +131,10 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     Returns:
         ``ops`` with ``peak_flops_per_s``, ``peak_dtype``, ``intensity``, ``compute_ns``,
         ``memory_ns``, ``comm_ns``, ``expected_ns``, ``bound``, ``gap_ns``, ``efficiency``.
-        Unknown costs stay null (never 0); their bound is ``unknown``.
+        Unknown costs stay null (never 0); their bound is ``unknown``. An op costed by
+        bytes alone (FLOPs null: a Triton kernel whose FLOPs are not known) has
+        ``compute_ns`` null and ``expected_ns = memory_ns`` (bound ``memory``, or
+        ``latency`` under the kernel floor): a memory-bound kernel needs only its bytes.
 
     Matmul-class ops (matmul, attention, conv) use the tensor peak of their dtype; fp32
     ones use the fp32 (non-tensor) peak unless the kernel name says TF32 or their achieved
