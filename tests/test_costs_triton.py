@@ -204,3 +204,11 @@ def test_group_by_kernel_ranks_the_transposes_without_flops(tmp_path):
     rows = {lbl: fl for lbl, fl in r.ranking.select("label", "flops").iter_rows()}
     assert rows["void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16>"] == 0.0
     assert rows["sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc"] == 924_844_032
+
+
+def test_ranking_row_of_a_bytes_only_kernel_has_null_flops(tmp_path):
+    r = analyze(read_trace(_bytes_only_trace(tmp_path)), "h100")
+    row = r.ranking.filter(pl.col("label") == "triton_poi_fused_moe_forward_0").row(0, named=True)
+    # unknown FLOPs stay null in the ranking (a sum over no known value is no 0)
+    assert row["flops"] is None and row["intensity"] is None
+    assert row["bytes"] == 2 * 524288 * 2 and row["costed"] == 1.0
