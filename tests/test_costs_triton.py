@@ -13,7 +13,8 @@ from tracegen import Kernel, TraceBuilder
 from traceroof import analyze, get_chip, read_trace
 from traceroof.costing import compute_costs
 from traceroof.costs import cost_of, is_data_movement_kernel
-from traceroof.costs.triton import fused_ops
+from traceroof.costs.args import OpArgs
+from traceroof.costs.triton import fused_ops, iterations
 
 BF = "c10::BFloat16"
 B200 = ("TraceLens", "tests", "traces", "b200", "eager_trace.json.gz")
@@ -99,6 +100,10 @@ def test_grid_times_xblock_covers_the_recorded_xnumel():
             red = op["kernel_name"].startswith(("triton_red_", "triton_per_"))
             xnumel = int(scalars[-2] if red else scalars[-1])
             assert k["grid"][0] == math.ceil(xnumel / int(kw["XBLOCK"])), op["kernel_name"]
+            # the costing reads the same domain from the record (x r0_numel for a reduction)
+            a = OpArgs(op["kernel_name"], op["Input Dims"], op["Input type"], op["Concrete Inputs"])
+            r0 = int(scalars[-1]) if red else 1
+            assert iterations(a, "reduction" if red else "elementwise") == xnumel * r0
             checked += 1
     # B200: 1 launch (grid 56 = ceil(888 / 16)); torch_compile_triton: 4 kernels
     assert checked == 5
