@@ -370,7 +370,8 @@ def test_bc26_triton_pointwise_bytes():
     # BC-26 synthetic: two bf16 [4096, 4096] inputs, one output of the same shape
     c = cost_of("triton_poi_fused_add_mul_0", [[4096, 4096], [4096, 4096]], [BF, BF])
     assert c.bytes == 3 * 4096**2 * 2 == 100_663_296
-    assert c.flops is None  # not modeled; never 0
+    # the named ops add (1) and mul (1) over the 4096² broadcast output (tests/test_costs_triton.py)
+    assert c.flops == 2 * 4096**2 == 33_554_432
     assert c.kind == "elementwise"
     assert round(c.bytes / 50e-6 / 3.35e12, 2) == 0.60  # ~2.0 TB/s of ~3.35 TB/s
     assert cost_of("triton_red_fused_add_mean_0", None, None) is None  # no shapes: unmodeled

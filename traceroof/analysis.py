@@ -273,6 +273,7 @@ def describe_coverage(cov: Coverage) -> CoverageInfo:
         linked_device_time_ns=cov.linked_ns, linked_costed_share=cov.linked_costed_share,
         kernel_time_ns=cov.kernel_ns,
         split_ops=cov.split_ops, uncosted_top=cov.uncosted_top,
+        bytes_only_share=cov.bytes_only_share if cov.bytes_only_ns else None,
     )
 
 

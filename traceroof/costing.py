@@ -4,8 +4,11 @@ Precedence: numbers the trace carries (``trace``) → a formula over the framewo
 input shapes (``shapes``, :mod:`traceroof.costs`) → a kind from the kernel name alone
 (``name``, no numbers) → ``unknown``. Unknown stays null, never zero.
 
-When one framework op launched several kernels, its FLOPs and bytes are spread over them in
-proportion to their durations (and the coverage summary says how many ops were split).
+An op with bytes but no FLOPs is costed by bytes alone (FLOPs null; the roofline's memory
+term; ``Coverage.bytes_only_ns``). When one framework op launched several kernels, its bytes
+are spread over them in proportion to their durations and its FLOPs over the kernels that do
+its arithmetic (data-movement kernels get none: :func:`split_shares`); the coverage summary
+says how many ops were split.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ class Coverage:
     ``linked_ns`` is a part of. ``uncosted_ns`` holds the device time (ns) of every op or
     kernel label without a cost model (``uncosted_why``: why, in a few words);
     ``group_size_assumed_ns`` the collectives' time whose group size was not recorded and is
-    taken as the world size. Coverages of disjoint op tables (the ranks of a dataset) add up
+    taken as the world size; ``bytes_only_ns`` the time of the costed ops (non-collective)
+    with bytes but no FLOPs, costed "by bytes": a roofline time from their bytes alone
+    (memory bound), their FLOPs unknown (null, so HFU leaves them out). Coverages of disjoint op tables (the ranks of a dataset) add up
     exactly (:meth:`merge`); ``uncosted_top`` is its largest five.
     """
 
@@ -55,6 +60,7 @@ class Coverage:
     kernel_ns: int = 0
     uncosted_why: dict[str, str] = field(default_factory=dict)
     group_size_assumed_ns: int = 0
+    bytes_only_ns: int = 0
 
     def share(self, source: str) -> float:
         """Share of device time whose costs came from ``source`` (0 when there is none)."""
@@ -62,8 +68,14 @@ class Coverage:
 
     @property
     def costed_share(self) -> float:
-        """Share of device time with FLOPs and bytes (from the trace or shapes)."""
+        """Share of device time with a cost (from the trace or shapes): FLOPs and bytes,
+        bytes alone (:attr:`bytes_only_share`), or a collective's message size."""
         return self.share("trace") + self.share("shapes")
+
+    @property
+    def bytes_only_share(self) -> float:
+        """Share of device time costed by bytes alone (FLOPs unknown); part of :attr:`costed_share`."""
+        return self.bytes_only_ns / self.device_ns if self.device_ns else 0.0
 
     @property
     def linked_costed_share(self) -> float:
@@ -87,6 +99,7 @@ class Coverage:
             linked_ns=int(d["linked_ns"]), linked_costed_ns=int(d["linked_costed_ns"]),
             split_ops=int(d["split_ops"]), uncosted_ns={str(k): int(v) for k, v in d["uncosted_ns"].items()},
             kernel_ns=int(d.get("kernel_ns", 0)), group_size_assumed_ns=int(d.get("group_size_assumed_ns", 0)),
+            bytes_only_ns=int(d.get("bytes_only_ns", 0)),
             uncosted_why={str(k): str(v) for k, v in d.get("uncosted_why", {}).items()},
         )
 
@@ -102,6 +115,7 @@ class Coverage:
             out.split_ops += c.split_ops
             out.kernel_ns += c.kernel_ns
             out.group_size_assumed_ns += c.group_size_assumed_ns
+            out.bytes_only_ns += c.bytes_only_ns
             for k, v in c.uncosted_why.items():
                 out.uncosted_why.setdefault(k, v)
             for k, v in c.by_source_ns.items():
@@ -300,27 +314,56 @@ def _formula_costs(uniq: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
-    """Fill ``flops, bytes, cost_source, dtype, kind`` from the formula columns: a framework
-    op's cost is spread over its kernels by duration (copies/fills are not its kernels; ``_nk``
-    counts them), the parser's kind wins, then the formula's, then the kernel name's."""
-    # spread a framework op's cost over its kernels by duration (copies/fills are not its kernels)
-    grp = ["rank", "external_id"]
-    is_kern = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+def split_shares(grp: list[str], is_kern: pl.Expr, is_mover: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """The shares of its framework op's bytes and FLOPs each kernel gets (fractions; the
+    shares of one op's kernels sum to 1), grouped by ``grp`` (``rank, external_id``).
+
+    Bytes: every kernel of the op (copies and fills are not its kernels, ``is_kern``) by its
+    duration. FLOPs: only the kernels that do the op's arithmetic, by their duration; a
+    data-movement kernel (``is_mover``: a layout transpose, memset, fill, copy or cast of a
+    cuDNN/MIOpen convolution or a GEMM, :func:`traceroof.costs.is_data_movement_kernel`)
+    gets 0 FLOPs. An op whose kernels are all movers (a copy op) spreads its FLOPs over all
+    of them, by duration. An equal split where the durations sum to 0.
+    """
     kdur = pl.when(is_kern).then(pl.col("dur_ns")).otherwise(0)
     n_k = is_kern.cast(pl.Int64).sum().over(grp)
-    share = pl.when(n_k == 1).then(pl.lit(1.0)).otherwise((pl.col("dur_ns") / kdur.sum().over(grp)).fill_nan(1.0 / n_k))
+    byte_share = pl.when(n_k == 1).then(pl.lit(1.0)).otherwise(
+        (pl.col("dur_ns") / kdur.sum().over(grp)).fill_nan(1.0 / n_k))
+    doer = is_kern & ~is_mover
+    n_d = doer.cast(pl.Int64).sum().over(grp)
+    ddur = pl.when(doer).then(pl.col("dur_ns")).otherwise(0)
+    flop_share = (
+        pl.when(n_d == 0).then(byte_share)
+        .when(~doer).then(pl.lit(0.0))
+        .when(n_d == 1).then(pl.lit(1.0))
+        .otherwise((pl.col("dur_ns") / ddur.sum().over(grp)).fill_nan(1.0 / n_d))
+    )
+    return byte_share, flop_share
+
+
+def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``flops, bytes, cost_source, dtype, kind`` from the formula columns: a framework
+    op's cost is spread over its kernels (:func:`split_shares`; copies/fills are not its
+    kernels; ``_nk`` counts them), the parser's kind wins, then the formula's, then the kernel
+    name's. A formula with bytes but no FLOPs is applied (FLOPs stay null: costed by bytes)."""
+    grp = ["rank", "external_id"]
+    is_kern = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    # the kernel-name rules run once per distinct name (a few hundred), not per row
+    names = ops["name"].fill_null("").unique().to_list()
+    movers = [n for n in names if costs.is_data_movement_kernel(n)]
+    is_mover = pl.col("name").is_in(movers).fill_null(False) if movers else pl.lit(False)
+    byte_share, flop_share = split_shares(grp, is_kern, is_mover)
+    n_k = is_kern.cast(pl.Int64).sum().over(grp)
+    # a cost needs bytes (a memory-bound op's roofline time); FLOPs may be unknown (null)
     ops = ops.with_columns(
-        pl.when(pl.col("_f").is_not_null() & pl.col("_b").is_not_null() & pl.col("external_id").is_not_null() & is_kern)
+        pl.when(pl.col("_b").is_not_null() & pl.col("external_id").is_not_null() & is_kern)
         .then(n_k)
         .alias("_nk")
     )
     has_shape_cost = (
-        pl.col("_f").is_not_null() & pl.col("_b").is_not_null() & ~pl.col("_pre")
+        pl.col("_b").is_not_null() & ~pl.col("_pre")
         & (pl.col("cost_source") != "trace") & is_kern
     )
-    # the kernel-name heuristic runs once per distinct name (a few hundred), not per row
-    names = ops["name"].fill_null("").unique().to_list()
     kernel_kind = (
         pl.col("name")
         .fill_null("")
@@ -337,8 +380,8 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
         .otherwise(kernel_kind)
     )
     ops = ops.with_columns(
-        pl.when(has_shape_cost).then(pl.col("_f") * share).otherwise(pl.col("flops")).alias("flops"),
-        pl.when(has_shape_cost).then(pl.col("_b") * share).otherwise(pl.col("bytes")).alias("bytes"),
+        pl.when(has_shape_cost).then(pl.col("_f") * flop_share).otherwise(pl.col("flops")).alias("flops"),
+        pl.when(has_shape_cost).then(pl.col("_b") * byte_share).otherwise(pl.col("bytes")).alias("bytes"),
         pl.when(has_shape_cost)
         .then(pl.lit("shapes"))
         .when(pl.col("_pre") | (pl.col("cost_source") == "trace"))
@@ -419,11 +462,11 @@ def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | N
 
 
 def _costed() -> pl.Expr:
-    """An op has a cost model: FLOPs and bytes, or, for a collective, its message bytes and
-    group size (the roofline's ``comm_ns``)."""
+    """An op has a cost model: bytes (with FLOPs, or alone: a memory-bound roofline time),
+    or, for a collective, its message bytes and group size (the roofline's ``comm_ns``)."""
     coll = pl.col("kind").cast(pl.String) == "collective"
     return pl.when(coll).then(pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_not_null()).otherwise(
-        pl.col("flops").is_not_null() & pl.col("bytes").is_not_null())
+        pl.col("bytes").is_not_null())
 
 
 def _coverage(ops: pl.DataFrame) -> Coverage:
@@ -447,6 +490,9 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     )
     cov.uncosted_ns = {str(a): int(b) for a, b in unc.iter_rows()}
     cov.kernel_ns = int(kernels["dur_ns"].sum() or 0)
+    kinds = ["collective", "memcpy", "memset"]
+    bytes_only = ~pl.col("kind").cast(pl.String).is_in(kinds) & pl.col("bytes").is_not_null() & pl.col("flops").is_null()
+    cov.bytes_only_ns = int(ops.filter(bytes_only)["dur_ns"].sum() or 0)
     cov.group_size_assumed_ns = int(ops.filter(pl.col("_gs_assumed").fill_null(False))["dur_ns"].sum() or 0)
     why = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l")).agg(
         pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any(),

@@ -131,7 +131,10 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     Returns:
         ``ops`` with ``peak_flops_per_s``, ``peak_dtype``, ``intensity``, ``compute_ns``,
         ``memory_ns``, ``comm_ns``, ``expected_ns``, ``bound``, ``gap_ns``, ``efficiency``.
-        Unknown costs stay null (never 0); their bound is ``unknown``.
+        Unknown costs stay null (never 0); their bound is ``unknown``. An op costed by
+        bytes alone (FLOPs null: a Triton kernel whose FLOPs are not known) has
+        ``compute_ns`` null and ``expected_ns = memory_ns`` (bound ``memory``, or
+        ``latency`` under the kernel floor): a memory-bound kernel needs only its bytes.
 
     Matmul-class ops (matmul, attention, conv) use the tensor peak of their dtype; fp32
     ones use the fp32 (non-tensor) peak unless the kernel name says TF32 or their achieved
@@ -306,7 +309,9 @@ def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
     Returns:
         One row per group: ``label, kind, count, total_ns`` (ns, every op), ``costed_count``,
         ``measured_ns, expected_ns, gap_ns`` (ns, costed ops only), ``costed`` (fraction of
-        ``total_ns``), ``efficiency, bound, intensity`` (FLOP/byte), ``flops, bytes, dtype``.
+        ``total_ns``), ``efficiency, bound, intensity`` (FLOP/byte), ``flops, bytes, dtype`` (``flops``/``bytes``
+        the sum of the known ones, null when no op of the group has one: ops costed by bytes
+        alone have null FLOPs).
         A group with no costed op has null ``measured_ns``, ``expected_ns``, ``gap_ns`` and
         ``efficiency`` (unknown, not 0), ``costed`` 0, and sorts last; ties sort by
         ``total_ns``, then label.
@@ -329,8 +334,13 @@ def rank_ops(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
         pl.col("bound").filter(pl.col("bound") != "unknown").mode().sort().first().alias("bound"),
         pl.col("flops").sum().alias("flops"),
         pl.col("bytes").sum().alias("bytes"),
+        pl.col("flops").count().alias("_n_flops"),
+        pl.col("bytes").count().alias("_n_bytes"),
         pl.col("dtype").drop_nulls().mode().sort().first().alias("dtype"),
     )
+    # a group without one known FLOP (bytes) count has unknown FLOPs (bytes): null, not a sum of 0
+    g = g.with_columns(pl.when(pl.col("_n_flops") > 0).then(pl.col("flops")).alias("flops"),
+                       pl.when(pl.col("_n_bytes") > 0).then(pl.col("bytes")).alias("bytes"))
     some = pl.col("costed_count") > 0
     g = g.with_columns(
         pl.when(some).then(pl.col("measured_ns")).alias("measured_ns"),

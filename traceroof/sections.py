@@ -162,7 +162,9 @@ class CoverageInfo(_Section):
     """Share of device time with a cost model. Shares are fractions of ``device_time_ns``
     (None when there are no device ops); ``kernel_time_ns`` is the kernels' part of
     ``device_time_ns`` (copies and fills excluded), the time ``linked_device_time_ns`` is a
-    part of; ``uncosted_top`` is ``[[label, ns], ...]``."""
+    part of; ``bytes_only_share`` the part of ``costed_share`` costed by bytes alone (FLOPs
+    unknown: memory-bound roofline time, left out of HFU); ``uncosted_top`` is
+    ``[[label, ns], ...]``."""
 
     device_time_ns: int = 0
     by_source_ns: dict[str, int] | None = _opt(omit_none=True)
@@ -173,6 +175,7 @@ class CoverageInfo(_Section):
     linked_costed_share: float | None = _opt(omit_none=True)
     kernel_time_ns: int | None = _opt(omit_none=True)
     split_ops: int | None = _opt(omit_none=True)
+    bytes_only_share: float | None = _opt(omit_none=True)
     uncosted_top: list[Any] | None = _opt(omit_none=True)
 
 

@@ -29,7 +29,7 @@ from . import (
 )
 from .args import OpArgs, Tensor, dtype_of
 from .comms import COMM_ANNOTATION_RE, message_bytes
-from .kinds import kind_of_kernel, kind_of_op
+from .kinds import is_data_movement_kernel, kind_of_kernel, kind_of_op
 from .registry import OpCost, cost_of, formula_for, register_cost, registered_ops
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "cost_of",
     "dtype_of",
     "formula_for",
+    "is_data_movement_kernel",
     "itemsize",
     "kind_of_kernel",
     "kind_of_op",

@@ -125,6 +125,20 @@ _OP_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 
 
+#: Kernels that only move or fill data inside a compute op: cuDNN layout transposes
+#: (``nchwToNhwcKernel``, ``nhwcToNchwKernel``), MIOpen ``batched_transpose_*`` and
+#: ``SubTensorOp*`` (set/cast a tensor), memsets, fills, copies and casts.
+_DATA_MOVEMENT = re.compile(
+    r"transpose|nchwtonhwc|nhwctonchw|subtensorop|memset|fill|copy|cast(?!le)|convert", re.I)
+
+
+def is_data_movement_kernel(kernel_name: str) -> bool:
+    """Whether a kernel only moves, lays out or fills data (no arithmetic of its op):
+    :data:`_DATA_MOVEMENT` on the name. Such a kernel of a convolution or GEMM gets bytes of
+    its op's cost but none of its FLOPs (:func:`traceroof.costing.split_shares`)."""
+    return bool(_DATA_MOVEMENT.search(kernel_name))
+
+
 def kind_of_kernel(kernel_name: str) -> str:
     """Kind of a device kernel from its name alone (a heuristic; ``"other"`` when unsure).
 

@@ -56,6 +56,9 @@ def header(report: Report) -> list[tuple[str, str]]:
         f"{units.pct(cov.costed_share)} of device time costed: FLOPs and bytes, or a collective's message size "
         f"({units.pct(cov.shapes_share)} from shapes, {units.pct(cov.trace_share)} from the trace)"
     )
+    if cov.bytes_only_share:
+        cov_line += (f"; {units.pct(cov.bytes_only_share)} of it by bytes alone (FLOPs unknown: "
+                     "memory-bound roofline time, not in HFU)")
     if cov.linked_device_time_ns and cov.linked_device_time_ns != t.device_time_ns:
         # the linked time is kernel time: its share is of the kernels (copies and fills are
         # never linked), said with the kernel time it is a share of
