@@ -58,7 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO.parent / "shared" / "fixtures" / "real" / "TraceLens" / "tests" / "traces" / "h100" / (
     "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 )
-GEN_VERSION = 1
+GEN_VERSION = 2  # 2: the recording window spans every replica
 DEFAULT_HTA_VENV = Path("/tmp/hta-venv")
 
 
@@ -304,7 +304,7 @@ def write_trace(
                 print(f"  {path.name}: {shown * 10}% ({fh.bytes / 1e6:,.0f} MB, "
                       f"{time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
         fh.write(esep)
-        fh.write(esep.join(_fill(_Tmpl(e), pretty, n_rep - 1, spans) for e in once_tail))
+        fh.write(esep.join(_fill(_Tmpl(e), pretty, k, spans) for e, k in (_tail_event(e, n_rep, spans) for e in once_tail)))
         if pretty:
             fh.write("\n  ],\n")
             fh.write(",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in trailer.items()))
@@ -320,6 +320,18 @@ def write_trace(
 def generate(path: Path, events: int, layout: str) -> int:
     """Write a trace of at least ``events`` events to ``path``; return the event count."""
     return write_trace(path, events, layout)[0]
+
+
+def _tail_event(e: dict, n_rep: int, spans: dict[int, int]) -> tuple[dict, int]:
+    """A recording-window event of the source, as it reads for ``n_rep`` replicas: the
+    window opens where the first replica starts (``Iteration Start``, the ``PyTorch Profiler``
+    span, which grows to cover every replica) and closes after the last (``Record Window
+    End``): (event, replica index to fill it at)."""
+    if e.get("name") == "Record Window End":
+        return e, n_rep - 1
+    if e.get("cat") == "Trace" and "dur" in e:
+        return dict(e, dur=round(float(e["dur"]) + (n_rep - 1) * spans[_TS] / 1000, 3)), 0
+    return e, 0
 
 
 def _fill(t: _Tmpl, pretty: bool, k: int, spans: dict[int, int]) -> str:
