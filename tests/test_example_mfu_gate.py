@@ -144,3 +144,19 @@ def test_gate_json_and_usage_errors(pair):
     assert res.exit_code == 2
     res = CliRunner().invoke(cli, ["gate", str(base), "--min-mfu", "0.3"])
     assert res.exit_code == 1 and "unknown" in res.output  # no model FLOPs → MFU unknown fails
+
+
+def test_gate_names_why_a_metric_is_unknown(tmp_path):
+    # Falconsai's one step is partial: no step time or HFU (accounting rule 5); the gate's
+    # failure says so instead of a bare "unknown"
+    from conftest import real
+
+    from traceroof.analysis import load_report
+    from traceroof.gate import check
+
+    r = load_report(real("TraceLens", "tests", "traces", "h100", "Falconsai_nsfw_image_detection__1016002.json.gz"),
+                    jobs=1)
+    assert r.summary.step.complete_steps == 0
+    res = check(r, min_hfu=0.01)
+    (c,) = res.checks
+    assert not c.passed and "no complete step" in c.detail and "rule 5" in c.detail

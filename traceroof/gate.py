@@ -118,7 +118,7 @@ def check(
         if floor is None:
             continue
         v = _metric(report, key)
-        detail = "" if v is not None else "unknown in this report" + (" (pass --model/--model-flops-per-step)" if key == "mfu" else "")
+        detail = "" if v is not None else _why_unknown(report, key)
         res.checks.append(Check(label, v, floor, ">=", v is not None and v >= floor, detail))
     if baseline is not None:
         if max_drop is not None:
@@ -128,19 +128,35 @@ def check(
                     continue
                 limit = b - max_drop
                 res.checks.append(Check(f"{label} vs baseline", c, limit, ">=", c is not None and c >= limit,
-                                        f"baseline {100 * b:.2f} %, max drop {100 * max_drop:.2f} pp"))
+                                        f"baseline {100 * b:.2f} %, max drop {100 * max_drop:.2f} pp"
+                                        + ("" if c is not None else f"; {_why_unknown(report, key)}")))
         if max_step_time_increase is not None:
             b, c = _metric(baseline, "step_time_ns"), _metric(report, "step_time_ns")
             if b is not None:
                 limit = b * (1 + max_step_time_increase)
                 res.checks.append(Check("step time vs baseline", c, limit, "<=", c is not None and c <= limit,
-                                        f"baseline {b / 1e6:.4g} ms, max +{100 * max_step_time_increase:.1f} %"))
+                                        f"baseline {b / 1e6:.4g} ms, max +{100 * max_step_time_increase:.1f} %"
+                                        + ("" if c is not None else f"; {_why_unknown(report, 'step_time_ns')}")))
     if not res.checks:
         raise UsageError(
             "gate: nothing to check: give --min-mfu/--min-hfu/--min-efficiency, or --baseline with "
             "--max-drop/--max-step-time-increase (a baseline without a comparable metric checks nothing)"
         )
     return res
+
+
+def _why_unknown(report: Report, key: str) -> str:
+    """Why metric ``key`` is unknown in ``report``: no complete step (accounting rule 5), a
+    value above 100 % (an inconsistency), no model FLOPs for MFU, else no cost."""
+    st = report.summary.step
+    if report.summary.steps and st is not None and st.complete_steps == 0:
+        return "unknown: no complete step, every step is partial (accounting rule 5)"
+    word = {"hfu": "HFU", "mfu": "MFU", "roofline_efficiency": "roofline efficiency"}.get(key)
+    if word and any(i.what.startswith(word) for i in report.inconsistencies):
+        return f"unknown: {word} came out above 100 %, an inconsistency (see the report's inconsistencies)"
+    if key == "mfu":
+        return "unknown in this report (pass --model/--model-flops-per-step)"
+    return "unknown in this report (no costed FLOPs)" if key != "step_time_ns" else "unknown in this report"
 
 
 def write_step_summary(markdown: str) -> str | None:
