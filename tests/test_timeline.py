@@ -430,3 +430,18 @@ def test_one_step_reports_that_steps_buckets_only(tmp_path):
     assert {x["bucket"] for x in r.summary.timeline.buckets} == {"step"}
     assert sum(x["ops"] for x in r.summary.timeline.buckets) == r.ops.height == 2
     assert {w["step"] for w in r.summary.timeline.windows if w["bucket"] == "step"} == {1}
+
+
+def test_time_of_ops_without_a_cost_model_is_its_own_part_of_the_breakdown(tmp_path):
+    # one costed matmul (20 µs) and one op of no formula (30 µs, bound unknown), one after the
+    # other on one stream: the 30 µs are "no cost model", not memory/latency-bound
+    b = TraceBuilder()
+    b.begin_step(0)
+    b.op(*MM, [Kernel("sm90_gemm_bf16", 20_000, stream=7)])
+    b.op("myext::mystery", [[64]], ["float"], [Kernel("mystery_kernel", 30_000, stream=7)])
+    b.end_step()
+    r = _analyze(tmp_path, b)
+    s = r.steps.row(0, named=True)
+    assert s["unknown_bound_ns"] == 30_000
+    assert s["compute_bound_ns"] + s["memory_bound_ns"] + s["unknown_bound_ns"] == s["busy_ns"] == 50_000
+    assert "no cost model 30 µs" in dict(summary_rows(r))["breakdown"]

@@ -142,7 +142,7 @@ def test_every_tab_renders_without_console_errors(page, qwen_server, qwen):
     shot(page, "timeline")
     open_tab(page, "Steps")
     st = wait_graph(page, "steps-graph")
-    assert len(role(st, "breakdown")) == 4
+    assert len(role(st, "breakdown")) == 5  # compute, memory, no cost model, comm only, idle
     shot(page, "steps")
     open_tab(page, "Findings")
     if qwen.findings:

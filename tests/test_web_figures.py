@@ -229,7 +229,8 @@ def test_empty_selection_gives_an_empty_figure_not_an_error(qwen):
 def test_step_bars_stack_to_the_step_wall_time(control):
     fig = figures.steps_figure(control.steps)
     parts = traces(fig, "breakdown")
-    assert [t.meta["column"] for t in parts] == ["compute_bound_ns", "memory_bound_ns", "comm_only_ns", "idle_ns"]
+    assert [t.meta["column"] for t in parts] == ["compute_bound_ns", "memory_bound_ns", "unknown_bound_ns",
+                                                "comm_only_ns", "idle_ns"]
     assert list(parts[0].x) == [f"step {s}" for s in range(1009, 1015)]
     walls = control.steps.sort("start_ns")["wall_ns"].to_list()
     for i, wall in enumerate(walls):

@@ -152,7 +152,7 @@ def per_rank_summary(steps: pl.DataFrame) -> pl.DataFrame:
             "step_time_ns": s.get("step_time_ns"),
             "busy_ns": s.get("busy_ns"),
             "busy_fraction": s.get("busy_fraction"),
-            "compute_ns": (cb + mb) if cb is not None and mb is not None else None,
+            "compute_ns": (cb + mb + (s.get("unknown_bound_ns") or 0.0)) if cb is not None and mb is not None else None,
             "comm_ns": s.get("comm_ns"),
             "comm_exposed_ns": s.get("comm_exposed_ns"),
             "flops_per_step": s.get("flops_per_step"),

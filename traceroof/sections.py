@@ -194,6 +194,8 @@ class StepStats(_Section):
     busy_fraction: float | None = None
     compute_bound_ns: float | None = None
     memory_bound_ns: float | None = None
+    #: busy with ops of no cost model (their bound unknown): neither compute- nor memory-bound
+    unknown_bound_ns: float | None = _opt(omit_none=True)
     comm_ns: float | None = None
     comm_exposed_ns: float | None = None
     idle_ns: float | None = None

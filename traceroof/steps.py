@@ -30,6 +30,7 @@ STEP_SCHEMA = {
     "busy_ns": pl.Int64,
     "compute_bound_ns": pl.Int64,
     "memory_bound_ns": pl.Int64,
+    "unknown_bound_ns": pl.Int64,  # busy with ops of no cost model (neither compute- nor memory-bound known)
     "comm_ns": pl.Int64,
     "comm_exposed_ns": pl.Int64,
     "idle_ns": pl.Int64,
@@ -55,6 +56,7 @@ DEVICE_STEP_SCHEMA = {
     "busy_ns": pl.Int64,
     "compute_bound_ns": pl.Int64,
     "memory_bound_ns": pl.Int64,
+    "unknown_bound_ns": pl.Int64,  # busy with ops of no cost model (neither compute- nor memory-bound known)
     "comm_ns": pl.Int64,
     "comm_exposed_ns": pl.Int64,
     "idle_ns": pl.Int64,
@@ -96,17 +98,17 @@ def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.D
     for (rank, sk), g in walls.sort("rank", "_sk", "device").group_by(["rank", "_sk"], maintain_order=True):
         step = None if sk == _NO_STEP else sk
         devices = g["device"].to_list()
-        parts = [bd.get((rank, sk, d), (0, 0, 0, 0, 0)) for d in devices]
+        parts = [bd.get((rank, sk, d), (0, 0, 0, 0, 0, 0)) for d in devices]
         for d, w, p in zip(devices, g["wall"].to_list(), parts):
             n_d, fl_d = per_dev_op.get((rank, sk, d), (0, None))
             dev_rows.append((rank, step, d, int(w), *p, int(w) - p[0], n_d, fl_d))
         n = len(parts)
         wall = int(round(float(g["wall"].mean())))
-        busy, cb, mb, comm, exposed = (int(round(sum(p[i] for p in parts) / n)) for i in range(5))
+        busy, cb, mb, ub, comm, exposed = (int(round(sum(p[i] for p in parts) / n)) for i in range(6))
         count, flops, qlag = per_op.get((rank, sk), (0, None, None))
         h0 = host_start.get((rank, step))
         dlag = int(round(float((g["s"] - h0).mean()))) if h0 is not None else None
-        rows.append((rank, step, int(g["s"].min()), int(g["e"].max()), wall, busy, cb, mb, comm, exposed,
+        rows.append((rank, step, int(g["s"].min()), int(g["e"].max()), wall, busy, cb, mb, ub, comm, exposed,
                      wall - busy, count, flops, False, n, qlag, dlag))
     out = pl.DataFrame(rows, schema=STEP_SCHEMA, orient="row").sort("rank", "start_ns")
     dev = pl.DataFrame(dev_rows, schema=DEVICE_STEP_SCHEMA, orient="row")
@@ -136,10 +138,13 @@ def _op_stats(ops: pl.DataFrame) -> dict[tuple[Any, Any], tuple[int, float | Non
             for r, k, n, fl, has, lag in g.iter_rows()}
 
 
-def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, int, int, int, int]]:
-    """(busy, compute-bound, memory/latency-bound, comm, exposed comm) ns of the ops of every
-    (rank, step, device) of ``ends`` (device not null): compute = kernels that are not
-    communication (copies and fills do not hide communication).
+def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, int, int, int, int, int]]:
+    """(busy, compute-bound, memory/latency-bound, no cost model, comm, exposed comm) ns of
+    the ops of every (rank, step, device) of ``ends`` (device not null): compute = kernels
+    that are not communication (copies and fills do not hide communication). The time of
+    the non-communication ops splits exactly into compute-bound (union of the compute-bound
+    compute kernels), memory/latency-bound (the rest of the ops with a known bound) and no
+    cost model (the time only ops of unknown bound ran).
 
     Interval measures, as union lengths of six subsets per (rank, step, device)
     from one sorted pass (:func:`traceroof.intervals.union_lengths`); the communication
@@ -159,11 +164,13 @@ def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, i
         "cb": comp & (pl.col("bound") == "compute"),
         "noncoll": k != "collective",
         "coll_or_comp": ~k.is_in(["memcpy", "memset"]),
+        "known": (k != "collective") & pl.col("bound").is_in(["compute", "memory", "latency"]),
     }
     out = {}
-    for r, st, d, all_, coll, comp_, cb, noncoll, coll_or_comp in iv.union_lengths(base, sets, keys).iter_rows():
+    for r, st, d, all_, coll, comp_, cb, noncoll, coll_or_comp, known in (
+            iv.union_lengths(base, sets, keys).iter_rows()):
         exposed = coll - (coll + comp_ - coll_or_comp)
-        out[(r, st, d)] = (all_, cb, noncoll - cb, coll, exposed)
+        out[(r, st, d)] = (all_, cb, known - cb, noncoll - known, coll, exposed)
     return out
 
 
@@ -265,6 +272,7 @@ def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
         "busy_fraction": busy / wall if wall else None,
         "compute_bound_ns": float(full["compute_bound_ns"].mean()),
         "memory_bound_ns": float(full["memory_bound_ns"].mean()),
+        "unknown_bound_ns": float(full["unknown_bound_ns"].mean()),
         "comm_ns": float(full["comm_ns"].mean()),
         "comm_exposed_ns": float(full["comm_exposed_ns"].mean()),
         "idle_ns": float(full["idle_ns"].mean()),

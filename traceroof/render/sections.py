@@ -184,7 +184,9 @@ def summary(report: Report) -> list[tuple[str, str]]:
              if per_dev is None else f"{units.pct(st.busy_fraction)} ({per_dev['busy']}; {units.ns(st.busy_ns)} per step "
                                      "and device, union over its streams)"),
             ("breakdown", f"compute-bound {units.ns(st.compute_bound_ns)}, memory/latency-bound "
-                          f"{units.ns(st.memory_bound_ns)}, communication {units.ns(st.comm_ns)} "
+                          f"{units.ns(st.memory_bound_ns)}, "
+                          + (f"no cost model {units.ns(st.unknown_bound_ns)}, " if st.unknown_bound_ns else "")
+                          + f"communication {units.ns(st.comm_ns)} "
                           f"({units.ns(st.comm_exposed_ns)} exposed), idle {units.ns(st.idle_ns)}"
                           + ("" if per_dev is None else f" (means of {per_dev['what']}; {per_dev['idle']})")),
         ]

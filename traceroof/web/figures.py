@@ -420,6 +420,7 @@ def _finding_rows(f: Finding, order: list[str], multi: views.RowKeys) -> tuple[f
 BREAKDOWN = (
     ("compute_bound_ns", "compute-bound", "#1f77b4"),
     ("memory_bound_ns", "memory / latency-bound", "#ff7f0e"),
+    ("unknown_bound_ns", "no cost model", "#9467bd"),
     ("comm_only_ns", "communication only", "#d62728"),
     ("idle_ns", "idle", "#c7c7c7"),
 )
@@ -446,6 +447,8 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
     wall = v["wall_ns"].to_list()
     exposed = v["comm_exposed_ns"].to_list()
     for col, name, color in BREAKDOWN:
+        if col not in v.columns:  # a report saved before the column existed
+            continue
         vals = v[col].to_list()
         text = [f"{name}: {units.ns(x)} ({units.pct((x or 0) / w if w else None)} of the step)" for x, w in zip(vals, wall)]
         if col == "comm_only_ns":

@@ -212,8 +212,8 @@ def steps_table(report: Report) -> html.Div:
     s = report.steps
     if s.height == 0:
         return html.Div()
-    cols = [c for c in ("rank", "step", "wall_ns", "busy_ns", "compute_bound_ns", "memory_bound_ns", "comm_ns",
-                        "comm_exposed_ns", "idle_ns", "ops", "flops", "hfu", "mfu", "partial") if c in s.columns]
+    cols = [c for c in ("rank", "step", "wall_ns", "busy_ns", "compute_bound_ns", "memory_bound_ns",
+                        "unknown_bound_ns", "comm_ns", "comm_exposed_ns", "idle_ns", "ops", "flops", "hfu", "mfu", "partial") if c in s.columns]
     data = []
     for r in s.select(cols).iter_rows(named=True):
         row = {}

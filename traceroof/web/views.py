@@ -439,9 +439,10 @@ def selection_banner(selected: str | None) -> tuple[str, dict[str, str]]:
 def steps_view(steps: pl.DataFrame, rank: str | int | None = ALL) -> pl.DataFrame:
     """The step table of one rank (or all), with a display ``label`` and ``comm_only_ns``.
 
-    ``comm_only_ns = busy_ns − compute_bound_ns − memory_bound_ns``: the time only
-    communication ran (no other kernel, copies included), so that compute-bound +
-    memory/latency-bound + comm-only + idle partition the step's wall time exactly. The
+    ``comm_only_ns = busy_ns − compute_bound_ns − memory_bound_ns − unknown_bound_ns``: the
+    time only communication ran (no other kernel, copies included), so that compute-bound +
+    memory/latency-bound + no cost model + comm-only + idle partition the step's wall time
+    exactly. The
     step table's ``comm_exposed_ns`` (communication not hidden by compute kernels; copies do
     not hide it) can be larger by the time copies overlapped communication.
     """
@@ -455,7 +456,9 @@ def steps_view(steps: pl.DataFrame, rank: str | int | None = ALL) -> pl.DataFram
     label = (pl.lit("rank ") + pl.col("rank").cast(pl.String) + pl.lit(" · ") + step_txt) if multi else step_txt
     return steps.sort("rank", "start_ns").with_columns(
         label.alias("label"),
-        (pl.col("busy_ns") - pl.col("compute_bound_ns") - pl.col("memory_bound_ns")).clip(lower_bound=0).alias("comm_only_ns"),
+        (pl.col("busy_ns") - pl.col("compute_bound_ns") - pl.col("memory_bound_ns")
+         - (pl.col("unknown_bound_ns").fill_null(0) if "unknown_bound_ns" in steps.columns else pl.lit(0))
+         ).clip(lower_bound=0).alias("comm_only_ns"),
     )
 
 
