@@ -47,6 +47,9 @@ def _named(r: pl.DataFrame, name: str) -> dict:
         ("Memcpy HtoD (Host -> Device)", "host"),
         ("Memcpy DtoD (Device -> Device)", "device"),
         ("Memcpy PtoP (Device -> Device)", "peer"),
+        ("MemcpyH2D", "host"),
+        ("MemcpyD2D", "device"),
+        ("MemcpyP2P", "peer"),
         ("Memcpy", None),
     ],
 )

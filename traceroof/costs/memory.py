@@ -284,14 +284,15 @@ def vllm_reshape_and_cache(a: OpArgs) -> OpCost | None:
 
 #: How a copy-engine transfer (a ``memcpy`` device op) is routed, from its Kineto/ROCm name
 #: (``Memcpy HtoD (Pinned -> Device)``, ``Memcpy DtoH (Device -> Pageable)``, ``Memcpy DtoD
-#: (Device -> Device)``, ``Memcpy PtoP (Device -> Device)``): (route, regex), first match wins.
+#: (Device -> Device)``, ``Memcpy PtoP (Device -> Device)``; CUPTI/XLA ``MemcpyH2D``, ``D2D``,
+#: ``P2P``): (route, regex), first match wins.
 #: ``host``: one side is host memory (pinned or pageable), bounded by the host link;
 #: ``peer``: another device's memory, bounded by the scale-up link; ``device``: both sides in
 #: this device's memory, bounded by its HBM, which it reads and writes.
 COPY_ROUTES: tuple[tuple[str, str], ...] = (
-    ("peer", r"(?i)\bPtoP\b|peer"),
-    ("host", r"(?i)\b(HtoD|DtoH|HtoH)\b|host|pageable|pinned"),
-    ("device", r"(?i)\bDtoD\b|device\s*->\s*device"),
+    ("peer", r"(?i)PtoP|P2P|peer"),
+    ("host", r"(?i)HtoD|DtoH|HtoH|H2D|D2H|H2H|host|pageable|pinned"),
+    ("device", r"(?i)DtoD|D2D|device\s*->\s*device"),
 )
 
 #: Kineto's words for the host side of a copy: ``Pageable`` memory goes through a pinned
