@@ -19,7 +19,12 @@ from traceroof import read_trace
 from traceroof.chips import get_chip, load_chip_file
 from traceroof.costing import apply_costs
 from traceroof.costs.memory import copy_hbm_bytes, copy_route
-from traceroof.roofline import add_roofline, collective_link_bytes_per_s, copy_link_bytes_per_s, scale_up_domain
+from traceroof.roofline import (
+    add_roofline,
+    collective_link_bytes_per_s,
+    copy_link_bytes_per_s,
+    scale_up_domain,
+)
 from traceroof.schema import OP_SCHEMA, conform
 
 

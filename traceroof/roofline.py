@@ -260,32 +260,35 @@ def _with_terms(out: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     link = (
         pl.when(pl.col("group_size") <= scale_up_domain(chip)).then(pl.lit(intra)).otherwise(pl.lit(inter))
     ).cast(pl.Float64)
-    bw = _copy_bandwidth(out, chip)
+    hbm = float(chip.hbm_bytes_per_s)
+    on_link, bw = _copy_bandwidth(out, chip)
     return out.with_columns(
-        pl.when(bw.is_not_null()).then(pl.col("flops") / pl.col("peak_flops_per_s") * 1e9).alias("compute_ns"),
-        (pl.col("bytes") / bw * 1e9).alias("memory_ns"),
+        pl.when(~on_link | bw.is_not_null())
+        .then(pl.col("flops") / pl.col("peak_flops_per_s") * 1e9)
+        .alias("compute_ns"),
+        # HBM-bound ops divide by the scalar (the same float operation as ever); copies on a
+        # link by their link's bandwidth
+        pl.when(on_link).then(pl.col("bytes") / bw * 1e9).otherwise(pl.col("bytes") / hbm * 1e9).alias("memory_ns"),
         pl.when(coll).then(factor * pl.col("comm_bytes") / link * 1e9).alias("comm_ns"),
         pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).alias("intensity"),
     )
 
 
-def _copy_bandwidth(ops: pl.DataFrame, chip: ChipSpec) -> pl.Expr:
-    """Per op, the bandwidth (B/s) its bytes move at: HBM, or for ``memcpy`` ops the link of
-    their route (:func:`copy_link_bytes_per_s`, decided once per distinct name); null where
-    that link is unknown."""
+def _copy_bandwidth(ops: pl.DataFrame, chip: ChipSpec) -> tuple[pl.Expr, pl.Expr]:
+    """``(on_link, bandwidth)``: whether an op is a ``memcpy`` bounded by a link other than HBM
+    (:func:`copy_link_bytes_per_s`, decided once per distinct name), and that link's bandwidth
+    (B/s; null where the chip does not give it)."""
     hbm = float(chip.hbm_bytes_per_s)
     names = ops.filter(pl.col("kind") == "memcpy")["name"].drop_nulls().unique().to_list()
     links = {n: copy_link_bytes_per_s(chip, copy_route(n)) for n in names}
     links = {n: v for n, v in links.items() if v != hbm}
     if not links:
-        return pl.lit(hbm)
+        return pl.lit(False), pl.lit(None, dtype=pl.Float64)
+    on_link = ((pl.col("kind") == "memcpy") & pl.col("name").is_in(list(links))).fill_null(False)
     known = {n: v for n, v in links.items() if v is not None}
-    unknown = [n for n, v in links.items() if v is None]
-    is_copy = (pl.col("kind") == "memcpy").fill_null(False)
-    bw = pl.col("name").replace_strict(known, default=hbm, return_dtype=pl.Float64) if known else pl.lit(hbm)
-    if unknown:
-        bw = pl.when(is_copy & pl.col("name").is_in(unknown)).then(pl.lit(None, dtype=pl.Float64)).otherwise(bw)
-    return pl.when(is_copy).then(bw).otherwise(pl.lit(hbm))
+    bw = (pl.col("name").replace_strict(known, default=None, return_dtype=pl.Float64) if known
+          else pl.lit(None, dtype=pl.Float64))
+    return on_link, bw
 
 
 def _bound(is_async: pl.Expr, floor_ns: float) -> pl.Expr:
