@@ -286,7 +286,9 @@ def vllm_reshape_and_cache(a: OpArgs) -> OpCost | None:
 #: (``Memcpy HtoD (Pinned -> Device)``, ``Memcpy DtoH (Device -> Pageable)``, ``Memcpy DtoD
 #: (Device -> Device)``, ``Memcpy PtoP (Device -> Device)``; CUPTI/XLA ``MemcpyH2D``, ``D2D``,
 #: ``P2P``): (route, regex), first match wins.
-#: ``host``: one side is host memory (pinned or pageable), bounded by the host link;
+#: ``host``: one side is host memory, bounded by the host link (pinned and pageable alike:
+#: the name keeps them apart in the ranking, and ``roofline.copy_link_bytes_per_s`` says why
+#: the staging of a pageable copy is gap, not roof);
 #: ``peer``: another device's memory, bounded by the scale-up link; ``device``: both sides in
 #: this device's memory, bounded by its HBM, which it reads and writes.
 COPY_ROUTES: tuple[tuple[str, str], ...] = (
@@ -294,11 +296,6 @@ COPY_ROUTES: tuple[tuple[str, str], ...] = (
     ("host", r"(?i)HtoD|DtoH|HtoH|H2D|D2H|H2H|host|pageable|pinned"),
     ("device", r"(?i)DtoD|D2D|device\s*->\s*device"),
 )
-
-#: Kineto's words for the host side of a copy: ``Pageable`` memory goes through a pinned
-#: staging buffer in the driver, ``Pinned`` (page-locked) memory is read by DMA directly.
-PAGEABLE_RE = r"(?i)pageable"
-
 
 def copy_route(name: str | None) -> str | None:
     """``host``, ``peer`` or ``device`` for a copy named ``name`` (:data:`COPY_ROUTES`),
