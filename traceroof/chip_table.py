@@ -32,6 +32,8 @@ NUMERIC_FIELDS: tuple[str, ...] = (
     "hbm_bytes_per_s",
     "intra_node_bytes_per_s",
     "inter_node_bytes_per_s",
+    "host_link_bytes_per_s",
+    "scale_up_domain",
     "launch_overhead_ns",
 )
 
@@ -80,6 +82,13 @@ class ChipSpec:
             aggregate per device, B/s; ``None`` if there is none.
         inter_node_bytes_per_s: scale-out network per device, one direction, B/s; ``None`` when
             platform-dependent. The source says which NIC is assumed.
+        host_link_bytes_per_s: the link between the device and its host's memory, one
+            direction, B/s: PCIe Gen3/4/5/6 x16 (16e9 / 32e9 / 64e9 / 128e9, the PCI-SIG
+            per-direction rates) or NVLink-C2C on Grace parts; ``None`` when not published.
+            Host<->device copies are judged at it.
+        scale_up_domain: devices one scale-up link (``intra_node_bytes_per_s``) joins: 8 on
+            an HGX board, 72 in an NVL72 rack, the largest ICI slice on TPU; ``None`` when
+            unknown (collectives then assume :data:`traceroof.roofline.GPUS_PER_NODE`).
         launch_overhead_ns: device-side floor of one kernel/op, ns (a convention, see sources).
         sources: field -> source text; ``"[id]"`` refers to :func:`references`. A per-dtype
             source may be given as ``"peak_flops_per_s.fp8"``.
@@ -97,6 +106,8 @@ class ChipSpec:
     hbm_bytes_per_s: float
     intra_node_bytes_per_s: float | None = None
     inter_node_bytes_per_s: float | None = None
+    host_link_bytes_per_s: float | None = None
+    scale_up_domain: int | None = None
     launch_overhead_ns: float = 2000.0
     sources: Mapping[str, str] = field(default_factory=dict)
     match: ChipMatch = field(default_factory=ChipMatch)
@@ -184,6 +195,8 @@ class ChipSpec:
             "hbm_bytes_per_s": self.hbm_bytes_per_s,
             "intra_node_bytes_per_s": self.intra_node_bytes_per_s,
             "inter_node_bytes_per_s": self.inter_node_bytes_per_s,
+            "host_link_bytes_per_s": self.host_link_bytes_per_s,
+            "scale_up_domain": self.scale_up_domain,
             "launch_overhead_ns": self.launch_overhead_ns,
             "sources": dict(self.sources),
             "notes": list(self.notes),
@@ -195,7 +208,8 @@ class ChipSpec:
 
 _CHIP_KEYS = {
     "name", "vendor", "aliases", "peak_flops_per_s", "hbm_bytes", "hbm_bytes_per_s",
-    "intra_node_bytes_per_s", "inter_node_bytes_per_s", "launch_overhead_ns", "sources",
+    "intra_node_bytes_per_s", "inter_node_bytes_per_s", "host_link_bytes_per_s", "scale_up_domain",
+    "launch_overhead_ns", "sources",
     "match", "notes",
 }
 _MATCH_KEYS = {"names", "compute_capability", "num_sms", "mem_gib", "clock_mhz", "identify_by_properties", "board_names"}
@@ -212,6 +226,15 @@ def _number(origin: str, where: str, v: Any, *, allow_zero: bool = False) -> flo
     if v < 0 or (v == 0 and not allow_zero):
         raise _fail(origin, where, f"expected a positive number, got {v!r}")
     return float(v)
+
+
+def _domain(origin: str, key: str, v: Any) -> int | None:
+    """``scale_up_domain``: a positive whole number of devices, or absent."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise _fail(origin, f"{key}.scale_up_domain", f"expected a positive whole number of devices, got {v!r}")
+    return v
 
 
 def _parse_match(origin: str, key: str, raw: Any) -> ChipMatch:
@@ -304,6 +327,8 @@ def _parse_chip(key: str, raw: Any, origin: str, *, builtin: bool) -> ChipSpec:
         hbm_bytes_per_s=_number(origin, f"{key}.hbm_bytes_per_s", raw["hbm_bytes_per_s"]),
         intra_node_bytes_per_s=opt("intra_node_bytes_per_s"),
         inter_node_bytes_per_s=opt("inter_node_bytes_per_s"),
+        host_link_bytes_per_s=opt("host_link_bytes_per_s"),
+        scale_up_domain=_domain(origin, key, raw.get("scale_up_domain")),
         launch_overhead_ns=_number(origin, f"{key}.launch_overhead_ns", launch, allow_zero=True),
         sources=sources,
         match=_parse_match(origin, key, raw.get("match")),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from .chips import ChipSpec
+from .costs.memory import copy_route
 
 #: op kinds that run on tensor cores / matrix units (use the tensor peak of their dtype).
 MATRIX_KINDS = ("matmul", "attention", "conv")
@@ -40,8 +41,43 @@ TF32_EVIDENCE_FACTOR = 1.05
 #: XLA async-pair instruction names (``copy-start.4``, ``all-gather-done``).
 ASYNC_PAIR_RE = r"-(start|done)(\.\d+)?$"
 
-#: GPUs per node assumed when choosing intra- vs inter-node links for a collective group.
+#: Devices per scale-up domain assumed for a chip whose ``scale_up_domain`` is unknown (a user
+#: chip file without it): the 8-GPU HGX/DGX board.
 GPUS_PER_NODE = 8
+
+
+def scale_up_domain(chip: ChipSpec) -> int:
+    """Devices one scale-up link joins on ``chip`` (``chips.toml`` ``scale_up_domain``: 8 on
+    HGX, 72 on NVL72, the ICI slice on TPU), else :data:`GPUS_PER_NODE`."""
+    return int(chip.scale_up_domain or GPUS_PER_NODE)
+
+
+def collective_link_bytes_per_s(chip: ChipSpec, group_size: int | None) -> float | None:
+    """Link bandwidth (B/s, one direction per device) a collective over ``group_size`` devices
+    is costed at: the scale-up link (``intra_node_bytes_per_s``) when the group fits in
+    :func:`scale_up_domain`, else the scale-out network (``inter_node_bytes_per_s``, or the
+    scale-up link where the network is platform-dependent). ``None`` when neither is known."""
+    intra = chip.intra_node_bytes_per_s
+    if group_size is not None and group_size > scale_up_domain(chip):
+        return chip.inter_node_bytes_per_s or intra
+    return intra
+
+
+def copy_link_bytes_per_s(chip: ChipSpec, route: str | None) -> float | None:
+    """Bandwidth (B/s) a copy-engine transfer is bounded by: ``host`` copies (pinned or
+    pageable) the host link (PCIe x16 or NVLink-C2C, one direction), ``peer`` copies the
+    scale-up link, ``device`` copies and copies of unknown route the HBM (their ``bytes``
+    count both the read and the write). ``None`` when the chip does not give that link.
+
+    A pageable copy is staged by the driver through a pinned buffer (a host ``memcpy`` into
+    it, then DMA; NVIDIA, "How to Optimize Data Transfers in CUDA C/C++", 2012, and the CUDA
+    C++ Best Practices Guide, "Pinned Memory"). Its bound is still the host link: the staging
+    is the part pinning the buffer wins back, so it is gap, not roof."""
+    if route == "host":
+        return chip.host_link_bytes_per_s
+    if route == "peer":
+        return chip.intra_node_bytes_per_s
+    return float(chip.hbm_bytes_per_s)
 
 
 #: (substring of the lower-cased name without ``_``/``-``, collective type), first match wins.
@@ -194,15 +230,18 @@ def _with_peaks(ops: pl.DataFrame, peaks: dict[str, float]) -> pl.DataFrame:
     out = out.with_columns(
         pl.col("peak_dtype").replace_strict(peaks, default=None, return_dtype=pl.Float64).alias("peak_flops_per_s")
     )
-    # dtypes the chip has no peak for (fp8 on A100, bf16 on V100): fall back to fp16 then fp32
+    # dtypes the chip has no peak for (fp8 on A100, bf16 on V100): fall back to fp16 then fp32;
+    # never fp64, whose rate is far below both (an fp64 matmul on a chip without an fp64 peak
+    # keeps an unknown compute term rather than the fp16 tensor peak)
+    wider = pl.col("peak_dtype").fill_null("") == "fp64"
     for fb in ("fp16", "fp32"):
         if fb in peaks:
             out = out.with_columns(
-                pl.when(pl.col("peak_flops_per_s").is_null() & pl.col("flops").is_not_null())
+                pl.when(pl.col("peak_flops_per_s").is_null() & pl.col("flops").is_not_null() & ~wider)
                 .then(pl.lit(peaks[fb]))
                 .otherwise(pl.col("peak_flops_per_s"))
                 .alias("peak_flops_per_s"),
-                pl.when(pl.col("peak_flops_per_s").is_null() & pl.col("flops").is_not_null())
+                pl.when(pl.col("peak_flops_per_s").is_null() & pl.col("flops").is_not_null() & ~wider)
                 .then(pl.lit(fb))
                 .otherwise(pl.col("peak_dtype"))
                 .alias("peak_dtype"),
@@ -213,23 +252,46 @@ def _with_peaks(ops: pl.DataFrame, peaks: dict[str, float]) -> pl.DataFrame:
 def _with_terms(out: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     """``out`` with ``collective`` and the roofline terms ``compute_ns = F/P·1e9``,
     ``memory_ns = B/W·1e9``, ``comm_ns = factor·comm_bytes/link·1e9`` (collectives; the
-    scale-up link for groups of up to :data:`GPUS_PER_NODE`, else scale-out) and
-    ``intensity = F/B`` (FLOP/byte, null when B is 0)."""
-    bw = float(chip.hbm_bytes_per_s)
+    scale-up link for groups within the chip's :func:`scale_up_domain`, else scale-out) and
+    ``intensity = F/B`` (FLOP/byte, null when B is 0). A copy's ``W`` is its link
+    (:func:`copy_link_bytes_per_s`): a host copy with no known host link has no roofline terms."""
     coll = pl.col("kind") == "collective"
     out = out.with_columns(_collective_types(out))
     factor = ring_factor_expr(pl.col("collective"), pl.col("group_size"))
     intra = chip.intra_node_bytes_per_s
     inter = chip.inter_node_bytes_per_s or intra
     link = (
-        pl.when(pl.col("group_size") <= GPUS_PER_NODE).then(pl.lit(intra)).otherwise(pl.lit(inter))
+        pl.when(pl.col("group_size") <= scale_up_domain(chip)).then(pl.lit(intra)).otherwise(pl.lit(inter))
     ).cast(pl.Float64)
+    hbm = float(chip.hbm_bytes_per_s)
+    on_link, bw = _copy_bandwidth(out, chip)
     return out.with_columns(
-        (pl.col("flops") / pl.col("peak_flops_per_s") * 1e9).alias("compute_ns"),
-        (pl.col("bytes") / bw * 1e9).alias("memory_ns"),
+        pl.when(~on_link | bw.is_not_null())
+        .then(pl.col("flops") / pl.col("peak_flops_per_s") * 1e9)
+        .alias("compute_ns"),
+        # HBM-bound ops divide by the scalar (the same float operation as ever); copies on a
+        # link by their link's bandwidth
+        pl.when(on_link).then(pl.col("bytes") / bw * 1e9).otherwise(pl.col("bytes") / hbm * 1e9).alias("memory_ns"),
         pl.when(coll).then(factor * pl.col("comm_bytes") / link * 1e9).alias("comm_ns"),
         pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).alias("intensity"),
     )
+
+
+def _copy_bandwidth(ops: pl.DataFrame, chip: ChipSpec) -> tuple[pl.Expr, pl.Expr]:
+    """``(on_link, bandwidth)``: whether an op is a ``memcpy`` bounded by a link other than HBM
+    (:func:`copy_link_bytes_per_s`, decided once per distinct name), and that link's bandwidth
+    (B/s; null where the chip does not give it)."""
+    hbm = float(chip.hbm_bytes_per_s)
+    names = ops.filter(pl.col("kind") == "memcpy")["name"].drop_nulls().unique().to_list()
+    links = {n: copy_link_bytes_per_s(chip, copy_route(n)) for n in names}
+    links = {n: v for n, v in links.items() if v != hbm}
+    if not links:
+        return pl.lit(False), pl.lit(None, dtype=pl.Float64)
+    on_link = ((pl.col("kind") == "memcpy") & pl.col("name").is_in(list(links))).fill_null(False)
+    known = {n: v for n, v in links.items() if v is not None}
+    bw = (pl.col("name").replace_strict(known, default=None, return_dtype=pl.Float64) if known
+          else pl.lit(None, dtype=pl.Float64))
+    return on_link, bw
 
 
 def _bound(is_async: pl.Expr, floor_ns: float) -> pl.Expr:

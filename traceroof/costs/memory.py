@@ -11,6 +11,7 @@ a gather reads only the rows it gathers, not the whole table; a fill only writes
 from __future__ import annotations
 
 import math
+import re
 
 from .args import OpArgs, Tensor, total_bytes
 from .registry import OpCost, register_cost
@@ -277,3 +278,39 @@ def vllm_reshape_and_cache(a: OpArgs) -> OpCost | None:
     writes = [Tensor(k.shape, kc.dtype), Tensor(v.shape, vc.dtype)]
     flops = (k.numel + v.numel) if kc.dtype != k.dtype else 0
     return _cost(flops, [k, v, slots], writes, k.dtype)
+
+
+# --------------------------------------------------------------------------- copy engines
+
+#: How a copy-engine transfer (a ``memcpy`` device op) is routed, from its Kineto/ROCm name
+#: (``Memcpy HtoD (Pinned -> Device)``, ``Memcpy DtoH (Device -> Pageable)``, ``Memcpy DtoD
+#: (Device -> Device)``, ``Memcpy PtoP (Device -> Device)``; CUPTI/XLA ``MemcpyH2D``, ``D2D``,
+#: ``P2P``): (route, regex), first match wins.
+#: ``host``: one side is host memory, bounded by the host link (pinned and pageable alike:
+#: the name keeps them apart in the ranking, and ``roofline.copy_link_bytes_per_s`` says why
+#: the staging of a pageable copy is gap, not roof);
+#: ``peer``: another device's memory, bounded by the scale-up link; ``device``: both sides in
+#: this device's memory, bounded by its HBM, which it reads and writes.
+COPY_ROUTES: tuple[tuple[str, str], ...] = (
+    ("peer", r"(?i)PtoP|P2P|peer"),
+    ("host", r"(?i)HtoD|DtoH|HtoH|H2D|D2H|H2H|host|pageable|pinned"),
+    ("device", r"(?i)DtoD|D2D|device\s*->\s*device"),
+)
+
+def copy_route(name: str | None) -> str | None:
+    """``host``, ``peer`` or ``device`` for a copy named ``name`` (:data:`COPY_ROUTES`),
+    ``None`` when the name does not say (a bare ``Memcpy``)."""
+    for route, pattern in COPY_ROUTES:
+        if name and re.search(pattern, name):
+            return route
+    return None
+
+
+def copy_hbm_bytes(name: str | None, size_bytes: float) -> float:
+    """Bytes a copy of ``size_bytes`` moves through this device's memory: a device-to-device
+    copy reads the source and writes the destination in the same HBM, ``2 × size``; a host or
+    peer copy writes (or reads) it once, ``size``; a copy whose route is unknown counts once.
+
+    Source: the copy reads every source byte and writes every destination byte (the
+    STREAM "copy" kernel convention, McCalpin: 2 words of traffic per element copied)."""
+    return 2.0 * size_bytes if copy_route(name) == "device" else float(size_bytes)

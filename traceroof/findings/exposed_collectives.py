@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import polars as pl
 
-from ..roofline import GPUS_PER_NODE
+from ..roofline import collective_link_bytes_per_s
 from . import Finding, FindingContext, register
 from ._common import (
     claim,
@@ -221,7 +221,7 @@ def _finding(ctx: FindingContext, rank: int, key: tuple, g: dict, totals: dict) 
         verdict = "exposed (near its roofline)"
     else:
         verdict = "exposed (no roofline: message size or group unknown)"
-    link = ctx.chip.intra_node_bytes_per_s if (gsize or 0) <= GPUS_PER_NODE else (ctx.chip.inter_node_bytes_per_s or ctx.chip.intra_node_bytes_per_s)
+    link = collective_link_bytes_per_s(ctx.chip, gsize)
     expl = (
         f"{n} {ctype} collectives ({label}) ran {fmt_ns(measured)} in total; {fmt_ns(exposed)} of it had no "
         f"compute kernel running beside it on any stream of the device, so the device only waited on the "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..costs.memory import copy_hbm_bytes
 from ..host import innermost_cpu_ops
 from ..schema import HOST_SCHEMA, OP_SCHEMA, conform, empty
 from ..step_markers import WINDOW_CAT, device_and_host_windows
@@ -218,10 +219,17 @@ def _classify(ops: pl.DataFrame) -> pl.DataFrame:
         .alias("group_size"),
     )
 
-    # --- copies and fills carry their byte count in the trace
+    # --- copies and fills carry their byte count in the trace; a device-to-device copy reads
+    # and writes it (costs.memory.copy_hbm_bytes), once per distinct name
     is_copy = pl.col("kind").is_in(["memcpy", "memset"])
+    names = ops.filter(pl.col("kind") == "memcpy")["name"].drop_nulls().unique().to_list()
+    factor = pl.col("name").replace_strict({n: copy_hbm_bytes(n, 1.0) for n in names}, default=1.0,
+                                          return_dtype=pl.Float64)
+    per_byte = pl.when(pl.col("kind") == "memcpy").then(factor).otherwise(pl.lit(1.0))
     ops = ops.with_columns(
-        pl.when(is_copy & pl.col("nbytes").is_not_null()).then(pl.col("nbytes").cast(pl.Float64)).alias("bytes"),
+        pl.when(is_copy & pl.col("nbytes").is_not_null())
+        .then(pl.col("nbytes").cast(pl.Float64) * per_byte)
+        .alias("bytes"),
         pl.when(is_copy & pl.col("nbytes").is_not_null()).then(pl.lit(0.0)).alias("flops"),
         pl.when(is_copy & pl.col("nbytes").is_not_null())
         .then(pl.lit("trace"))

@@ -28,6 +28,8 @@ def _row(c: Any) -> dict[str, Any]:
         "ridge_point_flops_per_byte": ridge,
         "intra_node_bytes_per_s": c.intra_node_bytes_per_s,
         "inter_node_bytes_per_s": c.inter_node_bytes_per_s,
+        "host_link_bytes_per_s": c.host_link_bytes_per_s,
+        "scale_up_domain": c.scale_up_domain,
         "launch_overhead_ns": c.launch_overhead_ns,
         "sources": dict(c.sources),
     }
