@@ -83,7 +83,8 @@ def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.D
     if seg.height == 0:
         return pl.DataFrame(schema=STEP_SCHEMA), pl.DataFrame(schema=DEVICE_STEP_SCHEMA)
     if seg["step"].null_count() == seg.height and tl.ops.height:
-        meta.warn("no ProfilerStep#N markers: the whole trace is analysed as one unsegmented step")
+        meta.warn("no step markers (torch ProfilerStep#N, jax StepTraceAnnotation): the whole trace is analysed "
+                  "as one unsegmented step")
     key = pl.col("step").fill_null(_NO_STEP).alias("_sk")
     walls = seg.with_columns(key).group_by("rank", "_sk", "device").agg(
         pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"),

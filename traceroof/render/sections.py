@@ -113,7 +113,7 @@ def _steps_line(report: Report) -> str:
     if s.height == 0:
         return "none"
     if s["step"].null_count() == s.height:
-        return "unsegmented (no ProfilerStep markers): one step"
+        return "unsegmented (no step markers): one step"
     ids = sorted(x for x in s["step"].unique().to_list() if x is not None)
     partial = s.filter("partial")["step"].to_list()
     line = f"{len(ids)} ({ids[0]}…{ids[-1]})" if len(ids) > 1 else f"1 (#{ids[0]})"
