@@ -307,3 +307,13 @@ def test_evidence_rows_carry_units():
                                      "steps": [10], "group_size": None, "message_bytes": 4.0e6}))
     assert rows == {"exposed_ns": "9.39 ms", "exposed_share": "50.0 %", "link_bytes_per_s": "300 GB/s",
                     "steps": "10", "group_size": "—", "message_bytes": "4 MB"}
+
+
+def test_roofline_y_axis_reads_in_flop_per_s_at_every_decade(qwen):
+    # one unit style on the axis (not Plotly's mix of "100T" and "10^15"): every power of ten
+    # in the visible range, labelled as FLOP/s; the H100's bf16 peak (989 TFLOP/s) is inside it
+    fig = figures.roofline_figure(qwen.ops, qwen.chip)
+    ax = fig.layout.yaxis
+    lo, hi = (10 ** v for v in ax.range)
+    assert list(ax.tickvals) == [10.0 ** k for k in range(math.ceil(math.log10(lo)), math.floor(math.log10(hi)) + 1)]
+    assert "1 PFLOP/s" in ax.ticktext and all(t.endswith("FLOP/s") for t in ax.ticktext)

@@ -63,6 +63,14 @@ def ridge_point(peak_flops_per_s: float, hbm_bytes_per_s: float) -> float:
     return peak_flops_per_s / hbm_bytes_per_s
 
 
+def _decade_ticks(lo: float, hi: float, fmt: Any) -> dict[str, Any]:
+    """Log-axis ticks at every power of ten in [lo, hi], labelled with units by ``fmt``
+    (``1 PFLOP/s`` rather than Plotly's mix of ``100T`` and ``10^15``)."""
+    vals = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+            if lo <= 10.0 ** k <= hi]
+    return {"tickmode": "array", "tickvals": vals, "ticktext": [fmt(v) for v in vals]}
+
+
 def roofline_figure(
     ops: pl.DataFrame,
     chip: ChipInfo | None,
@@ -117,7 +125,7 @@ def roofline_figure(
         xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)", "range": [math.log10(x_lo), math.log10(x_hi)],
                "exponentformat": "power"},
         yaxis={"type": "log", "title": "achieved FLOP/s", "range": [math.log10(y_lo), math.log10(y_hi)],
-               "exponentformat": "SI"},
+               **_decade_ticks(y_lo, y_hi, units.flops_per_s)},
         legend={"itemsizing": "constant"},
         clickmode="event",
         hovermode="closest",
