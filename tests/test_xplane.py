@@ -165,7 +165,6 @@ def test_mi300_stream_kernels_and_launches():
 
 
 def test_mi300_gemm_cost_from_hlo():
-    pytest.importorskip("jax")
     trace = xplane.read(_need(MI300_GEMM))
     mm = trace.ops.filter(pl.col("kind") == "matmul")
     assert mm.height == 18
@@ -183,7 +182,6 @@ def test_mi300_gemm_cost_from_hlo():
 
 
 def test_multi_kernel_hlo_op_cost_is_spread():
-    pytest.importorskip("jax")
     trace = xplane.read(_need(MI355_TE))
     assert trace.ops.height == 150
     bwd = trace.ops.filter(pl.col("hlo_op") == "te_fused_attn_backward_ffi.12")

@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from ..schema import KIND
-from .hlo_model import CostModel, conv_flops, cost_estimate
+from .hlo_model import CostModel, conv_flops, cost_estimate, trip_count
 from .hlo_text import (
     InstrInfo,
     collective_size,
@@ -92,6 +92,12 @@ def _cost_one(model: CostModel, info: InstrInfo) -> HloOpCost | None:
     flops, trans = model.flops(info.computation, ins)
     cost = HloOpCost(flops=flops, bytes_accessed=model.bytes(info.computation, ins),
                      transcendentals=trans)
+    if info.opcode == "while":  # one pass of body + condition, times the trip count
+        trip = trip_count(info.text)
+        cost.flops = None if trip is None else cost.flops * trip
+        cost.transcendentals = None if trip is None else cost.transcendentals * trip
+        cost.bytes_accessed = (None if trip is None or cost.bytes_accessed is None
+                               else cost.bytes_accessed * trip)
     targets = set(info.custom_call_targets_inside)
     if info.custom_call_target:
         targets.add(info.custom_call_target)
