@@ -162,3 +162,14 @@ def test_xplane_costs_do_not_import_jax():
     assert got.returncode == 0, got.stderr
     # 18 matmul kernels (6 GEMM programs x 3 runs), all costed, jax never imported
     assert got.stdout.split() == ["18", "0", "False", "False"]
+
+
+def test_te_fused_attention_forward_from_backend_config():
+    trace = xplane.read(REAL / "TraceLens/tests/test_data_jax_te_fused_attn_categorization"
+                        / "934987a2fc2f.xplane.pb")
+    fwd = trace.ops.filter(pl.col("hlo_op") == "te_fused_attn_forward_ffi.10")
+    assert fwd.height == 10  # 5 executions x 2 kernels
+    # b=2, h=16, causal s=2048 (mask_type 2): 2048*2049/2 pairs, d_qk = d_v = 128
+    per_exec = 2 * 2 * 16 * (2048 * 2049 // 2) * (128 + 128)
+    assert per_exec == 34_376_515_584
+    assert fwd["flops"].sum() == 5 * per_exec

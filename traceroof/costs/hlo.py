@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from ..schema import KIND
+from .attention import attention_flops, attention_pairs
 from .hlo_model import CostModel, conv_flops, cost_estimate, trip_count
 from .hlo_text import (
     InstrInfo,
@@ -39,6 +40,10 @@ from .hlo_text import (
     xla_dtype,
 )
 from .kinds import GEMM_TARGET, kind_of_hlo
+
+#: TransformerEngine's fused-attention FFI custom calls (jax ``transformer_engine.jax``).
+TE_ATTENTION = re.compile(r"^te_fused_attn_(forward|backward)")
+_MLIR_INT = re.compile(r"(\w+) = (-?\d+) : i64")
 
 #: cuDNN convolution custom-call targets (forward, fused forward, the two backward passes).
 CUDNN_CONV = re.compile(r"^__cudnn\$conv")
@@ -120,6 +125,8 @@ def custom_call_cost(info: InstrInfo) -> tuple[float | None, float | None]:
       convolution's: xla/service/gpu/cudnn_conv_runner.cc), where the filter ``w`` is operand
       1 (forward, backward-input) or the result (backward-filter) and ``y`` the result,
       operand 0 or operand 1 respectively;
+    * TransformerEngine fused attention (``te_fused_attn_forward_ffi`` / ``..._backward_ffi``):
+      :func:`te_attention_flops` of its backend_config;
     * Pallas / Mosaic: the ``cost_estimate`` of the backend_config, when present.
 
     Bytes: the operands plus the first result array (not the workspace), unless a cost
@@ -135,8 +142,31 @@ def custom_call_cost(info: InstrInfo) -> tuple[float | None, float | None]:
         return gemm_custom_call_flops(info), nbytes
     if CUDNN_CONV.search(target):
         return _cudnn_conv_flops(info, target), nbytes
+    if TE_ATTENTION.search(target):
+        return te_attention_flops(info.text, "backward" in target), nbytes
     flops, est_bytes = cost_estimate(info.text)
     return flops, est_bytes if est_bytes is not None else nbytes
+
+
+def te_attention_flops(text: str, backward: bool) -> float | None:
+    """FLOPs of a TransformerEngine fused-attention call from the attributes its
+    backend_config records (``input_batch``, ``attn_heads``, ``q_max_seqlen``,
+    ``kv_max_seqlen``, ``qk_head_dim``, ``v_head_dim``, ``mask_type``, ``window_size_*``):
+    :func:`traceroof.costs.attention.attention_flops` over
+    :func:`~traceroof.costs.attention.attention_pairs` (forward ``2·b·h·P·(d_qk + d_v)``,
+    backward 2.5x). ``mask_type`` is TE's ``NVTE_Mask_Type``: 2/3 causal (top-left),
+    4/5 causal bottom-right, else no causal mask. Max sequence lengths are used, so padded
+    or packed batches count their padding. None when an attribute is missing."""
+    v = {k: int(n) for k, n in _MLIR_INT.findall(text)}
+    need = ("input_batch", "attn_heads", "q_max_seqlen", "kv_max_seqlen", "qk_head_dim")
+    if any(k not in v for k in need):
+        return None
+    mask = v.get("mask_type", 0)
+    pairs = attention_pairs(v["q_max_seqlen"], v["kv_max_seqlen"], causal=mask in (2, 3, 4, 5),
+                            bottom_right=mask in (4, 5), window_left=v.get("window_size_left"),
+                            window_right=v.get("window_size_right"))
+    return float(attention_flops(v["input_batch"], v["attn_heads"], pairs, v["qk_head_dim"],
+                                 v.get("v_head_dim", v["qk_head_dim"]), backward))
 
 
 def _cudnn_conv_flops(info: InstrInfo, target: str) -> float | None:
