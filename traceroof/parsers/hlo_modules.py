@@ -83,7 +83,7 @@ class Modules:
 # tuple_index 13, dimensions 14, window 15, convolution_dimension_numbers 16,
 # custom_call_target 28, dot_dimension_numbers 30, id 35, operand_ids 36,
 # called_computation_ids 38, backend_config 43, replica_groups 49, feature_group_count 50.
-# ShapeProto: element_type 2, dimensions 3, tuple_shapes 4.
+# ShapeProto: element_type 2, dimensions 3, tuple_shapes 4, layout 5 (minor_to_major 1).
 
 #: xla.PrimitiveType numbers -> the HLO text type names (xla/xla_data.proto)
 PRIMITIVE_TYPES = {
@@ -125,14 +125,19 @@ def _str(buf, f: dict, num: int) -> str:
 
 
 def shape_text(buf, rng) -> str:
-    """HLO text of a ``ShapeProto`` (``f32[2,3]``, tuples ``(f32[2], s32[])``; no layout)."""
+    """HLO text of a ``ShapeProto`` (``f32[2,3]{1,0}``, tuples ``(f32[2]{0}, s32[])``; the
+    layout's minor-to-major order, not its tiling)."""
     f = _fields(buf, rng)
     etype = PRIMITIVE_TYPES.get(f.get(2, [(0, 0)])[-1][1], "opaque")
     if etype == "tuple":
         return "(" + ", ".join(shape_text(buf, v) for _wt, v in f.get(4, [])) + ")"
     if etype in ("token", "opaque"):
         return f"{etype}[]"
-    return f"{etype}[{','.join(str(d) for d in _ints(buf, f, 3))}]"
+    text = f"{etype}[{','.join(str(d) for d in _ints(buf, f, 3))}]"
+    if 5 in f and 3 in f:  # LayoutProto.minor_to_major (field 1), as HLO text prints it
+        order = _ints(buf, _fields(buf, f[5][-1][1]), 1)
+        text += "{" + ",".join(str(d) for d in order) + "}"
+    return text
 
 
 def _dims(name: str, values: list[int]) -> str:
@@ -224,7 +229,7 @@ def _attrs(buf, f: dict, opcode: str, comp_names: dict[int, str]) -> list[str]:
 def module_text(hlo_module: bytes) -> tuple[str, str]:
     """(module name, HLO text) of a serialized ``HloModuleProto``, read with the project's own
     wire reader: every computation with its instructions as ``%name = SHAPE opcode(%operands),
-    attrs`` (the attributes the cost model reads; no layouts, no metadata), the entry
+    attrs`` (the attributes the cost model reads; no metadata), the entry
     computation marked ``ENTRY``. Raises :class:`~.xplane_proto_wire.WireError` (a
     ``ValueError``) on bytes that are not wire format."""
     buf = memoryview(hlo_module)
