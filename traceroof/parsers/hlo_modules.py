@@ -130,7 +130,7 @@ def shape_text(buf, rng) -> str:
     f = _fields(buf, rng)
     etype = PRIMITIVE_TYPES.get(f.get(2, [(0, 0)])[-1][1], "opaque")
     if etype == "tuple":
-        return "(" + ", ".join(shape_text(buf, v) for _wt, v in f.get(4, [])) + ")"
+        return "(" + _join([shape_text(buf, v) for _wt, v in f.get(4, [])]) + ")"
     if etype in ("token", "opaque"):
         return f"{etype}[]"
     text = f"{etype}[{','.join(str(d) for d in _ints(buf, f, 3))}]"
@@ -138,6 +138,11 @@ def shape_text(buf, rng) -> str:
         order = _ints(buf, _fields(buf, f[5][-1][1]), 1)
         text += "{" + ",".join(str(d) for d in order) + "}"
     return text
+
+
+def _join(items: list[str]) -> str:
+    """``a, b, ...`` with XLA's ``/*index=5*/`` marks before every fifth item."""
+    return ", ".join(f"/*index={k}*/{x}" if k and k % 5 == 0 else x for k, x in enumerate(items))
 
 
 def _dims(name: str, values: list[int]) -> str:
@@ -193,8 +198,8 @@ def _attrs(buf, f: dict, opcode: str, comp_names: dict[int, str]) -> list[str]:
         attrs.append(_dims("dimensions", _ints(buf, f, 14)))
     if 30 in f:
         d = _fields(buf, f[30][-1][1])
-        for k, nm in ((3, "lhs_batch_dims"), (4, "rhs_batch_dims"),
-                      (1, "lhs_contracting_dims"), (2, "rhs_contracting_dims")):
+        for k, nm in ((3, "lhs_batch_dims"), (1, "lhs_contracting_dims"),
+                      (4, "rhs_batch_dims"), (2, "rhs_contracting_dims")):
             if k in d:
                 attrs.append(_dims(nm, _ints(buf, d, k)))
     if 15 in f:
@@ -255,7 +260,7 @@ def module_text(hlo_module: bytes) -> tuple[str, str]:
             if opcode == "parameter":
                 operands = str(i.get(9, [(0, 0)])[-1][1])
             else:
-                operands = ", ".join(f"%{names.get(o, o)}" for o in _ints(buf, i, 36))
+                operands = _join([f"%{names.get(o, o)}" for o in _ints(buf, i, 36)])
             text = f"%{_str(buf, i, 1)} = {shape} {opcode}({operands})"
             attrs = _attrs(buf, i, opcode, comp_names)
             if attrs:
