@@ -1,49 +1,39 @@
-"""Per-instruction cost (FLOPs, bytes) of XLA programs, from their compiled HLO via jaxlib,
-and attaching it to the XPlane reader's op frames.
-
-jax profiles carry the compiled HLO of every module in the ``/host:metadata`` plane (stat
-``Hlo Proto``), but on CPU (and on the jax GPU profiles we have) no per-op FLOPs/bytes stats.
-XLA's own cost model, ``HloCostAnalysis``, is reachable through jaxlib
-(``_jax.hlo_module_cost_analysis(client, module)``), but only for a whole module. So each
-instruction is wrapped into a one-instruction module -- its operands become parameters of the
-same shapes, the computations it calls (fused computations, reduction regions) come along --
-and analysed alone. On the project's CPU transformer profile the per-instruction FLOPs sum
-exactly to ``compiled.cost_analysis()["flops"]`` (see tests/test_xplane_cpu.py).
+"""Per-instruction cost (FLOPs, bytes) of XLA programs, from their compiled HLO, and attaching
+it to the XPlane reader's op frames. No jax needed: the HLO comes as text (from the trace's
+``Hlo Proto``, decoded by :mod:`traceroof.parsers.hlo_modules` with the project's own wire
+reader) and is costed by :mod:`traceroof.costs.hlo_model`, which follows XLA's
+``HloCostAnalysis`` conventions (on the project's CPU transformer profile the per-instruction
+FLOPs sum exactly to ``compiled.cost_analysis()["flops"]``: tests/test_xplane_cpu.py).
 
 HLO text parsing is in :mod:`traceroof.costs.hlo_text`, opcode -> kind rules in
-:func:`traceroof.costs.kinds.kind_of_hlo`; finding the ``Hlo Proto`` of each program in an
-XPlane is the reader's (:mod:`traceroof.parsers.hlo_modules`).
+:func:`traceroof.costs.kinds.kind_of_hlo`.
 
-jax/jaxlib (private APIs: ``jax._src.lib``) are imported lazily, only when a profile needs
-them, and :func:`available` says whether they work. A standalone CPU PjRt client is used, so
-analysing never initialises (or grabs memory on) a GPU/TPU backend.
-
-Caveats (documented in docs/xplane.md):
-* ``custom-call`` instructions (fused attention, FFI calls) have no FLOP model in
-  HloCostAnalysis; their FLOPs are reported as unknown (None), except GEMM custom calls whose
-  ``dot_dimension_numbers`` we can read (2*M*N*K per batch).
-* Control flow (``while``, ``call``, ``conditional``) is costed as one pass of its body.
+Custom calls: GEMMs (``__cublas$gemm``, cuBLASLt) are ``2*M*N*K`` per batch from their
+``dot_dimension_numbers``; cuDNN convolutions (``__cudnn$conv*``) the convolution's FLOPs
+from the window and ``dim_labels`` (:func:`custom_call_cost`); Pallas / Mosaic calls their
+``cost_estimate`` where the backend_config carries one; any other custom call has unknown
+FLOPs (None) and its operands plus result as bytes. Control flow (``while``, ``call``,
+``conditional``) is one pass of its body: a trace records each iteration's body ops, and the
+reader keeps the loop container out of the op table (docs/xplane.md).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from collections.abc import Callable
+import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from ..schema import KIND
+from .attention import attention_flops, attention_pairs
+from .hlo_model import CostModel, conv_flops, cost_estimate, trip_count
 from .hlo_text import (
     InstrInfo,
     collective_size,
     first_array_shape,
     gemm_custom_call_flops,
-    one_instruction_module,
     parse_hlo_text,
     parse_instructions,
     shape_bytes,
@@ -51,17 +41,19 @@ from .hlo_text import (
 )
 from .kinds import GEMM_TARGET, kind_of_hlo
 
-log = logging.getLogger(__name__)
+#: TransformerEngine's fused-attention FFI custom calls (jax ``transformer_engine.jax``).
+TE_ATTENTION = re.compile(r"^te_fused_attn_(forward|backward)")
+_MLIR_INT = re.compile(r"(\w+) = (-?\d+) : i64")
 
-
-class HloCostUnavailable(RuntimeError):
-    """jax/jaxlib (or the private API this module uses) is not available."""
+#: cuDNN convolution custom-call targets (forward, fused forward, the two backward passes).
+CUDNN_CONV = re.compile(r"^__cudnn\$conv")
 
 
 @dataclass
 class HloOpCost:
-    """XLA HloCostAnalysis of one instruction: FLOPs, bytes accessed, transcendentals.
-    ``flops`` is None when the cost model has no FLOP count for it (custom calls)."""
+    """Cost of one HLO instruction: FLOPs, bytes accessed (result + operands read), and
+    transcendentals, per execution. ``flops`` is None when there is no FLOP model for it
+    (custom calls other than GEMMs, cuDNN convolutions and Pallas calls with a cost estimate)."""
 
     flops: float | None
     bytes_accessed: float | None
@@ -77,96 +69,116 @@ class ModuleInfo:
     instructions: dict[str, InstrInfo]
     _comps: dict = field(default_factory=dict, repr=False)
     _costs: dict[str, HloOpCost] = field(default_factory=dict, repr=False)
+    _model: CostModel | None = field(default=None, repr=False)
 
     def cost(self, name: str) -> HloOpCost | None:
-        """Cost of instruction ``name`` (None when the module has no such instruction or it
-        cannot be analysed). Results are cached."""
+        """Cost of instruction ``name`` (None when the module has no such instruction).
+        Results are cached."""
         if name in self._costs:
             return self._costs[name]
         info = self.instructions.get(name)
-        result = None if info is None else _cost_one(self, info)
+        if info is not None and self._model is None:
+            self._model = CostModel(self._comps)
+        result = None if info is None else _cost_one(self._model, info)
         self._costs[name] = result
         return result
 
 
-def available() -> bool:
-    """True when jax/jaxlib with the needed (private) API can be imported."""
-    try:
-        _client()
-    except HloCostUnavailable:
-        return False
-    return True
-
-
-@lru_cache(maxsize=1)
-def _client():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    try:
-        from jax._src.lib import _jax, xla_client  # type: ignore[attr-defined]
-
-        client = xla_client.make_cpu_client()
-        _jax.hlo_module_cost_analysis  # noqa: B018 (presence check)
-        xla_client.hlo.hlo_module_from_text  # noqa: B018
-    except Exception as exc:  # ImportError, AttributeError across jax versions
-        raise HloCostUnavailable(f"jax/jaxlib HLO cost analysis unavailable: {exc}") from exc
-    return client, _jax, xla_client
-
-
-def module_info_from_proto(proto: bytes, name: str = "", *,
-                           unwrap: Callable[[bytes], bytes] | None = None) -> ModuleInfo:
-    """Parse a serialized ``xla.HloModuleProto`` into a :class:`ModuleInfo`; with ``unwrap``,
-    ``proto`` is a message that holds one and ``unwrap(proto)`` returns it (``xla.HloProto``).
-
-    Raises :class:`HloCostUnavailable` without jax, ``ValueError`` on a proto that does not
-    unwrap or that jaxlib cannot read."""
-    _client_, _jax, xc = _client()
-    try:
-        module_proto = unwrap(proto) if unwrap is not None else proto
-        module = xc.hlo.HloModule.from_serialized_hlo_module_proto(module_proto)
-        text = module.to_string()
-    except Exception as exc:
-        raise ValueError(f"HLO module {name!r} does not load: {exc}") from exc
-    return module_info_from_text(text, name or module.name)
-
-
 def module_info_from_text(text: str, name: str = "") -> ModuleInfo:
-    """:class:`ModuleInfo` from HLO module text (``HloModule.to_string()``)."""
+    """:class:`ModuleInfo` from HLO module text (``HloModule.to_string()``, or the text
+    :func:`traceroof.parsers.hlo_modules.module_text` decodes from an ``HloModuleProto``)."""
     comps, entry = parse_hlo_text(text)
     return ModuleInfo(name=name, text=text, instructions=parse_instructions(comps, entry), _comps=comps)
 
 
-def _cost_one(module: ModuleInfo, info: InstrInfo) -> HloOpCost | None:
-    client, _jax, xc = _client()
-    text = one_instruction_module(module._comps, info)
-    try:
-        hm = xc.hlo.hlo_module_from_text(text)
-        ca = _jax.hlo_module_cost_analysis(client, hm)
-    except Exception as exc:
-        log.debug("cost analysis failed for %s: %s", info.name, exc)
+def _cost_one(model: CostModel, info: InstrInfo) -> HloOpCost | None:
+    ins = model.instrs(info.computation).get(info.name)
+    if ins is None:
         return None
-    flops = float(ca.get("flops", 0.0))
-    nbytes = ca.get("bytes accessed")
-    cost = HloOpCost(
-        flops=flops,
-        bytes_accessed=None if nbytes is None else float(nbytes),
-        transcendentals=float(ca.get("transcendentals", 0.0)),
-    )
+    flops, trans = model.flops(info.computation, ins)
+    cost = HloOpCost(flops=flops, bytes_accessed=model.bytes(info.computation, ins),
+                     transcendentals=trans)
+    if info.opcode == "while":  # one pass of body + condition, times the trip count
+        trip = trip_count(info.text)
+        cost.flops = None if trip is None else cost.flops * trip
+        cost.transcendentals = None if trip is None else cost.transcendentals * trip
+        cost.bytes_accessed = (None if trip is None or cost.bytes_accessed is None
+                               else cost.bytes_accessed * trip)
     targets = set(info.custom_call_targets_inside)
     if info.custom_call_target:
         targets.add(info.custom_call_target)
-    if cost.bytes_accessed is not None and cost.bytes_accessed < 0:
-        cost.bytes_accessed = None  # HloCostAnalysis says "unknown" with -1
     if targets:  # HloCostAnalysis has no FLOP model for custom calls
-        if info.opcode == "custom-call" and GEMM_TARGET.search(info.custom_call_target or ""):
-            cost.flops = gemm_custom_call_flops(info)
-            if cost.bytes_accessed is None:  # operands + the result (not the workspace)
-                parts = [shape_bytes(s) for s in info.operand_shapes]
-                out = shape_bytes(first_array_shape(info.shape))
-                if out is not None and all(p is not None for p in parts):
-                    cost.bytes_accessed = float(sum(parts) + out)
-        else:
-            cost.flops = None
+        cost.flops, nbytes = custom_call_cost(info)
+        if nbytes is not None:
+            cost.bytes_accessed = nbytes
     return cost
+
+
+def custom_call_cost(info: InstrInfo) -> tuple[float | None, float | None]:
+    """(FLOPs, bytes) of a custom call (or of a fusion holding one; then FLOPs are unknown).
+
+    * GEMM targets (:data:`~traceroof.costs.kinds.GEMM_TARGET`): ``2*M*N*K`` per batch
+      (:func:`~traceroof.costs.hlo_text.gemm_custom_call_flops`);
+    * cuDNN convolutions (``__cudnn$convForward``, ``...BiasActivationForward``,
+      ``...BackwardInput``, ``...BackwardFilter``): the forward convolution's
+      ``2 * prod(y) * prod(w) / w[o]`` (the dimension numbers are the forward
+      convolution's: xla/service/gpu/cudnn_conv_runner.cc), where the filter ``w`` is operand
+      1 (forward, backward-input) or the result (backward-filter) and ``y`` the result,
+      operand 0 or operand 1 respectively;
+    * TransformerEngine fused attention (``te_fused_attn_forward_ffi`` / ``..._backward_ffi``):
+      :func:`te_attention_flops` of its backend_config;
+    * Pallas / Mosaic: the ``cost_estimate`` of the backend_config, when present.
+
+    Bytes: the operands plus the first result array (not the workspace), unless a cost
+    estimate says otherwise; None when a width is unknown."""
+    target = info.custom_call_target or ""
+    parts = [shape_bytes(s) for s in info.operand_shapes]
+    out = shape_bytes(first_array_shape(info.shape))
+    nbytes = float(sum(parts) + out) if out is not None and all(
+        p is not None for p in parts) else None
+    if info.opcode != "custom-call":  # a fusion holding one: its boundary bytes stand
+        return None, None
+    if GEMM_TARGET.search(target):
+        return gemm_custom_call_flops(info), nbytes
+    if CUDNN_CONV.search(target):
+        return _cudnn_conv_flops(info, target), nbytes
+    if TE_ATTENTION.search(target):
+        return te_attention_flops(info.text, "backward" in target), nbytes
+    flops, est_bytes = cost_estimate(info.text)
+    return flops, est_bytes if est_bytes is not None else nbytes
+
+
+def te_attention_flops(text: str, backward: bool) -> float | None:
+    """FLOPs of a TransformerEngine fused-attention call from the attributes its
+    backend_config records (``input_batch``, ``attn_heads``, ``q_max_seqlen``,
+    ``kv_max_seqlen``, ``qk_head_dim``, ``v_head_dim``, ``mask_type``, ``window_size_*``):
+    :func:`traceroof.costs.attention.attention_flops` over
+    :func:`~traceroof.costs.attention.attention_pairs` (forward ``2·b·h·P·(d_qk + d_v)``,
+    backward 2.5x). ``mask_type`` is TE's ``NVTE_Mask_Type``: 2/3 causal (top-left),
+    4/5 causal bottom-right, else no causal mask. Max sequence lengths are used, so padded
+    or packed batches count their padding. None when an attribute is missing."""
+    v = {k: int(n) for k, n in _MLIR_INT.findall(text)}
+    need = ("input_batch", "attn_heads", "q_max_seqlen", "kv_max_seqlen", "qk_head_dim")
+    if any(k not in v for k in need):
+        return None
+    mask = v.get("mask_type", 0)
+    pairs = attention_pairs(v["q_max_seqlen"], v["kv_max_seqlen"], causal=mask in (2, 3, 4, 5),
+                            bottom_right=mask in (4, 5), window_left=v.get("window_size_left"),
+                            window_right=v.get("window_size_right"))
+    return float(attention_flops(v["input_batch"], v["attn_heads"], pairs, v["qk_head_dim"],
+                                 v.get("v_head_dim", v["qk_head_dim"]), backward))
+
+
+def _cudnn_conv_flops(info: InstrInfo, target: str) -> float | None:
+    ops = info.operand_shapes
+    result = first_array_shape(info.shape)
+    if len(ops) < 2:
+        return None
+    if "BackwardFilter" in target:
+        return conv_flops(ops[1], result, info.text)
+    if "BackwardInput" in target:
+        return conv_flops(ops[0], ops[1], info.text)
+    return conv_flops(result, ops[1], info.text)
 
 
 def attach_hlo_costs(frame: pl.DataFrame, modules: Any, stats) -> pl.DataFrame:

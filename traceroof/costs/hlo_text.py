@@ -263,52 +263,6 @@ def _callees(comps: dict, attrs: str) -> list[str]:
     return [c for c in _NAME.findall(attrs) if c in comps]
 
 
-def _dependencies(comps: dict, roots: list[str]) -> list[str]:
-    """Computations reachable from ``roots``, callees before callers (HLO text order)."""
-    out: list[str] = []
-    seen: set[str] = set()
-
-    def visit(c: str) -> None:
-        if c in seen:
-            return
-        seen.add(c)
-        for nm in comps[c]["order"]:
-            for d in _callees(comps, comps[c]["instrs"][nm][1]):
-                visit(d)
-        out.append(c)
-
-    for r in roots:
-        visit(r)
-    return out
-
-
-def _computation_text(comps: dict, c: str) -> str:
-    lines = [comps[c]["header"]]
-    for nm in comps[c]["order"]:
-        shape, after, root = comps[c]["instrs"][nm]
-        lines.append(f"  {'ROOT ' if root else ''}%{nm} = {shape} {after}")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def one_instruction_module(comps: dict, info: InstrInfo) -> str:
-    """HLO text of a module whose entry computation is just ``info`` with its operands as
-    parameters (same names and shapes), plus every computation it calls. ``comps`` is the
-    :func:`parse_hlo_text` result of the module ``info`` belongs to."""
-    instrs = comps[info.computation]["instrs"]
-    shape, after, _root = instrs[info.name]
-    group, attrs = _operand_group(after)
-    operands = [o for o in dict.fromkeys(_NAME.findall(group)) if o in instrs]
-    params = [f"  %{o} = {instrs[o][0]} parameter({k})" for k, o in enumerate(operands)]
-    subs = _dependencies(comps, _callees(comps, attrs))
-    body = "\n\n".join(_computation_text(comps, c) for c in subs)
-    return (
-        f"HloModule one_{re.sub(r'[^A-Za-z0-9_]', '_', info.name)}\n\n{body}\n\n"
-        "ENTRY %main {\n" + "\n".join(params) + f"\n  ROOT %{info.name} = {shape} {after}\n}}\n"
-    )
-
-
-
 _DIMS = re.compile(r"\[([\d,]*)\]")
 
 _ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")

@@ -1,9 +1,10 @@
-"""The compiled HLO of each program in an XPlane's ``/host:metadata`` plane.
+"""The compiled HLO of each program in an XPlane's ``/host:metadata`` plane, read without jax.
 
 jax writes one event metadata per program with the stat ``Hlo Proto`` (a serialized
 ``xla.HloProto``) and the name ``module_name(program_id)``. :class:`Modules` finds them and
-parses each on demand into a :class:`~traceroof.costs.hlo.ModuleInfo` (costs: jaxlib, see
-:mod:`traceroof.costs.hlo`).
+decodes each on demand, with the project's own protobuf wire reader
+(:mod:`.xplane_proto_wire`), into HLO text (:func:`module_text`) and then a
+:class:`~traceroof.costs.hlo.ModuleInfo`, costed by :mod:`traceroof.costs.hlo_model`.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..costs.hlo import HloCostUnavailable, ModuleInfo, module_info_from_proto
+from ..costs.hlo import ModuleInfo, module_info_from_text
 from .xplane_proto import iter_fields
+from .xplane_proto_wire import read_varint
 
 
 def hlo_module_bytes(hlo_proto: bytes) -> bytes:
-    """The serialized ``HloModuleProto`` (field 1) inside a serialized ``xla.HloProto``."""
+    """The serialized ``HloModuleProto`` (field 1) inside a serialized ``xla.HloProto``.
+    Raises ``ValueError`` when there is none."""
     for fnum, wt, value, _pos, _end in iter_fields(hlo_proto, 0, len(hlo_proto)):
         if fnum == 1 and wt == 2:
             return bytes(hlo_proto[value[0] : value[1]])
@@ -24,11 +27,11 @@ def hlo_module_bytes(hlo_proto: bytes) -> bytes:
 
 
 def module_info(hlo_proto: bytes, name: str = "") -> ModuleInfo:
-    """Parse a serialized ``xla.HloProto`` (as stored in the ``Hlo Proto`` stat) into a
-    :class:`~traceroof.costs.hlo.ModuleInfo`. Raises
-    :class:`~traceroof.costs.hlo.HloCostUnavailable` without jax, ``ValueError`` on a proto
-    jaxlib cannot read."""
-    return module_info_from_proto(hlo_proto, name, unwrap=hlo_module_bytes)
+    """Decode a serialized ``xla.HloProto`` (as stored in the ``Hlo Proto`` stat) into a
+    :class:`~traceroof.costs.hlo.ModuleInfo` (no jax). Raises ``ValueError`` (a
+    :class:`~.xplane_proto_wire.WireError` among them) on bytes that are not one."""
+    module_name, text = module_text(hlo_module_bytes(hlo_proto))
+    return module_info_from_text(text, name or module_name)
 
 
 class Modules:
@@ -39,7 +42,6 @@ class Modules:
         self.protos: dict[int, tuple[str, bytes]] = {}
         self.names: dict[int, str] = {}
         self._info: dict[int, Any] = {}
-        self.unavailable: str | None = None
         self.failed: list[str] = []
         if plane is None:
             return
@@ -59,19 +61,211 @@ class Modules:
                 self.protos[int(pid)] = (module_name, proto)
 
     def info(self, program_id: int):
-        """The :class:`~traceroof.costs.hlo.ModuleInfo` of ``program_id``, or None (no proto, no jax, unreadable)."""
+        """The :class:`~traceroof.costs.hlo.ModuleInfo` of ``program_id``, or None (no proto, or unreadable: listed in ``failed``)."""
         if program_id in self._info:
             return self._info[program_id]
         result = None
         entry = self.protos.get(program_id)
-        if entry is not None and self.unavailable is None:
+        if entry is not None:
             try:
                 result = module_info(entry[1], entry[0])
-            except HloCostUnavailable as exc:
-                self.unavailable = str(exc)
-            except ValueError as exc:
+            except (ValueError, IndexError, KeyError) as exc:
                 self.failed.append(f"{entry[0]}({program_id}): {exc}")
         self._info[program_id] = result
         return result
 
 
+# --- HloModuleProto -> HLO text, with the project's own wire reader (no jax) ----------------
+# Field numbers are facts of the format (openxla/xla xla/service/hlo.proto, xla/xla_data.proto):
+# HloModuleProto: name 1, entry_computation_name 2, computations 3, entry_computation_id 6.
+# HloComputationProto: name 1, instructions 2, id 5, root_id 6.
+# HloInstructionProto: name 1, opcode 2, shape 3, parameter_number 9, fusion_kind 11,
+# tuple_index 13, dimensions 14, window 15, convolution_dimension_numbers 16,
+# custom_call_target 28, dot_dimension_numbers 30, id 35, operand_ids 36,
+# called_computation_ids 38, backend_config 43, replica_groups 49, feature_group_count 50.
+# ShapeProto: element_type 2, dimensions 3, tuple_shapes 4, layout 5 (minor_to_major 1).
+
+#: xla.PrimitiveType numbers -> the HLO text type names (xla/xla_data.proto)
+PRIMITIVE_TYPES = {
+    1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64",
+    10: "f16", 11: "f32", 12: "f64", 13: "tuple", 14: "opaque", 15: "c64", 16: "bf16",
+    17: "token", 18: "c128", 19: "f8e5m2", 20: "f8e4m3fn", 21: "s4", 22: "u4",
+    23: "f8e4m3b11fnuz", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 26: "s2", 27: "u2",
+    28: "f8e4m3", 29: "f8e3m4", 30: "f4e2m1fn", 31: "f8e8m0fnu", 32: "s1", 33: "u1",
+}
+
+
+def _packed(buf, wt: int, value) -> list[int]:
+    """A repeated int64 field's values (packed, or one unpacked value)."""
+    if wt != 2:
+        return [int(value)]
+    out, pos = [], value[0]
+    while pos < value[1]:
+        v, pos = read_varint(buf, pos, value[1])
+        out.append(v - (1 << 64) if v >= 1 << 63 else v)
+    return out
+
+
+def _fields(buf, rng) -> dict[int, list]:
+    got: dict[int, list] = {}
+    for fnum, wt, value, _p, _e in iter_fields(buf, rng[0], rng[1]):
+        got.setdefault(fnum, []).append((wt, value))
+    return got
+
+
+def _ints(buf, f: dict, num: int) -> list[int]:
+    return [v for wt, value in f.get(num, []) for v in _packed(buf, wt, value)]
+
+
+def _str(buf, f: dict, num: int) -> str:
+    if num not in f:
+        return ""
+    a, b = f[num][-1][1]
+    return bytes(buf[a:b]).decode("utf-8", "replace")
+
+
+def shape_text(buf, rng) -> str:
+    """HLO text of a ``ShapeProto`` (``f32[2,3]{1,0}``, tuples ``(f32[2]{0}, s32[])``; the
+    layout's minor-to-major order, not its tiling)."""
+    f = _fields(buf, rng)
+    etype = PRIMITIVE_TYPES.get(f.get(2, [(0, 0)])[-1][1], "opaque")
+    if etype == "tuple":
+        return "(" + _join([shape_text(buf, v) for _wt, v in f.get(4, [])]) + ")"
+    if etype in ("token", "opaque"):
+        return f"{etype}[]"
+    text = f"{etype}[{','.join(str(d) for d in _ints(buf, f, 3))}]"
+    if 5 in f and 3 in f:  # LayoutProto.minor_to_major (field 1), as HLO text prints it
+        order = _ints(buf, _fields(buf, f[5][-1][1]), 1)
+        text += "{" + ",".join(str(d) for d in order) + "}"
+    return text
+
+
+def _join(items: list[str]) -> str:
+    """``a, b, ...`` with XLA's ``/*index=5*/`` marks before every fifth item."""
+    return ", ".join(f"/*index={k}*/{x}" if k and k % 5 == 0 else x for k, x in enumerate(items))
+
+
+def _dims(name: str, values: list[int]) -> str:
+    return f"{name}={{{','.join(str(v) for v in values)}}}"
+
+
+def _window(buf, rng) -> str:
+    """``window={size=3x3 stride=1x1 pad=1_1x1_1 lhs_dilate=.. rhs_dilate=..}`` of a ``Window``."""
+    dims = [_fields(buf, v) for _wt, v in _fields(buf, rng).get(1, [])]
+    one = lambda d, k, dflt: (d.get(k, [(0, dflt)])[-1][1])  # noqa: E731
+    parts = [f"size={'x'.join(str(one(d, 1, 1)) for d in dims)}",
+             f"stride={'x'.join(str(one(d, 2, 1)) for d in dims)}",
+             f"pad={'x'.join(f'{_signed(one(d, 3, 0))}_{_signed(one(d, 4, 0))}' for d in dims)}",
+             f"lhs_dilate={'x'.join(str(one(d, 6, 1)) for d in dims)}",
+             f"rhs_dilate={'x'.join(str(one(d, 5, 1)) for d in dims)}"]
+    return "window={" + " ".join(parts) + "}"
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _dim_labels(buf, rng) -> str:
+    """``dim_labels=b01f_01io->b01f`` of ``ConvolutionDimensionNumbers``."""
+    f = _fields(buf, rng)
+
+    def labels(fixed: dict[int, str], spatial: list[int]) -> str:
+        n = len(spatial) + len(fixed)
+        out = ["?"] * n
+        for pos, ch in fixed.items():
+            if 0 <= pos < n:
+                out[pos] = ch
+        for i, pos in enumerate(spatial):
+            if 0 <= pos < n:
+                out[pos] = str(i)
+        return "".join(out)
+
+    g = lambda k: f.get(k, [(0, 0)])[-1][1]  # noqa: E731
+    lhs = labels({g(7): "b", g(8): "f"}, _ints(buf, f, 11))
+    rhs = labels({g(3): "i", g(4): "o"}, _ints(buf, f, 6))
+    out = labels({g(9): "b", g(10): "f"}, _ints(buf, f, 12))
+    return f"dim_labels={lhs}_{rhs}->{out}"
+
+
+def _attrs(buf, f: dict, opcode: str, comp_names: dict[int, str]) -> list[str]:
+    """The attributes the cost model and the kind rules read, in HLO text syntax."""
+    attrs: list[str] = []
+    if 11 in f:
+        attrs.append(f"kind={_str(buf, f, 11)}")
+    if 13 in f:
+        attrs.append(f"index={f[13][-1][1]}")
+    if 14 in f:
+        attrs.append(_dims("dimensions", _ints(buf, f, 14)))
+    if 30 in f:
+        d = _fields(buf, f[30][-1][1])
+        for k, nm in ((3, "lhs_batch_dims"), (1, "lhs_contracting_dims"),
+                      (4, "rhs_batch_dims"), (2, "rhs_contracting_dims")):
+            if k in d:
+                attrs.append(_dims(nm, _ints(buf, d, k)))
+    if 15 in f:
+        attrs.append(_window(buf, f[15][-1][1]))
+    if 16 in f:
+        attrs.append(_dim_labels(buf, f[16][-1][1]))
+    if 50 in f and f[50][-1][1] > 1:
+        attrs.append(f"feature_group_count={f[50][-1][1]}")
+    callees = [comp_names.get(i, f"computation.{i}") for i in _ints(buf, f, 38)]
+    if opcode == "while" and len(callees) == 2:  # HloInstruction::CreateFromProto: body, cond
+        attrs.append(f"condition=%{callees[1]}, body=%{callees[0]}")
+    elif opcode == "fusion" and callees:
+        attrs.append(f"calls=%{callees[0]}")
+    elif opcode == "conditional" and callees:
+        attrs.append("branch_computations={" + ", ".join(f"%{c}" for c in callees) + "}")
+    elif callees:
+        attrs.append(("to_apply=%" if len(callees) == 1 else "called_computations=%")
+                     + ", %".join(callees))
+    if 49 in f:
+        groups = [_ints(buf, _fields(buf, v), 1) for _wt, v in f[49]]
+        attrs.append("replica_groups={" + ",".join(
+            "{" + ",".join(str(x) for x in g) + "}" for g in groups) + "}")
+    if 28 in f:
+        attrs.append(f'custom_call_target="{_str(buf, f, 28)}"')
+    if 43 in f:
+        cfg = _str(buf, f, 43)
+        attrs.append(f"backend_config={cfg}" if cfg.startswith("{") else
+                     f'backend_config="{cfg}"')
+    return attrs
+
+
+def module_text(hlo_module: bytes) -> tuple[str, str]:
+    """(module name, HLO text) of a serialized ``HloModuleProto``, read with the project's own
+    wire reader: every computation with its instructions as ``%name = SHAPE opcode(%operands),
+    attrs`` (the attributes the cost model reads; no metadata), the entry
+    computation marked ``ENTRY``. Raises :class:`~.xplane_proto_wire.WireError` (a
+    ``ValueError``) on bytes that are not wire format."""
+    buf = memoryview(hlo_module)
+    mod = _fields(buf, (0, len(buf)))
+    name = _str(buf, mod, 1)
+    entry_name = _str(buf, mod, 2)
+    entry_id = mod.get(6, [(0, None)])[-1][1]
+    comps = [_fields(buf, v) for _wt, v in mod.get(3, [])]
+    comp_names = {c.get(5, [(0, -1)])[-1][1]: _str(buf, c, 1) for c in comps}
+    lines = [f"HloModule {name}", ""]
+    for c in comps:
+        cname = _str(buf, c, 1)
+        cid = c.get(5, [(0, -1)])[-1][1]
+        root = c.get(6, [(0, None)])[-1][1]
+        instrs = [_fields(buf, v) for _wt, v in c.get(2, [])]
+        names = {i.get(35, [(0, -1)])[-1][1]: _str(buf, i, 1) for i in instrs}
+        is_entry = cid == entry_id if entry_id is not None else cname == entry_name
+        lines.append(f"{'ENTRY ' if is_entry else ''}%{cname} {{")
+        for i in instrs:
+            opcode = _str(buf, i, 2)
+            iid = i.get(35, [(0, -1)])[-1][1]
+            shape = shape_text(buf, i[3][-1][1]) if 3 in i else "()"
+            if opcode == "parameter":
+                operands = str(i.get(9, [(0, 0)])[-1][1])
+            else:
+                operands = _join([f"%{names.get(o, o)}" for o in _ints(buf, i, 36)])
+            text = f"%{_str(buf, i, 1)} = {shape} {opcode}({operands})"
+            attrs = _attrs(buf, i, opcode, comp_names)
+            if attrs:
+                text += ", " + ", ".join(attrs)
+            lines.append(f"  {'ROOT ' if iid == root else ''}{text}")
+        lines.append("}")
+        lines.append("")
+    return name, "\n".join(lines)

@@ -16,11 +16,14 @@ Which events become op rows (see docs/xplane.md for the evidence behind each cho
   ``device_ordinal`` stat (0 when absent), ``stream`` = the thread's line id.
 
 Per-op costs: ``flops``/``bytes_accessed`` from the event *metadata* stats (``cost_source =
-"trace"``); otherwise, for ops with an HLO instruction (CPU, jax GPU), XLA's HloCostAnalysis of
-that instruction from the module's ``Hlo Proto`` in ``/host:metadata``
-(:mod:`traceroof.costs.hlo`, needs jax; ``cost_source = "shapes"``). When one HLO
-instruction launched several kernels, its cost is spread over them by duration. Without jax,
-those ops have unknown cost (null, never 0) and a warning says so.
+"trace"``); otherwise, for ops with an HLO instruction (CPU, jax GPU), the cost of that
+instruction from the module's ``Hlo Proto`` in ``/host:metadata``, decoded without jax
+(:mod:`.hlo_modules`) and costed with HloCostAnalysis conventions
+(:mod:`traceroof.costs.hlo_model`; ``cost_source = "shapes"``). When one HLO instruction
+launched several kernels, its cost is spread over them by duration. A module that does not
+decode leaves its ops' cost unknown (null, never 0) and a warning says so. Loop containers
+(``while``/``conditional``/``call`` events enclosing their body's op events) are not op
+rows: counted in ``meta.stats`` and a warning (:func:`.xplane_ops.drop_loop_containers`).
 
 Times, in integer arithmetic on the raw fields: ``start = XLine.timestamp_ns + offset_ps //
 1000`` and ``dur = (offset_ps + duration_ps) // 1000 - offset_ps // 1000`` (the ns interval

@@ -139,7 +139,7 @@ def device_ops(plane: Plane, line: xp.LineScan, ordinal: int, device_clock: bool
         out.stats["xplane.aggregated_events_skipped"] += int(cols.aggregated.sum())
         frame = frame.filter(pl.Series(~cols.aggregated))
     out.stats["xplane.device_events"] += frame.height
-    return attach_hlo_costs(_by_start(frame), modules, out.stats)
+    return drop_loop_containers(attach_hlo_costs(_by_start(frame), modules, out.stats), out)
 
 
 def _by_start(frame: pl.DataFrame) -> pl.DataFrame:
@@ -200,4 +200,37 @@ def cpu_thunk_ops(plane: Plane, line: xp.LineScan, modules: Modules,
         pl.lit(None, pl.Int64).alias("correlation"),
     )
     out.stats["xplane.cpu_op_events"] += frame.height
-    return attach_hlo_costs(_by_start(frame), modules, out.stats)
+    return drop_loop_containers(attach_hlo_costs(_by_start(frame), modules, out.stats), out)
+
+
+#: HLO opcodes whose event spans the events of the computations they run (loop bodies,
+#: branches, called computations), recorded on the same line.
+CONTAINER_OPCODES = frozenset({"while", "conditional", "call"})
+
+
+def drop_loop_containers(frame: pl.DataFrame, out: Parts) -> pl.DataFrame:
+    """``frame`` (one line, in start order) without its control-flow container rows: a
+    ``while`` / ``conditional`` / ``call`` event that encloses other op events of the line.
+    Its time is its body's, whose ops are rows of their own (one per iteration), so as a row
+    it would count that time twice in the busy union and rank a loop as an op. The rows left
+    out are counted in ``out.stats`` (``xplane.loop_containers``,
+    ``xplane.loop_container_ns``) and said in a warning by the reader. A container that
+    encloses no recorded op stays a row (costed as trip count x one body pass)."""
+    if frame.height < 2 or "op" not in frame.columns:
+        return frame
+    is_cf = frame["op"].is_in(list(CONTAINER_OPCODES)).fill_null(False).to_numpy()
+    if not is_cf.any():
+        return frame
+    start = frame["start_ns"].to_numpy()
+    end = start + frame["dur_ns"].to_numpy()
+    device = frame["device"].to_numpy()
+    drop = np.zeros(frame.height, np.bool_)
+    for i in np.flatnonzero(is_cf).tolist():
+        inside = ((start >= start[i]) & (end <= end[i]) & (device == device[i]) & ~is_cf)
+        inside[i] = False
+        drop[i] = bool(inside.any())
+    if not drop.any():
+        return frame
+    out.stats["xplane.loop_containers"] += int(drop.sum())
+    out.stats["xplane.loop_container_ns"] += int(frame["dur_ns"].to_numpy()[drop].sum())
+    return frame.filter(pl.Series(~drop))
