@@ -443,7 +443,7 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
         rank: one rank, or ``"all"``.
 
     Returns:
-        A stacked bar figure (ms; the four parts of a step add up to its wall time, all
+        A stacked bar figure (ms; the parts of a step add up to its wall time, all
         unions over streams) with HFU and MFU (%, right axis) as lines where known.
     """
     fig = go.Figure()
@@ -480,7 +480,7 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
     n_dev = int(v["devices"].max() or 1) if "devices" in v.columns and v["devices"].drop_nulls().len() else 1
     per_dev = "" if n_dev <= 1 else f", means of each rank's {n_dev} devices (the Devices table has each one)"
     fig.update_layout(
-        title={"text": "Steps", "subtitle": {"text": f"device time per step (unions over streams{per_dev}): the four parts "
+        title={"text": "Steps", "subtitle": {"text": f"device time per step (unions over streams{per_dev}): the parts "
                                                      "add up to the step's wall time; communication hidden under other "
                                                      "kernels counts with them"}},
         barmode="stack",
