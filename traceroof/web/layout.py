@@ -229,7 +229,7 @@ def steps_table(report: Report) -> html.Div:
                 row[c] = "—" if v is None else str(v)
         data.append(row)
     return html.Div([
-        html.P("Per step (unions over streams; compute-bound + memory/latency-bound + no cost model + communication only + idle = wall).",
+        html.P("Per step (unions over streams; busy + idle = wall; busy = compute-bound + memory/latency-bound + no cost model + the time only communication ran).",
                className="tr-note"),
         dash_table.DataTable(id="steps-table", data=data, columns=[{"id": c, "name": c.replace("_ns", "")} for c in cols],
                              page_size=20, style_cell={"fontSize": 12, "padding": "2px 6px"},
