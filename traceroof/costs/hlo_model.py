@@ -26,10 +26,11 @@ Custom calls (``__cublas$gemm``, ``__cudnn$conv*``, Pallas/Mosaic) are costed by
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
 
-from .hlo_text import _NAME, _operand_group, shape_bytes
+from .hlo_text import _NAME, _OPCODE, _operand_group, shape_bytes
 
 #: Elementwise opcodes HloCostAnalysis counts as transcendentals (not FLOPs).
 TRANSCENDENTAL = frozenset({
@@ -52,21 +53,15 @@ _DIMS_ATTR = re.compile(r"(lhs_contracting_dims|dimensions|dynamic_slice_sizes)=
 _WINDOW_SIZE = re.compile(r"window=\{[^}]*size=([\dx]+)")
 _DIM_LABELS = re.compile(r"dim_labels=[^_]+_([^-]+)->")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
-_OPCODE = re.compile(r"([\w\-]+)\(")
 
 
 def elements(shape: str) -> int:
     """Elements of the first array of an HLO shape text (``f32[2,3]`` -> 6; scalar -> 1)."""
-    m = re.search(r"\[([\d,]*)\]", shape)
-    if not m or not m.group(1):
-        return 1
-    n = 1
-    for d in m.group(1).split(","):
-        n *= int(d)
-    return n
+    return math.prod(_dims(shape))
 
 
 def _dims(shape: str) -> list[int]:
+    """The dimensions of the first array of an HLO shape text (``f32[2,3]`` -> [2, 3]; scalar -> [])."""
     m = re.search(r"\[([\d,]*)\]", shape)
     return [int(x) for x in m.group(1).split(",")] if m and m.group(1) else []
 
