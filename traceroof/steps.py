@@ -21,12 +21,9 @@ from . import intervals as iv
 from .timeline import Timeline
 from .trace import TraceMeta
 
-STEP_SCHEMA = {
-    "rank": pl.Int32,
-    "step": pl.Int32,
-    "start_ns": pl.Int64,  # earliest start of the step's window on the rank's devices
-    "end_ns": pl.Int64,  # latest end of it
-    "wall_ns": pl.Int64,  # per-device mean of the window length less its graph-capture time
+#: the breakdown of a step on one device (ns), the same columns in the step table (as the
+#: per-device mean over a rank's devices) and in the per-device step table
+_BREAKDOWN = {
     "busy_ns": pl.Int64,
     "compute_bound_ns": pl.Int64,
     "memory_bound_ns": pl.Int64,
@@ -34,6 +31,15 @@ STEP_SCHEMA = {
     "comm_ns": pl.Int64,
     "comm_exposed_ns": pl.Int64,
     "idle_ns": pl.Int64,
+}
+
+STEP_SCHEMA = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "start_ns": pl.Int64,  # earliest start of the step's window on the rank's devices
+    "end_ns": pl.Int64,  # latest end of it
+    "wall_ns": pl.Int64,  # per-device mean of the window length less its graph-capture time
+    **_BREAKDOWN,
     "ops": pl.Int64,
     "flops": pl.Float64,
     "partial": pl.Boolean,
@@ -53,13 +59,7 @@ DEVICE_STEP_SCHEMA = {
     "step": pl.Int32,
     "device": pl.Int32,
     "wall_ns": pl.Int64,  # the device's window length less its graph-capture time
-    "busy_ns": pl.Int64,
-    "compute_bound_ns": pl.Int64,
-    "memory_bound_ns": pl.Int64,
-    "unknown_bound_ns": pl.Int64,  # busy with ops of no cost model (neither compute- nor memory-bound known)
-    "comm_ns": pl.Int64,
-    "comm_exposed_ns": pl.Int64,
-    "idle_ns": pl.Int64,
+    **_BREAKDOWN,
     "ops": pl.Int64,  # device ops whose start is in the window
     "flops": pl.Float64,  # their FLOPs (null when none has a cost)
 }
