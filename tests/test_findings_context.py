@@ -48,7 +48,7 @@ def _fresh(ctx: FindingContext, **kw) -> FindingContext:
 
 def test_constructor_takes_typed_inputs_only():
     init = [f.name for f in dataclasses.fields(FindingContext) if f.init]
-    assert init == ["ops", "host", "steps", "chip", "meta", "ranks", "rank_comparison", "chosen"]
+    assert init == ["ops", "host", "steps", "chip", "meta", "ranks", "rank_comparison", "captures", "chosen"]
     shared = Shared()
     assert all(getattr(shared, f.name) is None for f in dataclasses.fields(Shared))
 
@@ -58,6 +58,10 @@ def test_analyze_hands_over_the_cross_rank_view(caught):
     assert ctx.ranks is not None and ctx.ranks == rep.ranks.to_dict()
     assert ctx.rank_comparison is not None
     assert ctx.chosen == tuple(F.DETECTORS)
+    # the timeline's graph-capture windows, not a second scan of the host table
+    from traceroof import graph_capture
+
+    assert ctx.captures is not None and ctx.captures.equals(graph_capture.windows(ctx.host))
     # the straggler used what analyze handed over, not a second computation
     view = rank_view(ctx)
     assert isinstance(view, RankView)

@@ -141,18 +141,29 @@ def apply_roofline(ops: pl.DataFrame, spec: ChipSpec) -> pl.DataFrame:
     return add_roofline(ops, spec)
 
 
-def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
-                  step: int | None) -> tuple[pl.DataFrame, pl.DataFrame, TimelineInfo, pl.DataFrame]:
-    """The ops (with ``step`` and ``bucket`` from the partitioned timeline,
-    :func:`traceroof.timeline.partition`), the per-step table (``steps.STEP_SCHEMA``), the
-    buckets of the whole trace, and the per-device step table
-    (``steps.DEVICE_STEP_SCHEMA``); ops and both tables limited to ``step``.
+@dataclass(frozen=True)
+class Segments:
+    """What :func:`segment_steps` gives: the ops (``step`` and ``bucket`` from the partitioned
+    timeline), the per-step table (``steps.STEP_SCHEMA``), the timeline section (buckets and
+    windows), the per-device step table (``steps.DEVICE_STEP_SCHEMA``), and the graph-capture
+    windows of the whole trace (:func:`traceroof.graph_capture.windows`, for the detectors)."""
+
+    ops: pl.DataFrame
+    steps: pl.DataFrame
+    timeline: TimelineInfo
+    device_steps: pl.DataFrame
+    captures: pl.DataFrame
+
+
+def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, step: int | None) -> Segments:
+    """Partition the timeline (:func:`traceroof.timeline.partition`) and build the step
+    tables; ops, both tables and the buckets limited to ``step`` when it is given.
 
     Raises:
         UsageError: ``step`` is not in the trace.
     """
     tl = timeline.partition(ops, host, meta)
-    ops = tl.ops
+    ops, captures = tl.ops, tl.captures
     steps, dev_steps = steps_mod.step_tables(tl, host, meta)
     if step is not None:
         have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
@@ -165,7 +176,7 @@ def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
         ops = ops.filter(pl.col("step") == step)
         steps = steps.filter(pl.col("step") == step)
         dev_steps = dev_steps.filter(pl.col("step") == step)
-    return ops, steps, info, dev_steps
+    return Segments(ops, steps, info, dev_steps, captures)
 
 
 def rank_groups(ops: pl.DataFrame, group_by: str) -> pl.DataFrame:
@@ -215,9 +226,10 @@ def compare_ranks(ops: pl.DataFrame, steps: pl.DataFrame, meta: TraceMeta,
 
 def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec,
                     meta: TraceMeta, ranks: dict[str, Any] | None, rank_comparison: Any,
-                    names: list[str] | None) -> list[Finding]:
+                    names: list[str] | None, captures: pl.DataFrame | None = None) -> list[Finding]:
     """Run the detectors ``names`` (default: all), largest recoverable time first. The
-    detectors' shared results (cross-rank view, matched collectives) are handed over here.
+    detectors' shared results (cross-rank view, matched collectives, the graph-capture windows
+    ``captures`` the timeline found) are handed over here.
 
     The detectors see the device time the summary accounts (rule 2): ops off the recorded
     timeline never; and on a rank with steps only the ops in its steps (and under graph
@@ -231,7 +243,7 @@ def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, 
         ops = ops.filter(b.is_in(["step", "graph_capture"]) | (b.is_in(["before_first_step", "after_last_step"])
                                                                & ~stepped.any().over("rank")))
     ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=meta,
-                         ranks=ranks, rank_comparison=rank_comparison)
+                         ranks=ranks, rank_comparison=rank_comparison, captures=captures)
     return run_detectors(ctx, names)
 
 
@@ -369,14 +381,15 @@ def analyze(
     spec, reason = resolve_chip(trace, chip)
     costed = cost_ops(trace, rank)
     ops = apply_roofline(costed.ops, spec)
-    ops, steps, tl_info, dev_steps = segment_steps(ops, costed.host, meta, step)
+    seg = segment_steps(ops, costed.host, meta, step)
+    ops, steps = seg.ops, seg.steps
     group_by = group_by or facts_for(meta.format).default_group_by
     ranking = rank_groups(ops, group_by)
     util = summarize(ops, steps, spec, reason, meta, costed.coverage, model_flops_per_step,
-                     model_flops_formula, n_devices, tl_info, dev_steps)
+                     model_flops_formula, n_devices, seg.timeline, seg.device_steps)
     above = check_roofs(ops, spec, group_by)
     ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
-    found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings)
+    found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings, seg.captures)
     return check_accounting(Report(
         trace=describe_trace(meta, ops, costed.host), chip=describe_chip(spec, reason, meta),
         coverage=describe_coverage(costed.coverage), summary=util.summary, steps=util.steps,

@@ -82,6 +82,8 @@ class FindingContext:
             caller has it already; None: computed from ``ops`` when a detector needs it.
         rank_comparison: :func:`traceroof.ranks.compare_collectives` of ``ops`` when the caller
             has it already; None: computed when needed.
+        captures: the graph-capture windows (:func:`traceroof.graph_capture.windows`) when the
+            caller has them already; None: computed from ``host`` when a detector needs them.
         chosen: the detectors of this run (set by :func:`run_detectors`; None: every detector
             counts as running), so a detector that leaves time to another knows it runs.
         shared: results the detectors of one run share (:class:`Shared`), filled as they are
@@ -95,6 +97,7 @@ class FindingContext:
     meta: TraceMeta
     ranks: dict[str, Any] | None = None
     rank_comparison: Comparison | None = None
+    captures: pl.DataFrame | None = None
     chosen: tuple[str, ...] | None = None
     shared: Shared = field(default_factory=Shared, init=False, repr=False, compare=False)
 

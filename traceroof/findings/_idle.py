@@ -390,7 +390,7 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
 def _timeline_and_stretches(ctx: FindingContext) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(timeline, stretches)`` of a context, computed (:func:`timeline`)."""
     ops = _device_ops(ctx)
-    caps = graph_capture.windows(ctx.host)
+    caps = ctx.captures if ctx.captures is not None else graph_capture.windows(ctx.host)
     graphs = bool(ops["graph"].any()) or caps.height > 0
     calls = _host_calls(ctx.host)
     tests = name_tests(calls["name"], _NAME_TESTS)
