@@ -433,9 +433,10 @@ def _cut(placed: pl.DataFrame, seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
     and step of the segment holding its start."""
     cols = ["_i", "rank", "device", "start_ns", "dur_ns", "launch_start_ns", *PIECE_COLUMNS]
     parts = []
+    ops_of = placed.select(cols).partition_by(["rank", "device"], as_dict=True)  # one split, not a filter per device
     for (rank, device), s in seg.group_by(["rank", "device"]):
-        o = placed.filter(pl.col("rank") == rank, pl.col("device") == device).select(cols)
-        if o.height == 0:
+        o = ops_of.get((rank, device))
+        if o is None or o.height == 0:
             continue
         s = s.sort("start_ns", "end_ns")
         st, en = s["start_ns"].to_numpy(), s["end_ns"].to_numpy()
