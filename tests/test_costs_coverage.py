@@ -120,3 +120,36 @@ def test_every_linked_op_of_the_bert_trace_is_modeled_exactly():
     # 141 tokens through 17 [512 -> 512] (4 layers x q, k, v, out + the MLM transform),
     # 4 [512 -> 2048] + 4 [2048 -> 512] (FFN) and the [512 -> 30522] decoder
     assert flops["aten::addmm"] == 2 * 141 * (17 * 512 * 512 + 8 * 512 * 2048 + 512 * 30522) == 8_029_194_240
+
+
+def _uncosted_families(rel: str, chip: str):
+    from traceroof import analyze, read_trace
+
+    r = analyze(read_trace(TRACES / rel), chip)
+    assert r.coverage is not None and r.coverage.uncosted_families
+    return r.coverage
+
+
+@pytest.mark.parametrize("rel,chip,why,runtime", [
+    # every kernel of this decode window is replayed by one hipGraphLaunch (no capture recorded)
+    ("inference/vllm_decode_full/graph_execution.json.gz", "mi300x", "replayed by a CUDA/HIP graph, no framework op",
+     "hipGraphLaunch"),
+    # 436 kernels ran before the host recording began: their launches are not in the file
+    ("h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "h100", "no launch in the trace, so no framework op", None),
+])
+def test_uncosted_families_name_the_reason_for_the_time_they_hold(rel, chip, why, runtime):
+    events = _load(rel)
+    runtime_of = {e["args"]["correlation"]: e["name"] for e in events
+                  if e.get("cat", "").endswith("_runtime") and "correlation" in (e.get("args") or {})}
+    # the oracle, from the raw JSON: kernel µs whose correlation's runtime call is `runtime`
+    # (a graph launch) or, for None, has no runtime call at all
+    want_us = sum(e["dur"] for e in events if e.get("cat") == "kernel"
+                  and runtime_of.get(e["args"].get("correlation")) == runtime)
+    cov = _uncosted_families(rel, chip)
+    got_ns = sum(f["device_time_ns"] for f in cov.uncosted_families if f["why"] == why)
+    # the graph window's few costed kernels (a copy the op table links) are not in the family
+    assert got_ns == pytest.approx(want_us * 1000, rel=0.02)
+    assert got_ns > 0.25 * cov.device_time_ns
+    # the families partition the uncosted time
+    assert sum(f["device_time_ns"] for f in cov.uncosted_families) == pytest.approx(
+        (1 - cov.costed_share) * cov.device_time_ns, abs=1000)

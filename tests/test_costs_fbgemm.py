@@ -223,16 +223,26 @@ def test_uncosted_reasons_name_what_is_missing():
            op("aten::nosuchop", 2, ts=30, dur=20, dims=[[4]], types=["float"]), launch(901, ts=35),
            kern("k_nosuch", 901, 1020, 10),
            op("aten::mm", 3, ts=60, dur=20), launch(902, ts=65), kern("gemm_noshapes", 902, 1040, 10),
-           kern("k_unlinked", 999, 1060, 10)]
+           kern("k_unlaunched", 999, 1060, 10),
+           launch(903, ts=95), kern("k_opless", 903, 1080, 10)]
     _, cov = apply_costs(K.read_bytes(kineto(evs), path="why.json"))
     assert cov.uncosted_why == {
         "aten::cat": "its Tensor[] sizes are not recorded",
         "aten::nosuchop": "no cost formula for this op",
         "aten::mm": "no shapes recorded",
-        "k_unlinked": "no framework op linked",
+        # correlation 999 has no runtime call in the trace: nothing says which op launched it
+        "k_unlaunched": "no launch in the trace, so no framework op",
+        # launched (correlation 903) outside any framework op
+        "k_opless": "no framework op linked",
     }
     assert cov.uncosted_ns == {k: 10_000 for k in cov.uncosted_why}  # 10 us each
-    assert cov.kernel_ns == 40_000 and cov.linked_ns == 30_000
+    assert cov.kernel_ns == 50_000 and cov.linked_ns == 30_000
+    # by family: one per (kind, reason); the two unlinked kernels are kind "other" with two
+    # different reasons, so five families of 10 us each, adding up to the 50 us uncosted
+    fams = cov.families()
+    assert sum(f["device_time_ns"] for f in fams) == sum(cov.uncosted_ns.values()) == 50_000
+    assert {(f["why"], tuple(f["examples"])) for f in fams} == {(w, (k,)) for k, w in cov.uncosted_why.items()}
+    assert {f["kind"] for f in fams if f["examples"] == ["aten::mm"]} == {"matmul"}
 
 
 def test_tbe_kernels_are_kind_other_so_no_fusion_chain_takes_them():

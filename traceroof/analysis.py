@@ -285,6 +285,7 @@ def describe_coverage(cov: Coverage) -> CoverageInfo:
         linked_device_time_ns=cov.linked_ns, linked_costed_share=cov.linked_costed_share,
         kernel_time_ns=cov.kernel_ns,
         split_ops=cov.split_ops, uncosted_top=cov.uncosted_top,
+        uncosted_families=cov.families() or None,
         bytes_only_share=cov.bytes_only_share if cov.bytes_only_ns else None,
     )
 
@@ -309,10 +310,11 @@ def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[
     if ops.height and cov.costed_share < 0.999:
         unk = 1.0 - cov.costed_share
         msg = f"{unk:.0%} of device time has no cost model (no FLOPs/bytes)"
-        if cov.uncosted_top:
-            msg += "; largest: " + ", ".join(
-                f"{units.short(n, 60)} ({ns / 1e6:.3g} ms" + (f": {cov.uncosted_why[n]})" if n in cov.uncosted_why else ")")
-                for n, ns in cov.uncosted_top[:3])
+        fams = cov.families(examples=1)
+        if fams:
+            msg += "; by family: " + "; ".join(
+                f"{f['kind']} {f['device_time_ns'] / cov.device_ns:.1%} ({f['why']}; e.g. {units.short(f['examples'][0], 50)})"
+                for f in fams[:3])
         warnings.append(msg)
     if cov.group_size_assumed_ns and cov.device_ns:
         warnings.append(

@@ -61,6 +61,7 @@ class Coverage:
     uncosted_why: dict[str, str] = field(default_factory=dict)
     group_size_assumed_ns: int = 0
     bytes_only_ns: int = 0
+    uncosted_kind: dict[str, str] = field(default_factory=dict)
 
     def share(self, source: str) -> float:
         """Share of device time whose costs came from ``source`` (0 when there is none)."""
@@ -87,6 +88,21 @@ class Coverage:
         """The five labels with the most uncosted device time: ``[(label, ns)]``, largest first."""
         return sorted(self.uncosted_ns.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
 
+    def families(self, examples: int = 3) -> list[dict[str, Any]]:
+        """The uncosted device time by family: one dict per (kind, reason) with ``kind`` (the
+        op's kind: ``matmul``, ``attention``, ``collective``, ...), ``why`` (the reason, as in
+        ``uncosted_why``), ``device_time_ns`` (ns) and ``examples`` (its ``examples`` largest
+        labels); largest first. The families partition :attr:`uncosted_ns`: their times add up
+        to its total."""
+        fam: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        for lbl, ns in self.uncosted_ns.items():
+            key = (self.uncosted_kind.get(lbl, "other"), self.uncosted_why.get(lbl, "unknown"))
+            fam.setdefault(key, []).append((lbl, ns))
+        out = [{"kind": k, "why": w, "device_time_ns": sum(ns for _, ns in v),
+                "examples": [lbl for lbl, _ in sorted(v, key=lambda kv: (-kv[1], kv[0]))[:examples]]}
+               for (k, w), v in fam.items()]
+        return sorted(out, key=lambda d: (-d["device_time_ns"], d["kind"], d["why"]))
+
     def to_json(self) -> dict[str, Any]:
         """Every field, as a JSON-ready dict (ns as ints)."""
         return dataclasses.asdict(self)
@@ -101,6 +117,7 @@ class Coverage:
             kernel_ns=int(d.get("kernel_ns", 0)), group_size_assumed_ns=int(d.get("group_size_assumed_ns", 0)),
             bytes_only_ns=int(d.get("bytes_only_ns", 0)),
             uncosted_why={str(k): str(v) for k, v in d.get("uncosted_why", {}).items()},
+            uncosted_kind={str(k): str(v) for k, v in d.get("uncosted_kind", {}).items()},
         )
 
     @classmethod
@@ -118,6 +135,8 @@ class Coverage:
             out.bytes_only_ns += c.bytes_only_ns
             for k, v in c.uncosted_why.items():
                 out.uncosted_why.setdefault(k, v)
+            for k, v in c.uncosted_kind.items():
+                out.uncosted_kind.setdefault(k, v)
             for k, v in c.by_source_ns.items():
                 out.by_source_ns[k] = out.by_source_ns.get(k, 0) + v
             for k, v in c.uncosted_ns.items():
@@ -494,17 +513,26 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     bytes_only = ~pl.col("kind").cast(pl.String).is_in(kinds) & pl.col("bytes").is_not_null() & pl.col("flops").is_null()
     cov.bytes_only_ns = int(ops.filter(bytes_only)["dur_ns"].sum() or 0)
     cov.group_size_assumed_ns = int(ops.filter(pl.col("_gs_assumed").fill_null(False))["dur_ns"].sum() or 0)
+    graph = pl.col("graph").fill_null(False).any() if "graph" in ops.columns else pl.lit(False)
+    launched = (pl.col("launch_start_ns").is_not_null().any() if "launch_start_ns" in ops.columns
+                else pl.lit(True))
     why = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l")).agg(
         pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any(),
-        pl.col("_tl").fill_null(False).any())
-    cov.uncosted_why = {str(lbl): _why(op, kind, dims, tl) for lbl, op, kind, dims, tl in why.iter_rows()}
+        pl.col("_tl").fill_null(False).any(), graph.alias("_g"), launched.alias("_la"))
+    cov.uncosted_why = {str(lbl): _why(op, kind, dims, tl, g, la) for lbl, op, kind, dims, tl, g, la in why.iter_rows()}
+    cov.uncosted_kind = {str(lbl): str(kind or "other") for lbl, _, kind, *_ in why.iter_rows()}
     return cov
 
 
-def _why(op: str | None, kind: str, has_dims: bool, tensorlist: bool) -> str:
+def _why(op: str | None, kind: str, has_dims: bool, tensorlist: bool, graph: bool = False,
+         launched: bool = True) -> str:
     """Why an op (or kernel) label has no cost model, in a few words."""
     if kind in ("memcpy", "memset"):
         return "no byte count in the trace"
+    if op is None and graph:
+        return "replayed by a CUDA/HIP graph, no framework op"
+    if op is None and not launched:
+        return "no launch in the trace, so no framework op"
     if op is None:
         return "no framework op linked"
     if kind == "collective":

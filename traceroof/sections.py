@@ -164,7 +164,9 @@ class CoverageInfo(_Section):
     ``device_time_ns`` (copies and fills excluded), the time ``linked_device_time_ns`` is a
     part of; ``bytes_only_share`` the part of ``costed_share`` costed by bytes alone (FLOPs
     unknown: memory-bound roofline time, left out of HFU); ``uncosted_top`` is
-    ``[[label, ns], ...]``."""
+    ``[[label, ns], ...]``; ``uncosted_families`` the uncosted time by (kind, reason):
+    ``[{kind, why, device_time_ns, examples}, ...]``, largest first (ns add up to the
+    uncosted device time)."""
 
     device_time_ns: int = 0
     by_source_ns: dict[str, int] | None = _opt(omit_none=True)
@@ -177,6 +179,7 @@ class CoverageInfo(_Section):
     split_ops: int | None = _opt(omit_none=True)
     bytes_only_share: float | None = _opt(omit_none=True)
     uncosted_top: list[Any] | None = _opt(omit_none=True)
+    uncosted_families: list[Any] | None = _opt(omit_none=True)
 
 
 # --------------------------------------------------------------------------- summary
