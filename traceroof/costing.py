@@ -61,7 +61,7 @@ class Coverage:
     uncosted_why: dict[str, str] = field(default_factory=dict)
     group_size_assumed_ns: int = 0
     bytes_only_ns: int = 0
-    uncosted_kind: dict[str, str] = field(default_factory=dict)
+    uncosted_kinds_ns: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def share(self, source: str) -> float:
         """Share of device time whose costs came from ``source`` (0 when there is none)."""
@@ -90,14 +90,16 @@ class Coverage:
 
     def families(self, examples: int = 3) -> list[dict[str, Any]]:
         """The uncosted device time by family: one dict per (kind, reason) with ``kind`` (the
-        op's kind: ``matmul``, ``attention``, ``collective``, ...), ``why`` (the reason, as in
+        kernels' kind: ``matmul``, ``attention``, ``collective``, ...; one label's kernels of
+        several kinds count in several families), ``why`` (the reason, as in
         ``uncosted_why``), ``device_time_ns`` (ns) and ``examples`` (its ``examples`` largest
         labels); largest first. The families partition :attr:`uncosted_ns`: their times add up
         to its total."""
         fam: dict[tuple[str, str], list[tuple[str, int]]] = {}
         for lbl, ns in self.uncosted_ns.items():
-            key = (self.uncosted_kind.get(lbl, "other"), self.uncosted_why.get(lbl, "unknown"))
-            fam.setdefault(key, []).append((lbl, ns))
+            by_kind = self.uncosted_kinds_ns.get(lbl) or {"other": ns}
+            for kind, kns in by_kind.items():
+                fam.setdefault((kind, self.uncosted_why.get(lbl, "unknown")), []).append((lbl, kns))
         out = [{"kind": k, "why": w, "device_time_ns": sum(ns for _, ns in v),
                 "examples": [lbl for lbl, _ in sorted(v, key=lambda kv: (-kv[1], kv[0]))[:examples]]}
                for (k, w), v in fam.items()]
@@ -117,7 +119,8 @@ class Coverage:
             kernel_ns=int(d.get("kernel_ns", 0)), group_size_assumed_ns=int(d.get("group_size_assumed_ns", 0)),
             bytes_only_ns=int(d.get("bytes_only_ns", 0)),
             uncosted_why={str(k): str(v) for k, v in d.get("uncosted_why", {}).items()},
-            uncosted_kind={str(k): str(v) for k, v in d.get("uncosted_kind", {}).items()},
+            uncosted_kinds_ns={str(k): {str(a): int(b) for a, b in v.items()}
+                               for k, v in d.get("uncosted_kinds_ns", {}).items()},
         )
 
     @classmethod
@@ -135,8 +138,10 @@ class Coverage:
             out.bytes_only_ns += c.bytes_only_ns
             for k, v in c.uncosted_why.items():
                 out.uncosted_why.setdefault(k, v)
-            for k, v in c.uncosted_kind.items():
-                out.uncosted_kind.setdefault(k, v)
+            for k, v in c.uncosted_kinds_ns.items():
+                mine = out.uncosted_kinds_ns.setdefault(k, {})
+                for a, b in v.items():
+                    mine[a] = mine.get(a, 0) + b
             for k, v in c.by_source_ns.items():
                 out.by_source_ns[k] = out.by_source_ns.get(k, 0) + v
             for k, v in c.uncosted_ns.items():
@@ -297,6 +302,7 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     ops = ops.with_columns(pl.col("_tl").fill_null(False))
     ops = _tensorlist_bytes(ops, keys)
     ops = _fill_from_formulas(ops)
+    ops = _copy_sizes_from_op(ops, keys)
     ops = _collective_costs(ops, trace.host, trace.meta.world_size)
     dims = keys.select("_skey", pl.col("input_dims").is_not_null().alias("_dims"))
     ops = ops.join(dims, on="_skey", how="left", maintain_order="left")
@@ -305,6 +311,52 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk", "_dims", "_gs_assumed"]
     )
     return ops, cov
+
+
+#: framework ops whose ``Memcpy``/``Memset`` moves one of their recorded tensors: the index of
+#: that tensor in ``Input Dims`` (``copy_(self, src)`` copies ``src``; the others their ``self``)
+COPY_SOURCE_ARG = {"aten::copy_": 1, "aten::_copy_from": 0, "aten::_copy_from_and_resize": 0,
+                   "aten::_to_copy": 0, "aten::to": 0, "aten::clone": 0, "aten::contiguous": 0,
+                   "aten::fill_": 0, "aten::zero_": 0}
+
+
+def _copy_sizes_from_op(ops: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
+    """Bytes of copies and fills the trace recorded without a byte count (ROCm's
+    ``gpu_memcpy`` events carry none), from the tensor their framework op moves
+    (:data:`COPY_SOURCE_ARG`; its recorded shape × dtype width): a ``Memcpy HtoD`` under
+    ``aten::copy_([5, 128] float, [5, 128] float)`` moves 5·128·4 = 2,560 bytes. A
+    device-to-device copy reads and writes them (× :func:`traceroof.costs.memory.copy_hbm_bytes`).
+    FLOPs 0 (a copy does no arithmetic), ``cost_source`` ``shapes``. Rows with a byte count,
+    other ops or no recorded shape are left as they are."""
+    from .costs.args import dtype_of, nbytes
+    from .costs.memory import copy_hbm_bytes
+
+    is_copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    need = ops.filter(is_copy, pl.col("bytes").is_null(), pl.col("op").is_in(list(COPY_SOURCE_ARG)),
+                      pl.col("_skey").is_not_null())
+    if need.height == 0:
+        return ops
+    rows = []
+    for op, skey, name in need.select("op", "_skey", "name").unique().iter_rows():
+        dims, types = keys.filter(pl.col("_skey") == skey).select("input_dims", "input_types").row(0)
+        dims, types, i = _parse(dims), _parse(types), COPY_SOURCE_ARG[op]
+        size = None
+        if isinstance(dims, list) and isinstance(types, list) and i < len(dims) and i < len(types):
+            shape = dims[i]
+            if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
+                size = nbytes(shape, dtype_of(types[i]))
+        if size is not None and name and name.startswith("Memcpy"):
+            size = copy_hbm_bytes(name, size)
+        rows.append((op, skey, name, size))
+    sizes = pl.DataFrame(rows, schema={"op": pl.String, "_skey": pl.UInt32, "name": pl.String,
+                                       "_cb": pl.Float64}, orient="row")
+    ops = ops.join(sizes, on=["op", "_skey", "name"], how="left", maintain_order="left")
+    fill = is_copy & pl.col("bytes").is_null() & pl.col("_cb").is_not_null()
+    return ops.with_columns(
+        pl.when(fill).then(pl.col("_cb")).otherwise(pl.col("bytes")).alias("bytes"),
+        pl.when(fill).then(pl.lit(0.0)).otherwise(pl.col("flops")).alias("flops"),
+        pl.when(fill).then(pl.lit("shapes")).otherwise(pl.col("cost_source")).alias("cost_source"),
+    ).drop("_cb")
 
 
 def _formula_costs(uniq: pl.DataFrame) -> pl.DataFrame:
@@ -520,8 +572,16 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
         pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any(),
         pl.col("_tl").fill_null(False).any(), graph.alias("_g"), launched.alias("_la"))
     cov.uncosted_why = {str(lbl): _why(op, kind, dims, tl, g, la) for lbl, op, kind, dims, tl, g, la in why.iter_rows()}
-    cov.uncosted_kind = {str(lbl): str(kind or "other") for lbl, _, kind, *_ in why.iter_rows()}
+    by_kind = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l"), pl.col("kind").cast(pl.String)).agg(
+        pl.col("dur_ns").sum())
+    for lbl, kind, ns in by_kind.iter_rows():
+        cov.uncosted_kinds_ns.setdefault(str(lbl), {})[str(kind or "other")] = int(ns)
     return cov
+
+
+#: framework-op names of a torch.compile'd region (AOTAutograd's autograd.Function and the
+#: dynamo region marker): its kernels are launched without per-op events
+_COMPILED_REGION = re.compile(r"^(?:CompiledFunction(?:Backward)?|Torch-Compiled Region\b)")
 
 
 def _why(op: str | None, kind: str, has_dims: bool, tensorlist: bool, graph: bool = False,
@@ -537,6 +597,8 @@ def _why(op: str | None, kind: str, has_dims: bool, tensorlist: bool, graph: boo
         return "no framework op linked"
     if kind == "collective":
         return "no message size recorded"
+    if op is not None and _COMPILED_REGION.search(op):
+        return "a torch.compile region: the ops inside it are not recorded"
     if costs.formula_for(op) is None:
         return "no cost formula for this op"
     if not has_dims:

@@ -312,6 +312,9 @@ class _Builder:
 
         _read_header(header, meta, self.path)
         ops, host_tbl = self._tables(header, meta, rank)
+        if meta.record_shapes is None and "input_dims" in host_tbl.columns:
+            # no record_shapes flag in the header (older Kineto): the events say it
+            meta.record_shapes = bool(host_tbl["input_dims"].is_not_null().any())
         if ops.height == 0:
             if host_tbl.height == 0 and st.events > 0:
                 meta.warn(f"{self.path}: no timed events (metadata only)")
