@@ -16,6 +16,9 @@ from dataclasses import dataclass
 #: the shortest run of kernel names an eager match accepts (method c): a shorter run (one
 #: ``elementwise_kernel`` or a ``memcpy``) matches by chance as often as by identity
 MIN_RUN = 4
+#: the fewest distinct kernel names such a run must hold: a run of one or two generic kernels
+#: repeated (an optimizer's ``add_`` over many tensors, copies) matches ops of other shapes
+MIN_DISTINCT = 3
 #: eager positions an n-gram is tried at, at most (the first ones in time order)
 MAX_STARTS = 64
 
@@ -67,7 +70,8 @@ def whole(seq: Sequence) -> Match:
 def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -> Match:
     """Longest exact runs of ``replay``'s kernel names in ``eager`` (greedy, left to right):
     at each position the longest run of equal names (every one with a lender) starting
-    there, of at least :data:`MIN_RUN`; each replayed kernel of a run takes its eager
+    there, of at least :data:`MIN_RUN` kernels and :data:`MIN_DISTINCT` distinct names;
+    each replayed kernel of a run takes its eager
     twin's op. A group is one eager op instance within one run; a group holding fewer
     kernels than that op launched eagerly (``op_kernels``: lender → kernels) is dropped (its
     cost would be spread over part of its kernels)."""
@@ -90,7 +94,7 @@ def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -
                 k += 1
             if k > best_len:
                 best_j, best_len = j, k
-        if best_len < MIN_RUN:
+        if best_len < MIN_RUN or len(set(replay[i:i + best_len])) < MIN_DISTINCT:
             i += 1
             continue
         for k in range(best_len):
@@ -116,4 +120,4 @@ def _drop_partial(lenders: list[int | None], groups: list[int | None], op_kernel
             lenders[p], groups[p] = None, None
 
 
-__all__ = ["MIN_RUN", "Match", "Sequence", "eager_runs", "name_check", "whole"]
+__all__ = ["MIN_DISTINCT", "MIN_RUN", "Match", "Sequence", "eager_runs", "name_check", "whole"]

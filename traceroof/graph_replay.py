@@ -14,7 +14,7 @@ b. ``capture_trace``: the same, from a capture trace: one given (``capture_trace
    ``graph_capture_profile/`` folders (:data:`traceroof.io.CAPTURE_DIRS`) beside the trace's
    files, which vLLM and SGLang write while they capture;
 c. ``eager_match``: the longest exact runs (of at least :data:`~traceroof.graph_match.MIN_RUN`
-   kernels) of the replayed kernel names in an eager run of the same trace, else of a capture
+   kernels, :data:`~traceroof.graph_match.MIN_DISTINCT` distinct names) of the replayed kernel names in an eager run of the same trace, else of a capture
    trace (its warm-up): each matched kernel takes its eager twin's op
    (:func:`traceroof.graph_match.eager_runs`).
 
@@ -35,7 +35,7 @@ import polars as pl
 
 from . import graph_capture
 from .errors import TraceroofError
-from .graph_match import Match, Sequence, eager_runs, name_check, whole
+from .graph_match import MIN_DISTINCT, MIN_RUN, Match, Sequence, eager_runs, name_check, whole
 from .host import innermost_cpu_ops
 from .schema import HOST_SCHEMA, empty
 from .sections import GraphInfo
@@ -286,7 +286,8 @@ def _from_eager(rank: int, replay: list[str], srcs: list[Source]) -> tuple:
         if best[1] is not None and s.same_trace:
             break
     if best[1] is None:
-        return (None, None, None, "no eager run of these kernels")
+        return (None, None, None, f"no run of {MIN_RUN} or more of its kernel names ({MIN_DISTINCT} distinct) "
+                                  "in an eager run")
     return ("eager_match", best[1], best[2], None)
 
 
