@@ -35,7 +35,15 @@ import polars as pl
 
 from . import graph_capture
 from .errors import TraceroofError
-from .graph_match import MIN_DISTINCT, MIN_RUN, Match, Sequence, eager_runs, name_check, whole
+from .graph_match import (
+    MIN_DISTINCT,
+    MIN_RUN,
+    Match,
+    Sequence,
+    eager_runs,
+    name_check,
+    whole,
+)
 from .host import innermost_cpu_ops
 from .schema import HOST_SCHEMA, empty
 from .sections import GraphInfo
