@@ -205,3 +205,20 @@ def test_cli_capture_trace_option_and_header_line(tmp_path):
     bad = CliRunner().invoke(cli, ["analyze", str(run), "--chip", "h100", "--capture-trace", str(tmp_path / "no")])
     assert bad.exit_code == 3 and "Traceback" not in bad.output
     assert bad.output.strip().count("\n") == 0 and "no such file or directory" in bad.output
+
+
+def test_eager_runs_need_four_kernels_three_names_and_whole_ops():
+    """graph_match.eager_runs on plain lists: a run of 4 with 3 distinct names is taken; one
+    of 5 repeats of one name is not (MIN_DISTINCT); an eager op whose 2 kernels are only half
+    inside the run lends to neither."""
+    from traceroof.graph_match import Sequence, eager_runs
+
+    eager = Sequence(["a", "b", "c", "d", "d", "d", "d", "d"], [0, 1, 2, 3, 4, 5, 6, 7])
+    ones = {i: 1 for i in range(8)}
+    m = eager_runs(["x", "a", "b", "c", "d"], eager, ones)
+    assert m.lenders == [None, 0, 1, 2, 3] and m.matched == 4
+    assert eager_runs(["d"] * 5, eager, ones).matched == 0
+    # lender 2 launched kernels "c" and "d" eagerly (2 kernels); the replay has "c" without its "d"
+    two = Sequence(["a", "b", "e", "c", "d"], [0, 1, 5, 2, 2])
+    m = eager_runs(["a", "b", "e", "c", "x"], two, {0: 1, 1: 1, 5: 1, 2: 2})
+    assert m.lenders == [0, 1, 5, None, None] and m.matched == 3

@@ -8,7 +8,9 @@ dtypes) that launched it when the graph was recorded, from, in this order:
 a. ``capture_window``: a capture window of the same trace (:mod:`traceroof.graph_capture`):
    its launch runtime calls, in order, against the replay's kernels, in device order; the
    counts must be equal, and where the same op with the same shapes ran eagerly in the trace
-   its kernel names must agree with the replayed ones;
+   its kernel names must agree with the replayed ones (a launch with no framework op leaves
+   its kernel unattributed; a graph's kernels are taken in device order, start then stream,
+   so the branches of a multi-stream graph are told apart only by their names);
 b. ``capture_trace``: the same, from a capture trace: one given (``capture_traces``, the
    CLI's ``--capture-trace``) or, when none is given, the ``capture_traces/`` /
    ``graph_capture_profile/`` folders (:data:`traceroof.io.CAPTURE_DIRS`) beside the trace's
@@ -259,7 +261,7 @@ def _from_captures(rank: int, replay: list[str], srcs: list[Source], method: str
     if not every:
         return (None, None, None, "no capture window in the trace" if method == "capture_window"
                 else "no capture trace" if not srcs else "no capture window in the capture traces")
-    same = [(s, q) for s, q in every if len(q.lenders) == n and None not in q.lenders]
+    same = [(s, q) for s, q in every if len(q.lenders) == n and any(x is not None for x in q.lenders)]
     fits = []
     for s, q in same:
         agree, disagree = name_check(replay, q)
@@ -272,12 +274,19 @@ def _from_captures(rank: int, replay: list[str], srcs: list[Source], method: str
         return (None, None, None, f"{method.replace('_', ' ')}: {why}")
     best = max(a for a, _, _ in fits)
     fits = [(a, s, q) for a, s, q in fits if a == best]
-    ops_of = {tuple(_key(s.rows[[x for x in q.lenders]])) for _, s, q in fits}  # type: ignore[misc]
+    ops_of = {tuple(_lent_keys(s, q)) for _, s, q in fits}
     if len(ops_of) > 1:
         return (None, None, None, f"{method.replace('_', ' ')}: ambiguous: {len(fits)} captures of {n} launches "
                                   "with different ops or shapes fit")
     _, s, q = fits[-1]
     return (method, whole(q), s, None)
+
+
+def _lent_keys(s: Source, q: Sequence) -> list[tuple | None]:
+    """The (op, shapes) each position of ``q`` lends (None: a launch with no op)."""
+    keys = _key(s.rows[[x for x in q.lenders if x is not None]])
+    it = iter(keys)
+    return [None if x is None else next(it) for x in q.lenders]
 
 
 def _from_eager(rank: int, replay: list[str], srcs: list[Source]) -> tuple:
