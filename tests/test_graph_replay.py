@@ -222,3 +222,33 @@ def test_eager_runs_need_four_kernels_three_names_and_whole_ops():
     two = Sequence(["a", "b", "e", "c", "d"], [0, 1, 5, 2, 2])
     m = eager_runs(["a", "b", "e", "c", "x"], two, {0: 1, 1: 1, 5: 1, 2: 2})
     assert m.lenders == [0, 1, 5, None, None] and m.matched == 3
+
+
+def test_the_step_annotation_picks_the_capture_trace_of_its_batch_size(tmp_path):
+    """Two capture traces beside the run, batch 32 and batch 64, both 4 launches: ambiguous,
+    unless the annotation around the launch says bs=64: then bs_64's ops (and FLOPs) are
+    taken. Batch 64 by hand: 8,404,992 FLOPs per replay (module docstring)."""
+    (tmp_path / "capture_traces").mkdir()
+    for bs in (32, 64):
+        c = TraceBuilder()
+        c.begin_capture()
+        three_ops(c, batch=bs)
+        c.end_capture()
+        c.write(tmp_path / "capture_traces" / f"bs_{bs}_rank0.json.gz")
+    for label, want in (("step[DECODE bs=64]", "capture_trace"), ("step[DECODE]", "unattributed")):
+        run = TraceBuilder()
+        run.graphs = [c.graphs[0]]
+        run.begin_step(1)
+        t0 = run.host_t
+        run.replay(0)
+        run.user_annotation(label, t0, run.host_t)
+        run.end_step()
+        run.write(tmp_path / "trace.json.gz")
+        r = analyze(read_trace(tmp_path / "trace.json.gz"), "h100")
+        (g,) = r.coverage.graphs
+        assert g.method == want
+        if want == "capture_trace":
+            assert g.source.endswith("bs_64_rank0.json.gz") and "batch size 64" in g.note
+            assert _flops_by_step(r) == {1: PASS_FLOPS}
+        else:
+            assert "ambiguous: 2 captures of 4 launches" in g.note

@@ -14,7 +14,9 @@ a. ``capture_window``: a capture window of the same trace (:mod:`traceroof.graph
 b. ``capture_trace``: the same, from a capture trace: one given (``capture_traces``, the
    CLI's ``--capture-trace``) or, when none is given, the ``capture_traces/`` /
    ``graph_capture_profile/`` folders (:data:`traceroof.io.CAPTURE_DIRS`) beside the trace's
-   files, which vLLM and SGLang write while they capture;
+   files, which vLLM and SGLang write while they capture (one per batch size: when several
+   fit, the one whose file name says the batch size that the step annotation around the
+   launch says, :func:`batch_hint`);
 c. ``eager_match``: the longest exact runs (of at least :data:`~traceroof.graph_match.MIN_RUN`
    kernels, :data:`~traceroof.graph_match.MIN_DISTINCT` distinct names) of the replayed kernel names in an eager run of the same trace, else of a capture
    trace (its warm-up): each matched kernel takes its eager twin's op
@@ -30,6 +32,7 @@ captures fit with different ops (ambiguous), stays unattributed, and is said.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,12 +124,14 @@ def attribute(ops: pl.DataFrame, host: pl.DataFrame, sources: list[str],
     others: list[Source] | None = None
     warnings: list[str] = []
     plan = []
+    launch_at = dict(zip(kern["_r"].to_list(), kern["launch_start_ns"].to_list()))
     for (rank, names), replays in graphs.items():
         how = _from_captures(rank, list(names), [own], "capture_window")
         if how[0] is None:
             if others is None:
                 others = _capture_sources(sources, capture_traces, warnings)
-            how = _first(how, _from_captures(rank, list(names), others, "capture_trace"))
+            hint = batch_hint(host, rank, launch_at.get(replays[0][0]))
+            how = _first(how, _from_captures(rank, list(names), others, "capture_trace", hint))
         if how[0] is None:
             how = _first(how, _from_eager(rank, list(names), [own, *others]))
         plan.append((rank, names, replays, how))
@@ -252,7 +257,36 @@ def capture_traces_beside(sources: list[str]) -> list[str]:
     return sorted(found)
 
 
-def _from_captures(rank: int, replay: list[str], srcs: list[Source], method: str) -> tuple:
+#: a batch size in a serving framework's step annotation: SGLang ``step[DECODE bs=32]``, vLLM
+#: ``execute_32_context_0(…)_generation_32(…)`` (the tokens scheduled: a decode's batch size)
+_ANNOTATION_BS_RE = re.compile(r"(?i)\bbs\s*=\s*(\d+)|^execute_(\d+)_")
+#: the batch size in a capture trace's file name: SGLang ``bs_<bs>_rank<r>.json.gz``, vLLM
+#: ``capture_<size>_FULL….json.gz``
+_FILE_BS_RE = re.compile(r"(?i)(?:^|[_-])(?:bs|capture)_(\d+)(?=[_.-])")
+
+
+def batch_hint(host: pl.DataFrame, rank: int, launch_ns: int | None) -> tuple[int, str] | None:
+    """``(batch size, annotation)`` from the innermost host annotation on ``rank`` around
+    the graph launch at ``launch_ns`` that names one (:data:`_ANNOTATION_BS_RE`), else None."""
+    if launch_ns is None or host.height == 0:
+        return None
+    around = host.filter(pl.col("cat") == "annotation", pl.col("rank") == rank, pl.col("start_ns") <= launch_ns,
+                         (pl.col("start_ns") + pl.col("dur_ns")) > launch_ns).sort("start_ns", descending=True)
+    for name in around["name"].to_list():
+        m = _ANNOTATION_BS_RE.search(name or "")
+        if m:
+            return int(m.group(1) or m.group(2)), name
+    return None
+
+
+def _file_batch(label: str) -> int | None:
+    """The batch size a capture trace's file name says (:data:`_FILE_BS_RE`), else None."""
+    m = _FILE_BS_RE.search(Path(label).name)
+    return int(m.group(1)) if m else None
+
+
+def _from_captures(rank: int, replay: list[str], srcs: list[Source], method: str,
+                   hint: tuple[int, str] | None = None) -> tuple:
     """``(method, match, source, note)`` from the capture windows of ``srcs`` (of the same
     rank in the same trace; of any rank in a capture trace, which records one rank's capture
     of graphs every rank captures alike), or ``(None, None, None, why not)``."""
@@ -275,11 +309,18 @@ def _from_captures(rank: int, replay: list[str], srcs: list[Source], method: str
     best = max(a for a, _, _ in fits)
     fits = [(a, s, q) for a, s, q in fits if a == best]
     ops_of = {tuple(_lent_keys(s, q)) for _, s, q in fits}
+    note = None
+    if len(ops_of) > 1 and hint is not None:
+        picked = [(a, s, q) for a, s, q in fits if not s.same_trace and _file_batch(s.label) == hint[0]]
+        if picked and len({tuple(_lent_keys(s, q)) for _, s, q in picked}) == 1:
+            note = (f"{len(fits)} captures of {n} launches fit; the capture trace of batch size {hint[0]} "
+                    f"(its file name) was taken, as the annotation {hint[1][:60]!r} around the launch says")
+            fits, ops_of = picked, {0}  # type: ignore[assignment]
     if len(ops_of) > 1:
         return (None, None, None, f"{method.replace('_', ' ')}: ambiguous: {len(fits)} captures of {n} launches "
                                   "with different ops or shapes fit")
     _, s, q = fits[-1]
-    return (method, whole(q), s, None)
+    return (method, whole(q), s, note)
 
 
 def _lent_keys(s: Source, q: Sequence) -> list[tuple | None]:
