@@ -53,9 +53,10 @@ from .host import innermost_cpu_ops
 from .schema import HOST_SCHEMA, empty
 from .sections import GraphInfo
 
-#: launch runtime calls a capture records as graph kernels (a graph launch inside a capture is not one)
+#: launch runtime calls a capture records as graph kernels (a graph launch inside a capture,
+#: or a host-function node, ``cudaLaunchHostFunc``, is not one)
 _LAUNCH_RE = r"(?i)launch"
-_GRAPH_LAUNCH_RE = r"(?i)graphlaunch"
+_GRAPH_LAUNCH_RE = r"(?i)graphlaunch|launchhostfunc"
 #: the parse warning this stage replaces (kineto_link._warn_links)
 _PARSE_WARNING = "were replayed from CUDA/HIP graphs: their per-op attribution and shapes are unavailable"
 ADVICE = ("record the capture (profile the graph-capture phase: vLLM "
