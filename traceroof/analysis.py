@@ -19,12 +19,13 @@ from typing import Any, ContextManager
 
 import polars as pl
 
+from . import graph_replay, timeline, units
 from . import steps as steps_mod
-from . import timeline, units
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs
 from .errors import UnknownChipError, UsageError
 from .findings import Finding
+from .graph_replay import Replays
 from .host import device_launches, no_device_ops_reason
 from .parsers.kineto_vocab import device_family
 from .parsers.registry import facts_for
@@ -39,6 +40,7 @@ from .sections import (
     ChipInfo,
     CoverageInfo,
     Filters,
+    GraphInfo,
     InconsistencyInfo,
     RanksInfo,
     Summary,
@@ -55,6 +57,7 @@ logger = logging.getLogger(__name__)
 #: The stages of :func:`analyze`, in the order it runs them (each exactly once).
 STAGES = (
     "resolve_chip",       # chip
+    "attribute_replays",  # graph replays: captured ops lent to replayed kernels
     "cost_ops",           # costs (FLOPs, bytes per op) and coverage
     "apply_roofline",     # roofline (expected_ns, bound, gap_ns)
     "segment_steps",      # steps
@@ -109,6 +112,16 @@ def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -
     return detect_chip(trace.meta.devices, allow_property_match=facts.chip_from_properties)
 
 
+def attribute_replays(trace: Trace, capture_traces: list[str] | None) -> Replays:
+    """The replayed CUDA/HIP graph kernels attributed to framework ops
+    (:func:`traceroof.graph_replay.attribute`; ``capture_traces``: ``--capture-trace``).
+
+    Raises:
+        InputNotFoundError: a given capture trace does not exist.
+    """
+    return graph_replay.attribute(trace.ops, trace.host, list(trace.meta.sources), capture_traces)
+
+
 @dataclass(frozen=True)
 class CostedOps:
     """The op table with ``flops``/``bytes``/``cost_source``, the host table (both limited
@@ -119,14 +132,18 @@ class CostedOps:
     coverage: Coverage
 
 
-def cost_ops(trace: Trace, rank: int | None) -> CostedOps:
+def cost_ops(trace: Trace, rank: int | None, replays: Replays | None = None) -> CostedOps:
     """Cost every op (:func:`traceroof.costing.apply_costs`), then keep ``rank`` if given.
+    Replayed kernels ``replays`` attributed are costed by the host rows made for them (the
+    host table handed on is the trace's own).
 
     Raises:
         UsageError: ``rank`` is not in the trace.
     """
-    ops, cov = apply_costs(trace)
     host = trace.host
+    if replays is not None and replays.changed:
+        trace = Trace(ops=replays.ops, host=pl.concat([host, replays.shape_rows]), meta=trace.meta)
+    ops, cov = apply_costs(trace)
     if rank is not None:
         if rank not in set(ops["rank"].unique().to_list()) | set(host["rank"].unique().to_list()):
             raise UsageError(f"--rank {rank}: the trace has ranks {sorted(trace.meta.ranks)}")
@@ -277,8 +294,9 @@ def describe_chip(spec: ChipSpec, reason: str, meta: TraceMeta) -> ChipInfo:
     )
 
 
-def describe_coverage(cov: Coverage) -> CoverageInfo:
-    """The coverage section (ns, shares of device time) of a costing's :class:`Coverage`."""
+def describe_coverage(cov: Coverage, graphs: list[GraphInfo] | None = None) -> CoverageInfo:
+    """The coverage section (ns, shares of device time) of a costing's :class:`Coverage`,
+    with the replayed graphs ``graphs`` (:mod:`traceroof.graph_replay`), if any."""
     return CoverageInfo(
         device_time_ns=cov.device_ns, by_source_ns=dict(sorted(cov.by_source_ns.items())),
         costed_share=cov.costed_share, shapes_share=cov.share("shapes"), trace_share=cov.share("trace"),
@@ -287,6 +305,7 @@ def describe_coverage(cov: Coverage) -> CoverageInfo:
         split_ops=cov.split_ops, uncosted_top=cov.uncosted_top,
         uncosted_families=cov.families() or None,
         bytes_only_share=cov.bytes_only_share if cov.bytes_only_ns else None,
+        graphs=graphs or None,
     )
 
 
@@ -349,6 +368,7 @@ def analyze(
     model_flops_formula: str | None = None,
     n_devices: int | None = None,
     findings: list[str] | None = None,
+    capture_traces: list[str] | None = None,
 ) -> Report:
     """Cost every op, put it against the chip's roofline, rank the ops by lost time.
 
@@ -369,6 +389,9 @@ def analyze(
         n_devices: devices the job ran on, for MFU (default: world size, else the number of
             ranks in the trace).
         findings: detector names to run (default: all registered detectors).
+        capture_traces: CUDA-graph capture traces (files or folders) to attribute graph
+            replays from (:mod:`traceroof.graph_replay`); None: those in ``capture_traces/``
+            / ``graph_capture_profile/`` beside the trace's files; ``[]``: none.
 
     Returns:
         A :class:`Report`.
@@ -376,12 +399,14 @@ def analyze(
     Raises:
         UnknownChipError: the chip cannot be resolved.
         UsageError: ``rank``/``step`` not present in the trace.
+        InputNotFoundError: a capture trace given does not exist.
     """
     if trace.ops.height == 0:
         return _no_device_ops(trace, chip)
     meta = trace.meta
     spec, reason = resolve_chip(trace, chip)
-    costed = cost_ops(trace, rank)
+    replays = attribute_replays(trace, capture_traces)
+    costed = cost_ops(trace, rank, replays)
     ops = apply_roofline(costed.ops, spec)
     seg = segment_steps(ops, costed.host, meta, step)
     ops, steps = seg.ops, seg.steps
@@ -394,8 +419,9 @@ def analyze(
     found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings, seg.captures)
     return check_accounting(Report(
         trace=describe_trace(meta, ops, costed.host), chip=describe_chip(spec, reason, meta),
-        coverage=describe_coverage(costed.coverage), summary=util.summary, steps=util.steps,
-        ranking=ranking, ops=ops, warnings=collect_warnings(meta, ops, costed.coverage),
+        coverage=describe_coverage(costed.coverage, replays.graphs), summary=util.summary, steps=util.steps,
+        ranking=ranking, ops=ops,
+        warnings=graph_replay.replace_warning(collect_warnings(meta, ops, costed.coverage), replays),
         inconsistencies=util.inconsistencies + above, findings=found,
         filters=Filters(rank=rank, step=step, group_by=group_by),
         ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,

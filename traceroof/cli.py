@@ -247,6 +247,9 @@ class _RendererChoice(click.Choice):
               "Default: op for Kineto, kernel (HLO instruction) for XPlane.")
 @click.option("--findings", "findings_opt", metavar="NAME,...",
               help="Only these detectors (comma-separated; default: all).")
+@click.option("--capture-trace", "capture_traces", metavar="PATH", multiple=True, type=click.Path(path_type=str),
+              help="A CUDA-graph capture trace (file or folder; repeatable) to attribute graph replays from. "
+              "Default: the capture_traces/ or graph_capture_profile/ folder beside TRACE; 'none': no capture trace.")
 @model_options
 @jobs_option
 @quiet_option
@@ -254,6 +257,7 @@ class _RendererChoice(click.Choice):
 @_handle_errors
 def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: str | None, top: int,
             rank: int | None, step: int | None, group_by: str | None, findings_opt: str | None,
+            capture_traces: tuple[str, ...],
             model_path: str | None, tokens_per_step: float | None, seq_len: int | None, mode: str,
             model_flops_per_step: float | None, devices: int | None, jobs: int | None) -> None:
     """Rank the ops of TRACE by the time they lost against the roofline.
@@ -271,6 +275,7 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
       traceroof analyze run/ --rank 0 --step 12 -o report.json
       traceroof analyze 'run/rank-*.json.gz' --jobs 8
       traceroof analyze trace.json.gz --model config.json --tokens-per-step 16384
+      traceroof analyze decode.json.gz --capture-trace run/capture_traces/
     """
     from .analysis import load_report
     from .outputs import check_output_file
@@ -281,14 +286,17 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
     names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
 
+    captures = None if not capture_traces else [] if list(capture_traces) == ["none"] else list(capture_traces)
+
     def trace_only(_report: Any) -> None:
-        if chip or rank is not None or step is not None or mflops or names:
-            raise click.UsageError("--chip/--rank/--step/--model/--findings need a trace, not a saved report")
+        if chip or rank is not None or step is not None or mflops or names or capture_traces:
+            raise click.UsageError("--chip/--rank/--step/--model/--findings/--capture-trace need a trace, "
+                                   "not a saved report")
 
     report = load_report(list(traces), chip, jobs=jobs, progress=_progress_bar(), on_saved=trace_only,
                          analyzing=_analyzing, rank=rank, step=step, group_by=group_by,
                          model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices,
-                         findings=names)
+                         findings=names, capture_traces=captures)
     if fmt is None:
         fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"
     if output and fmt == "json":

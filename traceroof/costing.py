@@ -295,7 +295,9 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ~pl.col("_pre") | is_copy,
         pl.col("op").is_not_null(),
         pl.col("kind").cast(pl.String) != "collective",
-        ~pl.col("graph").fill_null(False),
+        # a replayed kernel only once traceroof.graph_replay lent it a captured op, under a
+        # negative External id of its own (one per replay of that op)
+        ~pl.col("graph").fill_null(False) | (pl.col("external_id") < 0).fill_null(False),
     )
     table = _formula_costs(todo.select("op", "_skey").unique().join(keys, on="_skey", how="left"))
     ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")

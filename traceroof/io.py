@@ -214,8 +214,9 @@ def _say_captures_skipped(trace: Trace, captures: list[str]) -> None:
     trace.meta.stats["capture_traces_skipped"] = len(captures)
     trace.meta.warn(
         f"{len(captures)} CUDA-graph capture trace{'s' if len(captures) != 1 else ''} in {', '.join(where)} "
-        f"not read ({names}): they record the graph capture at start-up, not the run, and are not a rank; "
-        f"to analyse them, pass that folder itself: traceroof analyze {where[0]}"
+        f"not read ({names}): they record the graph capture at start-up, not the run, and are not a rank "
+        f"(analyze reads them only to attribute the run's graph replays); to analyse them, pass that folder "
+        f"itself: traceroof analyze {where[0]}"
     )
 
 

@@ -158,6 +158,30 @@ class ChipInfo(_Section):
 
 
 @dataclass(frozen=True)
+class GraphInfo(_Section):
+    """One CUDA/HIP graph replayed on a rank (:mod:`traceroof.graph_replay`): a distinct
+    sequence of replayed kernel names. ``graph``: its number on the rank (1 = first replayed);
+    ``launches``: its replays; ``kernels_per_replay``: kernels of one replay (copies and fills
+    left out); ``method``: how its kernels got framework ops (``capture_window``,
+    ``capture_trace``, ``eager_match`` or ``unattributed``); ``source``: the capture trace
+    file (``capture_trace``, or ``eager_match`` from one), else None; ``kernels_matched``:
+    kernels of one replay attributed; ``device_time_ns`` / ``attributed_ns``: device time of
+    all its replays' kernels / of those attributed, ns; ``note``: why not (better)
+    attributed, None when nothing is to be said."""
+
+    rank: int = 0
+    graph: int = 0
+    launches: int = 0
+    kernels_per_replay: int = 0
+    method: str = "unattributed"
+    source: str | None = None
+    kernels_matched: int = 0
+    device_time_ns: int = 0
+    attributed_ns: int = 0
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class CoverageInfo(_Section):
     """Share of device time with a cost model. Shares are fractions of ``device_time_ns``
     (None when there are no device ops); ``kernel_time_ns`` is the kernels' part of
@@ -167,6 +191,8 @@ class CoverageInfo(_Section):
     ``[[label, ns], ...]``; ``uncosted_families`` the uncosted time by (kind, reason):
     ``[{kind, why, device_time_ns, examples}, ...]``, largest first (ns add up to the
     uncosted device time)."""
+    ``[[label, ns], ...]``; ``graphs``: one :class:`GraphInfo` per replayed CUDA/HIP graph
+    (absent when the trace replays none)."""
 
     device_time_ns: int = 0
     by_source_ns: dict[str, int] | None = _opt(omit_none=True)
@@ -180,6 +206,7 @@ class CoverageInfo(_Section):
     bytes_only_share: float | None = _opt(omit_none=True)
     uncosted_top: list[Any] | None = _opt(omit_none=True)
     uncosted_families: list[Any] | None = _opt(omit_none=True)
+    graphs: list[GraphInfo] | None = _opt(omit_none=True, section=GraphInfo)
 
 
 # --------------------------------------------------------------------------- summary
@@ -338,7 +365,7 @@ class RanksInfo(_Section):
 
 
 __all__ = [
-    "ChipInfo", "CoverageInfo", "DeviceStats", "Filters", "HfuInfo", "InconsistencyInfo", "MfuInfo", "RanksInfo",
+    "ChipInfo", "CoverageInfo", "DeviceStats", "Filters", "GraphInfo", "HfuInfo", "InconsistencyInfo", "MfuInfo", "RanksInfo",
     "RooflineInfo", "StepStats", "Summary", "TimelineInfo", "TraceInfo", "TraceSays", "section_from_dict",
     "section_to_dict",
 ]

@@ -68,7 +68,23 @@ def header(report: Report) -> list[tuple[str, str]]:
         cov_line += (f"; {units.pct(linked_share)} of {whose} linked to a framework op, "
                      f"{units.pct(cov.linked_costed_share)} of that linked time costed")
     rows.append(("cost coverage", cov_line))
+    if cov.graphs:
+        rows.append(("graph replays", _graphs_line(cov.graphs)))
     return rows
+
+
+def _graphs_line(graphs: list) -> str:
+    """The replayed CUDA/HIP graphs in one line: how many, how each was attributed
+    (``GraphInfo.method``), the share of their kernels' device time given framework ops."""
+    by: dict[str, int] = {}
+    for g in graphs:
+        by[g.method] = by.get(g.method, 0) + 1
+    total = sum(g.device_time_ns for g in graphs)
+    done = sum(g.attributed_ns for g in graphs)
+    how = ", ".join(f"{n} by {m.replace('_', ' ')}" if m != "unattributed" else f"{n} unattributed"
+                    for m, n in sorted(by.items()))
+    return (f"{units.plural(len(graphs), 'graph')} ({how}): {units.pct(done / total if total else 0.0)} of "
+            "their kernels' device time attributed to framework ops (coverage.graphs)")
 
 
 def _no_device_ops_line(t: TraceInfo) -> str:

@@ -1,0 +1,123 @@
+"""Matching a graph replay's kernels to the launches of a capture, or to an eager run.
+
+Pure functions over plain lists (no tables): :mod:`traceroof.graph_replay` builds the
+sequences from the op and host tables and applies the result.
+
+A *sequence* is what one source offers, position by position: the kernel name where it is
+known (``None`` where not: a capture records launches, not kernels) and the *lender* (an
+index into the source rows: the framework op that launched it, ``None`` for a kernel with no
+framework op). A replay is the list of its kernels' names, in device order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: the shortest run of kernel names an eager match accepts (method c): a shorter run (one
+#: ``elementwise_kernel`` or a ``memcpy``) matches by chance as often as by identity
+MIN_RUN = 4
+#: the fewest distinct kernel names such a run must hold: a run of one or two generic kernels
+#: repeated (an optimizer's ``add_`` over many tensors, copies) matches ops of other shapes
+MIN_DISTINCT = 3
+#: eager positions an n-gram is tried at, at most (the first ones in time order)
+MAX_STARTS = 64
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """One source's launches in order: ``names[i]`` the kernel name (None: unknown),
+    ``lenders[i]`` the row index of the framework op that launched it (None: none)."""
+
+    names: list[str | None]
+    lenders: list[int | None]
+
+
+@dataclass(frozen=True)
+class Match:
+    """The attribution of one replay's positions: ``lenders[p]`` the framework-op row lent
+    to position ``p`` (None: unmatched) and ``groups[p]`` its cost group (positions sharing
+    one group are the kernels of one op instance; None: unmatched); ``groups_n`` the number
+    of groups."""
+
+    lenders: list[int | None]
+    groups: list[int | None]
+    groups_n: int
+
+    @property
+    def matched(self) -> int:
+        """Positions attributed."""
+        return sum(g is not None for g in self.groups)
+
+
+def name_check(replay: list[str], seq: Sequence) -> tuple[int, int]:
+    """``(agree, disagree)``: positions whose known name equals the replayed kernel's, and
+    those whose known name differs (``seq`` as long as ``replay``)."""
+    agree = sum(1 for a, b in zip(replay, seq.names) if b is not None and a == b)
+    known = sum(1 for b in seq.names if b is not None)
+    return agree, known - agree
+
+
+def whole(seq: Sequence) -> Match:
+    """Every position of a capture of the replay's length: position ``p`` takes launch
+    ``p``'s op; one group per distinct lender (one captured op instance)."""
+    ids: dict[int, int] = {}
+    groups: list[int | None] = []
+    for lender in seq.lenders:
+        groups.append(None if lender is None else ids.setdefault(lender, len(ids)))
+    return Match(list(seq.lenders), groups, len(ids))
+
+
+def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -> Match:
+    """Longest exact runs of ``replay``'s kernel names in ``eager`` (greedy, left to right):
+    at each position the longest run of equal names (every one with a lender) starting
+    there, of at least :data:`MIN_RUN` kernels and :data:`MIN_DISTINCT` distinct names;
+    each replayed kernel of a run takes its eager
+    twin's op. A group is one eager op instance within one run; a group holding fewer
+    kernels than that op launched eagerly (``op_kernels``: lender → kernels) is dropped (its
+    cost would be spread over part of its kernels)."""
+    n, m = len(replay), len(eager.names)
+    index: dict[tuple[str | None, ...], list[int]] = {}
+    for j in range(m - MIN_RUN + 1):
+        key = tuple(eager.names[j:j + MIN_RUN])
+        starts = index.setdefault(key, [])
+        if len(starts) < MAX_STARTS:
+            starts.append(j)
+    lenders: list[int | None] = [None] * n
+    groups: list[int | None] = [None] * n
+    gid: dict[tuple[int, int], int] = {}
+    i, run = 0, 0
+    while i <= n - MIN_RUN:
+        best_j, best_len = -1, 0
+        for j in index.get(tuple(replay[i:i + MIN_RUN]), ()):
+            k = 0
+            while i + k < n and j + k < m and replay[i + k] == eager.names[j + k] and eager.lenders[j + k] is not None:
+                k += 1
+            if k > best_len:
+                best_j, best_len = j, k
+        if best_len < MIN_RUN or len(set(replay[i:i + best_len])) < MIN_DISTINCT:
+            i += 1
+            continue
+        for k in range(best_len):
+            lender = eager.lenders[best_j + k]
+            assert lender is not None
+            lenders[i + k] = lender
+            groups[i + k] = gid.setdefault((run, lender), len(gid))
+        run += 1
+        i += best_len
+    _drop_partial(lenders, groups, op_kernels)
+    return Match(lenders, groups, len(gid))
+
+
+def _drop_partial(lenders: list[int | None], groups: list[int | None], op_kernels: dict[int, int]) -> None:
+    """Unmatch (in place) every group with fewer kernels than its lender launched eagerly."""
+    size: dict[int, int] = {}
+    for g in groups:
+        if g is not None:
+            size[g] = size.get(g, 0) + 1
+    for p, g in enumerate(groups):
+        lender = lenders[p]
+        if g is not None and lender is not None and size[g] != op_kernels.get(lender, size[g]):
+            lenders[p], groups[p] = None, None
+
+
+__all__ = ["MIN_DISTINCT", "MIN_RUN", "Match", "Sequence", "eager_runs", "name_check", "whole"]
