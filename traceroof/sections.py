@@ -190,8 +190,7 @@ class CoverageInfo(_Section):
     unknown: memory-bound roofline time, left out of HFU); ``uncosted_top`` is
     ``[[label, ns], ...]``; ``uncosted_families`` the uncosted time by (kind, reason):
     ``[{kind, why, device_time_ns, examples}, ...]``, largest first (ns add up to the
-    uncosted device time)."""
-    ``[[label, ns], ...]``; ``graphs``: one :class:`GraphInfo` per replayed CUDA/HIP graph
+    uncosted device time); ``graphs``: one :class:`GraphInfo` per replayed CUDA/HIP graph
     (absent when the trace replays none)."""
 
     device_time_ns: int = 0
