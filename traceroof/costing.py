@@ -26,6 +26,7 @@ import msgspec
 import polars as pl
 
 from . import costs
+from .costing_copies import copy_sizes_from_op
 from .costing_tbe import pair_tbe
 from .dtypes import KERNEL_TEMPLATE_DTYPES, WIDTH_DTYPE
 from .host import innermost_cpu_ops
@@ -156,7 +157,9 @@ COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source", "comm_bytes", 
 @functools.cache
 def cost_model_id() -> str:
     """An identifier of this cost model: a hash of the sources that decide an op's costs
-    (this module, :mod:`traceroof.host`, :mod:`traceroof.dtypes`, every :mod:`traceroof.costs`
+    (this module and its ``costing_*`` parts, the graph-replay attribution
+    (:mod:`traceroof.graph_replay`, :mod:`traceroof.graph_match`), :mod:`traceroof.host`,
+    :mod:`traceroof.dtypes`, every :mod:`traceroof.costs`
     module -- the formulas, the kind rules, the HLO cost model -- and
     :mod:`traceroof.parsers.hlo_modules`, which finds the HLO an XLA op is costed from).
 
@@ -164,7 +167,8 @@ def cost_model_id() -> str:
     identifier, so a changed formula never meets costs computed by the old one.
     """
     here = Path(__file__).parent
-    files = [Path(__file__), here / "host.py", here / "dtypes.py", here / "parsers" / "hlo_modules.py",
+    files = [Path(__file__), *sorted(here.glob("costing_*.py")), here / "graph_replay.py", here / "graph_match.py",
+             here / "host.py", here / "dtypes.py", here / "parsers" / "hlo_modules.py",
              *sorted((here / "costs").glob("*.py"))]
     h = hashlib.sha256()
     for f in files:
@@ -304,7 +308,7 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     ops = ops.with_columns(pl.col("_tl").fill_null(False))
     ops = _tensorlist_bytes(ops, keys)
     ops = _fill_from_formulas(ops)
-    ops = _copy_sizes_from_op(ops, keys)
+    ops = copy_sizes_from_op(ops, keys, _parse)
     ops = _collective_costs(ops, trace.host, trace.meta.world_size)
     dims = keys.select("_skey", pl.col("input_dims").is_not_null().alias("_dims"))
     ops = ops.join(dims, on="_skey", how="left", maintain_order="left")
@@ -313,52 +317,6 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk", "_dims", "_gs_assumed"]
     )
     return ops, cov
-
-
-#: framework ops whose ``Memcpy``/``Memset`` moves one of their recorded tensors: the index of
-#: that tensor in ``Input Dims`` (``copy_(self, src)`` copies ``src``; the others their ``self``)
-COPY_SOURCE_ARG = {"aten::copy_": 1, "aten::_copy_from": 0, "aten::_copy_from_and_resize": 0,
-                   "aten::_to_copy": 0, "aten::to": 0, "aten::clone": 0, "aten::contiguous": 0,
-                   "aten::fill_": 0, "aten::zero_": 0}
-
-
-def _copy_sizes_from_op(ops: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
-    """Bytes of copies and fills the trace recorded without a byte count (ROCm's
-    ``gpu_memcpy`` events carry none), from the tensor their framework op moves
-    (:data:`COPY_SOURCE_ARG`; its recorded shape × dtype width): a ``Memcpy HtoD`` under
-    ``aten::copy_([5, 128] float, [5, 128] float)`` moves 5·128·4 = 2,560 bytes. A
-    device-to-device copy reads and writes them (× :func:`traceroof.costs.memory.copy_hbm_bytes`).
-    FLOPs 0 (a copy does no arithmetic), ``cost_source`` ``shapes``. Rows with a byte count,
-    other ops or no recorded shape are left as they are."""
-    from .costs.args import dtype_of, nbytes
-    from .costs.memory import copy_hbm_bytes
-
-    is_copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
-    need = ops.filter(is_copy, pl.col("bytes").is_null(), pl.col("op").is_in(list(COPY_SOURCE_ARG)),
-                      pl.col("_skey").is_not_null())
-    if need.height == 0:
-        return ops
-    rows = []
-    for op, skey, name in need.select("op", "_skey", "name").unique().iter_rows():
-        dims, types = keys.filter(pl.col("_skey") == skey).select("input_dims", "input_types").row(0)
-        dims, types, i = _parse(dims), _parse(types), COPY_SOURCE_ARG[op]
-        size = None
-        if isinstance(dims, list) and isinstance(types, list) and i < len(dims) and i < len(types):
-            shape = dims[i]
-            if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
-                size = nbytes(shape, dtype_of(types[i]))
-        if size is not None and name and name.startswith("Memcpy"):
-            size = copy_hbm_bytes(name, size)
-        rows.append((op, skey, name, size))
-    sizes = pl.DataFrame(rows, schema={"op": pl.String, "_skey": pl.UInt32, "name": pl.String,
-                                       "_cb": pl.Float64}, orient="row")
-    ops = ops.join(sizes, on=["op", "_skey", "name"], how="left", maintain_order="left")
-    fill = is_copy & pl.col("bytes").is_null() & pl.col("_cb").is_not_null()
-    return ops.with_columns(
-        pl.when(fill).then(pl.col("_cb")).otherwise(pl.col("bytes")).alias("bytes"),
-        pl.when(fill).then(pl.lit(0.0)).otherwise(pl.col("flops")).alias("flops"),
-        pl.when(fill).then(pl.lit("shapes")).otherwise(pl.col("cost_source")).alias("cost_source"),
-    ).drop("_cb")
 
 
 def _formula_costs(uniq: pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,59 @@
+"""Copies and fills the trace recorded without a byte count: sized from their framework op.
+
+A part of :func:`traceroof.costing.compute_costs` (the costing's helper columns in, the same
+table with ``bytes``/``flops``/``cost_source`` filled out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import polars as pl
+
+from .costs.args import dtype_of, nbytes
+from .costs.memory import copy_hbm_bytes
+
+#: framework ops whose ``Memcpy``/``Memset`` moves one of their recorded tensors: the index of
+#: that tensor in ``Input Dims`` (``copy_(self, src)`` copies ``src``; the others their ``self``)
+COPY_SOURCE_ARG = {"aten::copy_": 1, "aten::_copy_from": 0, "aten::_copy_from_and_resize": 0,
+                   "aten::_to_copy": 0, "aten::to": 0, "aten::clone": 0, "aten::contiguous": 0,
+                   "aten::fill_": 0, "aten::zero_": 0}
+
+
+def copy_sizes_from_op(ops: pl.DataFrame, keys: pl.DataFrame, parse: Callable[[str | None], object]) -> pl.DataFrame:
+    """Bytes of copies and fills the trace recorded without a byte count (ROCm's
+    ``gpu_memcpy`` events carry none), from the tensor their framework op moves
+    (:data:`COPY_SOURCE_ARG`; its recorded shape × dtype width): a ``Memcpy HtoD`` under
+    ``aten::copy_([5, 128] float, [5, 128] float)`` moves 5·128·4 = 2,560 bytes. A
+    device-to-device copy reads and writes them (× :func:`traceroof.costs.memory.copy_hbm_bytes`).
+    FLOPs 0 (a copy does no arithmetic), ``cost_source`` ``shapes``. Rows with a byte count,
+    other ops or no recorded shape are left as they are.
+
+    ``ops`` has the costing's ``_skey`` column (the key of the op's recorded arguments in
+    ``keys``: ``input_dims``, ``input_types`` as JSON text, read with ``parse``)."""
+    is_copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    need = ops.filter(is_copy, pl.col("bytes").is_null(), pl.col("op").is_in(list(COPY_SOURCE_ARG)),
+                      pl.col("_skey").is_not_null())
+    if need.height == 0:
+        return ops
+    rows = []
+    for op, skey, name in need.select("op", "_skey", "name").unique().iter_rows():
+        dims, types = keys.filter(pl.col("_skey") == skey).select("input_dims", "input_types").row(0)
+        dims, types, i = parse(dims), parse(types), COPY_SOURCE_ARG[op]
+        size = None
+        if isinstance(dims, list) and isinstance(types, list) and i < len(dims) and i < len(types):
+            shape = dims[i]
+            if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
+                size = nbytes(shape, dtype_of(types[i]))
+        if size is not None and name and name.startswith("Memcpy"):
+            size = copy_hbm_bytes(name, size)
+        rows.append((op, skey, name, size))
+    sizes = pl.DataFrame(rows, schema={"op": pl.String, "_skey": pl.UInt32, "name": pl.String,
+                                       "_cb": pl.Float64}, orient="row")
+    ops = ops.join(sizes, on=["op", "_skey", "name"], how="left", maintain_order="left")
+    fill = is_copy & pl.col("bytes").is_null() & pl.col("_cb").is_not_null()
+    return ops.with_columns(
+        pl.when(fill).then(pl.col("_cb")).otherwise(pl.col("bytes")).alias("bytes"),
+        pl.when(fill).then(pl.lit(0.0)).otherwise(pl.col("flops")).alias("flops"),
+        pl.when(fill).then(pl.lit("shapes")).otherwise(pl.col("cost_source")).alias("cost_source"),
+    ).drop("_cb")
