@@ -134,8 +134,6 @@ def _uncosted_families(rel: str, chip: str):
     # every kernel of this decode window is replayed by one hipGraphLaunch (no capture recorded)
     ("inference/vllm_decode_full/graph_execution.json.gz", "mi300x", "replayed by a CUDA/HIP graph, no framework op",
      "hipGraphLaunch"),
-    # 436 kernels ran before the host recording began: their launches are not in the file
-    ("h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "h100", "no launch in the trace, so no framework op", None),
 ])
 def test_uncosted_families_name_the_reason_for_the_time_they_hold(rel, chip, why, runtime):
     events = _load(rel)

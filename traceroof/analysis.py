@@ -19,7 +19,7 @@ from typing import Any, ContextManager
 
 import polars as pl
 
-from . import graph_replay, timeline, units
+from . import graph_replay, timeline, units, unlaunched
 from . import steps as steps_mod
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs
@@ -47,6 +47,7 @@ from .sections import (
     TimelineInfo,
     TraceInfo,
     TraceSays,
+    UnlaunchedInfo,
     section_from_dict,
 )
 from .trace import Trace, TraceMeta
@@ -114,12 +115,14 @@ def resolve_chip(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None) -
 
 def attribute_replays(trace: Trace, capture_traces: list[str] | None) -> Replays:
     """The replayed CUDA/HIP graph kernels attributed to framework ops
-    (:func:`traceroof.graph_replay.attribute`; ``capture_traces``: ``--capture-trace``).
+    (:func:`traceroof.graph_replay.attribute`; ``capture_traces``: ``--capture-trace``), and
+    the kernels whose launch is not in the trace (:func:`traceroof.unlaunched.attribute`).
 
     Raises:
         InputNotFoundError: a given capture trace does not exist.
     """
-    return graph_replay.attribute(trace.ops, trace.host, list(trace.meta.sources), capture_traces)
+    replays = graph_replay.attribute(trace.ops, trace.host, list(trace.meta.sources), capture_traces)
+    return unlaunched.attribute(replays, trace.host)
 
 
 @dataclass(frozen=True)
@@ -294,9 +297,11 @@ def describe_chip(spec: ChipSpec, reason: str, meta: TraceMeta) -> ChipInfo:
     )
 
 
-def describe_coverage(cov: Coverage, graphs: list[GraphInfo] | None = None) -> CoverageInfo:
+def describe_coverage(cov: Coverage, graphs: list[GraphInfo] | None = None,
+                      unlaunched_info: UnlaunchedInfo | None = None) -> CoverageInfo:
     """The coverage section (ns, shares of device time) of a costing's :class:`Coverage`,
-    with the replayed graphs ``graphs`` (:mod:`traceroof.graph_replay`), if any."""
+    with the replayed graphs ``graphs`` (:mod:`traceroof.graph_replay`) and the kernels
+    with no launch in the trace (:mod:`traceroof.unlaunched`), if any."""
     return CoverageInfo(
         device_time_ns=cov.device_ns, by_source_ns=dict(sorted(cov.by_source_ns.items())),
         costed_share=cov.costed_share, shapes_share=cov.share("shapes"), trace_share=cov.share("trace"),
@@ -305,7 +310,7 @@ def describe_coverage(cov: Coverage, graphs: list[GraphInfo] | None = None) -> C
         split_ops=cov.split_ops, uncosted_top=cov.uncosted_top,
         uncosted_families=cov.families() or None,
         bytes_only_share=cov.bytes_only_share if cov.bytes_only_ns else None,
-        graphs=graphs or None,
+        graphs=graphs or None, unlaunched=unlaunched_info,
     )
 
 
@@ -419,9 +424,11 @@ def analyze(
     found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings, seg.captures)
     return check_accounting(Report(
         trace=describe_trace(meta, ops, costed.host), chip=describe_chip(spec, reason, meta),
-        coverage=describe_coverage(costed.coverage, replays.graphs), summary=util.summary, steps=util.steps,
+        coverage=describe_coverage(costed.coverage, replays.graphs, replays.unlaunched), summary=util.summary,
+        steps=util.steps,
         ranking=ranking, ops=ops,
-        warnings=graph_replay.replace_warning(collect_warnings(meta, ops, costed.coverage), replays),
+        warnings=unlaunched.replace_warning(graph_replay.replace_warning(
+            collect_warnings(meta, ops, costed.coverage), replays), replays, costed.coverage.device_ns),
         inconsistencies=util.inconsistencies + above, findings=found,
         filters=Filters(rank=rank, step=step, group_by=group_by),
         ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,

@@ -167,7 +167,7 @@ def cost_model_id() -> str:
     identifier, so a changed formula never meets costs computed by the old one.
     """
     here = Path(__file__).parent
-    files = [Path(__file__), *sorted(here.glob("costing_*.py")), here / "graph_replay.py", here / "graph_match.py",
+    files = [Path(__file__), *sorted(here.glob("costing_*.py")), here / "graph_replay.py", here / "graph_match.py", here / "unlaunched.py",
              here / "host.py", here / "dtypes.py", here / "parsers" / "hlo_modules.py",
              *sorted((here / "costs").glob("*.py"))]
     h = hashlib.sha256()

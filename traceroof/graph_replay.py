@@ -51,7 +51,7 @@ from .graph_match import (
 )
 from .host import innermost_cpu_ops
 from .schema import HOST_SCHEMA, empty
-from .sections import GraphInfo
+from .sections import GraphInfo, UnlaunchedInfo
 
 #: launch runtime calls a capture records as graph kernels (a graph launch inside a capture,
 #: or a host-function node, ``cudaLaunchHostFunc``, is not one)
@@ -91,6 +91,8 @@ class Replays:
     shape_rows: pl.DataFrame
     graphs: list[GraphInfo]
     warnings: list[str]
+    #: the kernels with no launch in the trace, eager-matched by :mod:`traceroof.unlaunched`
+    unlaunched: UnlaunchedInfo | None = None
 
     @property
     def changed(self) -> bool:

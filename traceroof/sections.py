@@ -182,6 +182,21 @@ class GraphInfo(_Section):
 
 
 @dataclass(frozen=True)
+class UnlaunchedInfo(_Section):
+    """The kernels with no launch in the trace (queued before the host recording began) and
+    how many were given framework ops by an eager match (:mod:`traceroof.unlaunched`):
+    ``kernels`` (copies and fills left out), ``device_time_ns`` (ns, theirs),
+    ``kernels_matched`` / ``attributed_ns`` (those given an op, ns), ``method``
+    (``eager_match``, or ``unattributed`` when no run matched)."""
+
+    kernels: int = 0
+    device_time_ns: int = 0
+    kernels_matched: int = 0
+    attributed_ns: int = 0
+    method: str = "unattributed"
+
+
+@dataclass(frozen=True)
 class CoverageInfo(_Section):
     """Share of device time with a cost model. Shares are fractions of ``device_time_ns``
     (None when there are no device ops); ``kernel_time_ns`` is the kernels' part of
@@ -191,7 +206,8 @@ class CoverageInfo(_Section):
     ``[[label, ns], ...]``; ``uncosted_families`` the uncosted time by (kind, reason):
     ``[{kind, why, device_time_ns, examples}, ...]``, largest first (ns add up to the
     uncosted device time); ``graphs``: one :class:`GraphInfo` per replayed CUDA/HIP graph
-    (absent when the trace replays none)."""
+    (absent when the trace replays none); ``unlaunched``: the kernels with no launch in the
+    trace and how many an eager match attributed (:class:`UnlaunchedInfo`; absent when none)."""
 
     device_time_ns: int = 0
     by_source_ns: dict[str, int] | None = _opt(omit_none=True)
@@ -206,6 +222,7 @@ class CoverageInfo(_Section):
     uncosted_top: list[Any] | None = _opt(omit_none=True)
     uncosted_families: list[Any] | None = _opt(omit_none=True)
     graphs: list[GraphInfo] | None = _opt(omit_none=True, section=GraphInfo)
+    unlaunched: UnlaunchedInfo | None = _opt(omit_none=True, section=UnlaunchedInfo)
 
 
 # --------------------------------------------------------------------------- summary

@@ -1,0 +1,141 @@
+"""Kernels whose launch is not in the trace: lent the framework ops of the identical kernel
+sequence the trace does link (an eager match).
+
+A kernel queued before the host recording began (the profiler's window opened while the
+device still ran the previous iteration) has no launch runtime call in the file, so no
+``External id`` and no framework op: nothing costs it (``costing._why``: "no launch in the
+trace"). When the same kernel names, in the same order, also ran later with their launches
+recorded (the next iteration of the same program), :func:`attribute` lends each such kernel
+its twin's op (name, ``Input Dims``, ``Input type``, ``Concrete Inputs``), exactly as a graph
+replay is eager-matched (:func:`traceroof.graph_match.eager_runs`: runs of at least
+:data:`~traceroof.graph_match.MIN_RUN` kernels and :data:`~traceroof.graph_match.MIN_DISTINCT`
+distinct names, whole op instances only), and the costing costs it like any op. Each run's op
+instances get cost groups of their own (negative External ids below those the graph replays
+took), so an op is costed once per iteration.
+
+The eager match assumes the unlaunched kernels ran with the linked twin's shapes (true for
+a repeated training or forward step; a decode step at another sequence length is mis-sized
+in its attention, whose FLOPs grow with the KV length). The coverage says how much was
+attributed this way (``coverage.unlaunched``) and a warning says it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import polars as pl
+
+from .graph_match import MIN_RUN, eager_runs
+from .graph_replay import Replays, build_source
+from .sections import UnlaunchedInfo
+
+#: the parse warning :func:`replace_warning` replaces (``kineto_link._warn_links``)
+_PARSE_WARNING = "have no host launch in the trace window (no matching correlation)"
+
+
+def _runs(kern: pl.DataFrame) -> list[tuple[int, list[int], list[str]]]:
+    """Per rank, the maximal runs of consecutive unlaunched kernels in device order
+    (``start_ns`` then ``stream``): ``[(rank, row indices, kernel names)]``."""
+    out = []
+    for (rank,), g in kern.sort("rank", "start_ns", "stream").group_by("rank", maintain_order=True):
+        rows, names, cur_rows, cur_names = g["_r"].to_list(), g["name"].to_list(), [], []
+        for r, name, miss in zip(rows, names, g["_miss"].to_list(), strict=True):
+            if miss:
+                cur_rows.append(r)
+                cur_names.append(name or "")
+            elif cur_rows:
+                out.append((int(rank), cur_rows, cur_names))
+                cur_rows, cur_names = [], []
+        if cur_rows:
+            out.append((int(rank), cur_rows, cur_names))
+    return out
+
+
+def attribute(replays: Replays, host: pl.DataFrame) -> Replays:
+    """``replays`` (the graph-replay stage's result) with the unlaunched kernels of its op
+    table eager-matched (module docstring) and :class:`~traceroof.sections.UnlaunchedInfo`
+    set when the table has any.
+
+    Args:
+        replays: from :func:`traceroof.graph_replay.attribute` (its ``ops`` is the op table,
+            OP_SCHEMA).
+        host: the trace's host table (HOST_SCHEMA).
+
+    Returns:
+        A new :class:`Replays`: ``ops`` with ``op``/``external_id`` set on the matched
+        kernels, ``shape_rows`` with one host row per matched op instance added, and the
+        warning. Never raises.
+    """
+    ops = replays.ops
+    is_kernel = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    miss = (pl.col("launch_start_ns").is_null() & pl.col("op").is_null() & pl.col("external_id").is_null()
+            & ~pl.col("graph").fill_null(False))
+    kern = ops.with_row_index("_r").filter(is_kernel).with_columns(miss.alias("_miss"))
+    n_miss = int(kern["_miss"].sum())
+    if n_miss == 0:
+        return replays
+    total_ns = int(kern.filter("_miss")["dur_ns"].sum() or 0)
+    src = build_source(ops, host, "eager", same_trace=True)
+    dur = dict(zip(kern["_r"].to_list(), kern["dur_ns"].to_list(), strict=True))
+    ext = ops["external_id"].min()
+    next_id = min(int(ext) if ext is not None else 0, 0) - 1
+    rows_r, ops_new, ext_new, parts, matched, attributed = [], [], [], [], 0, 0
+    lend_names = src.rows["name"].to_list()
+    for rank, rows, names in _runs(kern):
+        seq = src.eager.get(rank)
+        if seq is None or len(rows) < MIN_RUN:
+            continue
+        m = eager_runs(names, seq, src.op_kernels)
+        used = sorted({g for g in m.groups if g is not None})
+        if not used:
+            continue
+        ids = {g: next_id - i for i, g in enumerate(used)}
+        next_id -= len(used)
+        for p, r in enumerate(rows):
+            g = m.groups[p]
+            if g is None:
+                continue
+            rows_r.append(r)
+            ops_new.append(lend_names[m.lenders[p]])
+            ext_new.append(ids[g])
+            matched += 1
+            attributed += dur[r] or 0
+        lenders = [next(m.lenders[p] for p, x in enumerate(m.groups) if x == g) for g in used]
+        parts.append(_shape_rows(src.rows, lenders, [ids[g] for g in used], rank))
+    if not rows_r:
+        return dataclasses.replace(replays, unlaunched=UnlaunchedInfo(
+            kernels=n_miss, device_time_ns=total_ns, kernels_matched=0, attributed_ns=0, method="unattributed"))
+    upd = pl.DataFrame({"_r": rows_r, "_op": ops_new, "_ext": ext_new},
+                       schema={"_r": pl.UInt32, "_op": pl.String, "_ext": pl.Int64})
+    ops = (ops.with_row_index("_r").join(upd, on="_r", how="left", maintain_order="left")
+           .with_columns(pl.coalesce("_op", "op").alias("op"), pl.coalesce("_ext", "external_id").alias("external_id"))
+           .drop("_r", "_op", "_ext"))
+    info = UnlaunchedInfo(kernels=n_miss, device_time_ns=total_ns, kernels_matched=matched,
+                          attributed_ns=attributed, method="eager_match")
+    return dataclasses.replace(replays, ops=ops, shape_rows=pl.concat([replays.shape_rows, *parts]),
+                               unlaunched=info)
+
+
+def _shape_rows(rows: pl.DataFrame, lenders: list[int], ids: list[int], rank: int) -> pl.DataFrame:
+    """Copies of the lender host rows under the new External ids (the costing's only)."""
+    return rows[lenders].with_columns(pl.Series("external_id", ids, dtype=pl.Int64),
+                                      pl.lit(rank, pl.Int32).alias("rank"))
+
+
+def replace_warning(warnings: list[str], replays: Replays, device_ns: int) -> list[str]:
+    """``warnings`` with the parser's no-launch warning (:data:`_PARSE_WARNING`) replaced,
+    when some unlaunched kernels were eager-matched, by one saying how many (and that the
+    rest keep no op); otherwise unchanged."""
+    info = replays.unlaunched
+    if info is None or not info.kernels_matched:
+        return warnings
+    left = info.kernels - info.kernels_matched
+    w = (f"{info.kernels} kernels have no launch in the trace (queued before the host recording began): "
+         f"{info.kernels_matched} of them ({info.attributed_ns / max(device_ns, 1):.1%} of device time) were "
+         "given the framework ops and shapes of the identical kernel sequence the trace links (eager match: "
+         "its shapes assumed)" + (f"; {left} have no framework op or shapes" if left else "")
+         + "; copies and fills without a launch keep the byte counts the trace records")
+    return [x for x in warnings if _PARSE_WARNING not in x] + [w]
+
+
+__all__ = ["attribute", "replace_warning"]
