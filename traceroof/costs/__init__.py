@@ -30,7 +30,12 @@ from . import (
     triton,
 )
 from .args import OpArgs, Tensor, dtype_of
-from .comms import COMM_ANNOTATION_RE, collective_size, message_bytes, registered_collectives
+from .comms import (
+    COMM_ANNOTATION_RE,
+    collective_size,
+    message_bytes,
+    registered_collectives,
+)
 from .kinds import is_data_movement_kernel, kind_of_kernel, kind_of_op
 from .registry import (
     OpCost,
