@@ -312,6 +312,20 @@ def test_fp4_gemms_count_the_unpacked_k():
     assert c.bytes_written == 2 * 32 * 256  # out_dtype 15 = bf16
 
 
+def test_grouped_mm_3d_equals_torch_bmm_count_and_2d_is_unknown():
+    with FlopCounterMode(display=False) as fc:
+        torch.bmm(torch.randn(4, 16, 32), torch.randn(4, 32, 24))
+    c = cost_of("aten::_grouped_mm", [[4, 16, 32], [4, 32, 24], [], [], []], [BF, BF, "", "", ""])
+    assert c.flops == fc.get_total_flops() == 2 * 4 * 16 * 24 * 32
+    assert (c.bytes_read, c.bytes_written) == (2 * (4 * 16 * 32 + 4 * 32 * 24), 2 * 4 * 16 * 24)
+    c = cost_of("aten::_scaled_grouped_mm", [[4, 16, 32], [4, 32, 24], [4, 16], [4, 24], [], [], [], [], []],
+                [F8, F8, "float", "float", "", "", "", "Scalar", "Scalar"], [""] * 7 + ["15", "False"])
+    assert c.dtype == "fp8" and c.bytes_written == 2 * 4 * 16 * 24
+    # tokens [M, k] split over 4 experts by offs: the split is in offs' values (not recorded)
+    assert cost_of("aten::_grouped_mm", [[64, 32], [4, 32, 24], [4], [], []], [BF, BF, "int", "", ""]) is None
+    assert "offs" in uncosted_reason("aten::_grouped_mm")
+
+
 def _gemm_row(dtype: str, flops: float) -> pl.DataFrame:
     row = {"rank": 0, "device": 0, "stream": 7, "name": "nvjet_tst_128x128", "op": "aten::_scaled_mm",
            "kind": "matmul", "start_ns": 0, "dur_ns": 1_000_000, "dtype": dtype, "flops": flops,

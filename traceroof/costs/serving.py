@@ -148,6 +148,29 @@ def cutlass_scaled_fp4_mm(a: OpArgs) -> OpCost | None:
                   "fp4 packed two per byte: k = 2 x the recorded dim")
 
 
+@register_cost("aten::_grouped_mm", "aten::_scaled_grouped_mm", kind="matmul")
+def grouped_mm(a: OpArgs) -> OpCost | None:
+    """``_grouped_mm(self, mat2, offs?, bias?, out_dtype?)`` and ``_scaled_grouped_mm(self,
+    mat2, scale_a, scale_b, offs?, bias?, scale_result?, out_dtype?, use_fast_accum)``
+    (CUTLASS / cuBLASLt grouped GEMMs, the MoE experts of torchtitan): with ``self [G, m, k]``
+    and ``mat2 [G, k, n]`` (no ``offs``) ``2·G·m·n·k`` FLOPs (torch ``bmm_flop``), reads both
+    (+ scales, bias), writes ``[G, m, n]`` at ``out_dtype`` (else ``self``'s for the
+    unscaled op; the scaled op's result dtype is unknown unless recorded). The 2-D forms split
+    a dim by the *values* of ``offs``, which Kineto does not record: ``None`` (unknown). The
+    compute dtype is :func:`gemm_dtype` (fp8 operands: the fp8 peak)."""
+    x, w = a.tensor(0), a.tensor(1)
+    if x is None or w is None or x.ndim != 3 or w.ndim != 3:
+        return None
+    (g, m, k), (g2, k2, n) = x.shape, w.shape
+    if g != g2 or k != k2:
+        return None
+    scaled = a.op.startswith("aten::_scaled_grouped_mm")
+    out_dtype = a.scalar_type(7 if scaled else 4) or (None if scaled else x.dtype)
+    extra = [a.tensor(i) for i in ((2, 3, 5, 6) if scaled else (3,))]
+    return OpCost(float(2 * g * m * n * k), total_bytes([x, w, *extra]), Tensor((g, m, n), out_dtype).nbytes,
+                  "matmul", gemm_dtype(x.dtype, w.dtype))
+
+
 # --------------------------------------------------------------------------- FlashAttention-2
 # flash_attn/flash_attn_interface.py (2.6+) registers its kernels as torch custom ops, so
 # Kineto records them with their shapes: q [b, s_q, h_q, d], k/v [b, s_k, h_kv, d]; varlen
@@ -255,6 +278,10 @@ def flash_attn_varlen(a: OpArgs) -> OpCost | None:
 register_uncosted(
     "vllm::unified_attention_with_output", "vllm::unified_attention",
     why="KV lengths not recorded (the paged KV cache is looked up by layer name)",
+)
+register_uncosted(
+    "aten::_grouped_mm", "aten::_scaled_grouped_mm",
+    why="grouped over the values of offs, which are not recorded",
 )
 register_uncosted(
     "flash_attn::_flash_attn_varlen_forward",
