@@ -289,6 +289,37 @@ def test_fused_moe_kernel_launch_record():
     assert kind_of_kernel("fused_moe_kernel") == "matmul"
 
 
+def test_moe_sum_and_topk_softmax_hand_counts():
+    c = cost_of("_moe_C::moe_sum", [[16, 4, 2880], [16, 2880]], [BF, BF])
+    assert (c.flops, c.bytes_read, c.bytes_written) == (3 * 16 * 2880, 2 * 16 * 4 * 2880, 2 * 16 * 2880)
+    c = cost_of("_moe_C::topk_softmax", [[16, 4], [16, 4], [16, 4], [16, 128]], ["float", "int", "int", BF])
+    # softmax 5 per logit over [16, 128]; reads the bf16 logits, writes 3 x [16, 4] 4-byte results
+    assert (c.flops, c.bytes_read, c.bytes_written) == (5 * 16 * 128, 2 * 16 * 128, 3 * 4 * 16 * 4)
+
+
+def _paged_v1(b: int, max_seq_len: int):
+    dims = [[b, 32, 128], [b, 32, 128], [1000, 8, 16, 16, 8], [1000, 8, 128, 16], [], [], [b, 64], [b], [], [],
+            [], [], [], []]
+    types = [BF, BF, "unsigned char", "unsigned char", "Scalar", "Scalar", "int", "int", "Scalar", "Scalar", "",
+             "", "float", "float"]
+    conc = ["", "", "", "", "8", "0.088", "", "", "16", str(max_seq_len), "", "fp8", "", ""]
+    return cost_of("_C::paged_attention_v1", dims, types, conc)
+
+
+def test_paged_attention_of_one_sequence_reads_its_max_seq_len():
+    c = _paged_v1(1, 1000)
+    with FlopCounterMode(display=False) as fc:  # one query over 1000 keys, 32 heads, d = 128
+        q, k = torch.randn(1, 32, 1, 128), torch.randn(1, 32, 1000, 128)
+        (q @ k.transpose(-1, -2)) @ k
+    assert c.flops == fc.get_total_flops() == 4 * 32 * 1000 * 128
+    # q 32·128 bf16 + K and V of 1000 tokens x 8 kv heads x 128 (fp8 cache, 1 byte) + the
+    # block-table row [1, 64] and seq_lens [1] (int32)
+    assert c.bytes_read == 2 * 32 * 128 + 2 * 1000 * 8 * 128 + 4 * 64 + 4
+    assert c.bytes_written == 2 * 32 * 128
+    assert _paged_v1(2, 1000) is None  # two sequences: their lengths are seq_lens' values
+    assert "KV lengths" in uncosted_reason("_C::paged_attention_v1")
+
+
 # --------------------------------------------------------------------------- serving ops
 def test_cutlass_scaled_mm_equals_torch_mm_count_at_fp8():
     with FlopCounterMode(display=False) as fc:

@@ -95,6 +95,35 @@ def fused_moe_kernel(a: OpArgs) -> OpCost | None:
                   f"MoE GEMM: {m} x top-{topk} rows of {e} experts")
 
 
+@register_cost("_moe_C::moe_sum", kind="reduction")
+def moe_sum(a: OpArgs) -> OpCost | None:
+    """vLLM ``moe_sum(Tensor input [T, topk, d], Tensor! output [T, d])``: the ``topk``
+    experts' outputs of each token added, ``(topk − 1)·T·d`` FLOPs; reads input, writes output."""
+    x, out = a.tensor(0), a.tensor(1)
+    if x is None or out is None or x.ndim != 3 or out.shape != (x.shape[0], x.shape[2]):
+        return None
+    t, k, d = x.shape
+    return OpCost(float((k - 1) * t * d), total_bytes([x]), out.nbytes, "reduction", x.dtype)
+
+
+#: FLOPs per router logit of ``topk_softmax``: the softmax's 5 (:mod:`.reduction`: max,
+#: subtract, exp, sum, divide); the top-k selection's compares are not counted.
+SOFTMAX_FLOPS = 5
+
+
+@register_cost("_moe_C::topk_softmax", kind="reduction")
+def topk_softmax(a: OpArgs) -> OpCost | None:
+    """vLLM ``topk_softmax(Tensor! topk_weights [T, k], Tensor! topk_indices [T, k], Tensor!
+    token_expert_indices [T, k], Tensor gating_output [T, E])``: a softmax over the ``E``
+    router logits of each token (``5·T·E`` FLOPs, as ``aten::_softmax``) and the top-k
+    selection (compares, not counted); reads the logits, writes the three ``[T, k]`` results."""
+    w, idx, tok, logits = (a.tensor(i) for i in range(4))
+    if w is None or idx is None or logits is None or logits.ndim != 2 or w.shape[0] != logits.shape[0]:
+        return None
+    return OpCost(float(SOFTMAX_FLOPS * logits.numel), total_bytes([logits]), total_bytes([w, idx, tok]),
+                  "reduction", logits.dtype)
+
+
 register_uncosted(
     "vllm::moe_forward", "vllm::moe_forward_shared",
     why="no expert weights recorded (the layer's weights are looked up by name)",

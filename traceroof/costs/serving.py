@@ -273,11 +273,45 @@ def flash_attn_varlen(a: OpArgs) -> OpCost | None:
     return _fa_cost(q, k, v, pairs, 1, bwd, extra, Tensor((h_q, t_q), "fp32"), note)
 
 
+# --------------------------------------------------------------------------- vLLM paged attention
+
+
+@register_cost("_C::paged_attention_v1", "_C::paged_attention_v2", kind="attention")
+def paged_attention(a: OpArgs) -> OpCost | None:
+    """vLLM decode attention over a paged KV cache: ``paged_attention_v1(out [b, h_q, d],
+    query [b, h_q, d], key_cache [blocks, h_kv, d/x, block, x], value_cache [blocks, h_kv, d,
+    block], num_kv_heads, scale, block_tables [b, max_blocks], seq_lens [b], block_size,
+    max_seq_len, ...)``; ``v2`` has ``exp_sums, max_logits, tmp_out`` after ``out`` (query at 4).
+
+    The KV length of each sequence is a *value* of ``seq_lens`` (not recorded); for one
+    sequence (``b = 1``) it is the recorded ``max_seq_len``, so ``s_k = max_seq_len`` and, one
+    query seeing every key, FLOPs ``2·h_q·s_k·(d + d)`` (:mod:`.attention`). Bytes: the query,
+    the ``s_k`` tokens' keys and values at the cache dtype (``h_kv·d`` each), ``seq_lens`` and the
+    block-table row read, ``out`` written. ``None`` for ``b > 1`` (the reason is registered)."""
+    q_pos = 4 if a.op.startswith("_C::paged_attention_v2") else 1
+    out, q, kc, vc = a.tensor(0), a.tensor(q_pos), a.tensor(q_pos + 1), a.tensor(q_pos + 2)
+    h_kv, s_k = a.integer(q_pos + 3), a.integer(q_pos + 8)
+    if out is None or q is None or kc is None or vc is None or q.ndim != 3 or not h_kv or not s_k:
+        return None
+    b, h_q, d = q.shape
+    if b != 1 or h_q % h_kv or kc.dtype is None:
+        return None
+    kv = Tensor((2, s_k, h_kv, d), kc.dtype)
+    reads = total_bytes([q, kv, a.tensor(q_pos + 6), a.tensor(q_pos + 5)])
+    flops = attention_flops(1, h_q, attention_pairs(1, s_k), d, d)
+    return OpCost(float(flops), reads, out.nbytes, "attention", q.dtype,
+                  f"one sequence: s_k = max_seq_len = {s_k}")
+
+
 # --------------------------------------------------------------------------- never costed
 
 register_uncosted(
     "vllm::unified_attention_with_output", "vllm::unified_attention",
     why="KV lengths not recorded (the paged KV cache is looked up by layer name)",
+)
+register_uncosted(
+    "_C::paged_attention_v1", "_C::paged_attention_v2",
+    why="KV lengths not recorded (seq_lens values) for more than one sequence",
 )
 register_uncosted(
     "aten::_grouped_mm", "aten::_scaled_grouped_mm",
