@@ -105,8 +105,8 @@ def scaled_fp4_quant(a: OpArgs) -> OpCost | None:
 
 def gemm_dtype(x: str | None, w: str | None) -> str | None:
     """The compute dtype (peak key) of a GEMM of operands at dtypes ``x`` and ``w``:
-    ``fp4`` when both are packed fp4 (``fp4x2``, or ``uint8`` in an fp4 op), ``fp8`` when
-    either is fp8 (a mixed fp8 × fp4 MMA runs at the fp8 rate: NVIDIA Blackwell
+    ``fp4`` when both are packed fp4 (``fp4x2``; the vLLM fp4 op, whose operands are
+    ``uint8``, says ``fp4`` itself), ``fp8`` when either is fp8 (a mixed fp8 × fp4 MMA runs at the fp8 rate: NVIDIA Blackwell
     ``tcgen05.mma`` kind ``f8f6f4``), else ``x``."""
     if x == "fp4x2" and w == "fp4x2":
         return "fp4"
