@@ -94,6 +94,21 @@ def test_vllm_all_gather_in_a_built_trace_is_costed_at_the_link(tmp_path: Path):
     assert r["comm_ns"] == pytest.approx(7 / 8 * 65536 / 450e9 * 1e9)
 
 
+@pytest.mark.parametrize("dims,types,conc", [
+    ([[-1]], [BF], None), ([["x"]], [BF], None), ("not json", "[", None), ([], [], []),
+    ([[4, 8], [], [], []], [BF, "Scalar", "Scalar", ""], ["", "0", "0", ""]),  # world_size 0
+    ([[0]], [BF], [""]),
+])
+def test_collective_sizes_never_raise_and_unknown_is_none(dims, types, conc):
+    from traceroof.costs import registered_collectives
+
+    for op in registered_collectives():
+        got = collective_size(op, dims, types, conc)
+        assert got is None or (got[0] >= 0 and (got[1] is None or got[1] >= 1)), (op, got)
+    assert collective_size("vllm::all_gather", [[4, 8], [], [], []], [BF, "Scalar", "Scalar", ""],
+                           ["", "0", "0", ""]) is None  # a group of 0 is no group size
+
+
 @pytest.mark.parametrize("name", [
     "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*)",
     "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int)",
