@@ -401,3 +401,90 @@ def test_gated_activation_and_norm_quant_hand_counts():
     assert c.bytes_written == 16 * 2880 + 2 * 16 * 2880
     c = cost_of("_C::dynamic_per_token_scaled_fp8_quant", [[16, 512], [16, 512], [16, 1], []], [F8, BF, "float", ""])
     assert (c.flops, c.bytes_read, c.bytes_written) == (3 * 16 * 512, 2 * 2 * 16 * 512, 16 * 512 + 4 * 16)
+
+
+# --------------------------------------------------------------------------- recorded by Kineto
+# The serving ops registered as torch custom ops with their real schemas (flash-attn 2.6
+# ``flash_attn_interface.py``, vLLM ``fused_moe.py``), run on CPU under the profiler: what
+# Kineto records for them is what the formulas read. The oracle is FlopCounterMode over the
+# same computation written with torch ops.
+def _sdpa_bshd(q, k, v, causal=False):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, enable_gqa=True)
+    return o.transpose(1, 2).contiguous()
+
+
+FA_SCHEMA = ("(Tensor q, Tensor k, Tensor v, float dropout_p, float softmax_scale, bool causal, "
+             "int window_size_left, int window_size_right, float softcap, Tensor? alibi_slopes, "
+             "bool return_softmax) -> (Tensor, Tensor)")
+MOE_SCHEMA = ("(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, "
+              "str activation, bool apply_router_weight_on_input, bool use_fp8_w8a8) -> Tensor")
+
+
+def _define_ops():
+    if hasattr(torch.ops, "flash_attn") and hasattr(torch.ops.flash_attn, "_flash_attn_forward"):
+        return
+
+    def fa(q, k, v, dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
+           alibi_slopes, return_softmax):
+        return _sdpa_bshd(q, k, v, causal), torch.zeros(q.shape[0], q.shape[2], q.shape[1])
+
+    def moe(hidden_states, w1, w2, topk_weights, topk_ids, activation, apply_router_weight_on_input,
+            use_fp8_w8a8):
+        return _reference_moe(hidden_states, w1, w2, topk_ids)
+
+    torch.library.custom_op("flash_attn::_flash_attn_forward", fa, mutates_args=(), device_types="cpu",
+                            schema=FA_SCHEMA)
+    torch.library.custom_op("vllm::outplace_fused_experts", moe, mutates_args=(), device_types="cpu",
+                            schema=MOE_SCHEMA)
+
+
+def _recorded(fn, tmp_path: Path, name: str) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    (event,) = [e for e in load_json(tmp_path / "t.json")["traceEvents"] if e.get("name") == name]
+    return event["args"]
+
+
+def _cost_recorded(args: dict, name: str):
+    return cost_of(name, args["Input Dims"], args["Input type"], args.get("Concrete Inputs"))
+
+
+def test_recorded_flash_attn_forward_equals_flop_counter(tmp_path: Path):
+    _define_ops()
+    q, k = torch.randn(2, 48, 8, 16), torch.randn(2, 80, 2, 16)  # GQA 8 over 2
+    args = _recorded(lambda: torch.ops.flash_attn._flash_attn_forward(q, k, k, 0.0, 0.25, False, -1, -1, 0.0,
+                                                                       None, False), tmp_path,
+                     "flash_attn::_flash_attn_forward")
+    with FlopCounterMode(display=False) as fc:
+        _sdpa_bshd(q, k, k)
+    c = _cost_recorded(args, "flash_attn::_flash_attn_forward")
+    assert c.flops == fc.get_total_flops() == 4 * 2 * 8 * 48 * 80 * 16
+    # causal, bottom-right: row i of 48 sees i + 32 + 1 keys, Σ = 48·33 + 47·48/2 = 2712 pairs
+    args = _recorded(lambda: torch.ops.flash_attn._flash_attn_forward(q, k, k, 0.0, 0.25, True, -1, -1, 0.0,
+                                                                       None, False), tmp_path,
+                     "flash_attn::_flash_attn_forward")
+    assert _cost_recorded(args, "flash_attn::_flash_attn_forward").flops == 4 * 2 * 8 * 16 * 2712
+
+
+def test_recorded_fused_experts_equals_flop_counter(tmp_path: Path):
+    _define_ops()
+    T, d, d_ff, E, topk = 6, 16, 24, 4, 2
+    x, w1, w2 = torch.randn(T, d), torch.randn(E, 2 * d_ff, d), torch.randn(E, d, d_ff)
+    ids = torch.stack([torch.randperm(E)[:topk] for _ in range(T)]).to(torch.int32)
+    tw = torch.rand(T, topk)
+    args = _recorded(lambda: torch.ops.vllm.outplace_fused_experts(x, w1, w2, tw, ids, "silu", False, False),
+                     tmp_path, "vllm::outplace_fused_experts")
+    with FlopCounterMode(display=False) as fc:
+        _reference_moe(x, w1, w2, ids)
+    c = _cost_recorded(args, "vllm::outplace_fused_experts")
+    assert c.flops == fc.get_total_flops() == 6 * T * topk * d * d_ff
+    # fp32: x, topk weights, int32 ids, min(4, 12) = 4 experts' w1 and w2; writes [T, d]
+    assert c.bytes_read == 4 * (T * d + T * topk + T * topk + E * (2 * d_ff * d + d * d_ff))
+    assert c.bytes_written == 4 * T * d
