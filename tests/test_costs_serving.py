@@ -121,6 +121,16 @@ def test_deepep_kernels_are_all_to_all_collectives(name: str):
     assert ctype.select(collective_type_expr()).item() == "all_to_all"
 
 
+def test_every_sized_collective_is_kind_collective_by_name():
+    """costing sizes only ops whose kind is collective: every op with a size function must
+    be one by its name alone (costs.kinds), or its size would never be read."""
+    from traceroof.costs import kind_of_op, registered_collectives
+
+    ops = registered_collectives()
+    assert {"symm_mem::multimem_all_reduce_", "vllm::all_reduce", "vllm::all_gather", "deep_ep::dispatch"} <= set(ops)
+    assert [op for op in ops if kind_of_op(op) != "collective"] == []
+
+
 def test_deepep_op_message_is_its_tokens():
     # x [128, 7168] bf16 once: 128·7168·2 = 1,835,008 bytes
     assert collective_size("deep_ep::dispatch", [[128, 7168], [128, 8]], [BF, "long int"]) == (1835008, None)
