@@ -28,6 +28,7 @@ import polars as pl
 from . import costs
 from .costing_copies import copy_sizes_from_op
 from .costing_tbe import pair_tbe
+from .costing_why import why as _why
 from .dtypes import KERNEL_TEMPLATE_DTYPES, WIDTH_DTYPE
 from .host import innermost_cpu_ops
 from .schema import KIND
@@ -309,7 +310,7 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     ops = _tensorlist_bytes(ops, keys)
     ops = _fill_from_formulas(ops)
     ops = copy_sizes_from_op(ops, keys, _parse)
-    ops = _collective_costs(ops, trace.host, trace.meta.world_size)
+    ops = _collective_costs(ops, trace.host, trace.meta.world_size, keys)
     dims = keys.select("_skey", pl.col("input_dims").is_not_null().alias("_dims"))
     ops = ops.join(dims, on="_skey", how="left", maintain_order="left")
     cov = _coverage(ops)
@@ -463,9 +464,11 @@ def comm_annotation_bytes(host: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFram
         pl.when(pl.col("_ab").n_unique() == 1).then(pl.col("_ab").first()).alias("_cb"))
 
 
-def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | None) -> pl.DataFrame:
+def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | None,
+                      keys: pl.DataFrame | None = None) -> pl.DataFrame:
     """Collectives: ``comm_bytes`` from the nested ``nccl:*`` annotation's shapes where the
-    trace carried no message size (:func:`comm_annotation_bytes`), and the group size, when
+    trace carried no message size (:func:`comm_annotation_bytes`), else from the op's own
+    recorded buffer (:func:`_own_buffer_bytes`: ``symm_mem::*``, ``vllm::all_gather``), and the group size, when
     not recorded, taken as the world size (the default process group: PyTorch 1.x records
     none). ``cost_source`` of a collective: ``shapes`` when its size came from shapes,
     ``trace`` when the trace carried it, else as before (``name``)."""
@@ -475,11 +478,14 @@ def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | N
     had = pl.col("comm_bytes").is_not_null()
     need = ops.filter(coll, ~had, pl.col("external_id").is_not_null()).select("rank", "external_id")
     ops = ops.join(comm_annotation_bytes(host, need), on=["rank", "external_id"], how="left", maintain_order="left")
+    ops = _own_buffer_bytes(ops, coll & ~had & pl.col("_cb").is_null(), keys)
     from_shapes = coll & ~had & pl.col("_cb").is_not_null()
     ops = ops.with_columns(
         pl.when(from_shapes).then(pl.col("_cb")).otherwise(pl.col("comm_bytes")).alias("comm_bytes"),
+        pl.when(from_shapes & pl.col("group_size").is_null()).then(pl.col("_cg")).otherwise(pl.col("group_size"))
+        .cast(pl.Int32).alias("group_size"),
         from_shapes.alias("_cs"),
-    ).drop("_cb")
+    ).drop("_cb", "_cg")
     assume = coll & pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_null() & pl.lit(bool(world_size))
     ops = ops.with_columns(assume.alias("_gs_assumed"))
     if world_size:
@@ -490,6 +496,32 @@ def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | N
         pl.when(sized & pl.col("_cs")).then(pl.lit("shapes")).when(sized).then(pl.lit("trace"))
         .otherwise(pl.col("cost_source")).alias("cost_source"),
     ).drop("_cs")
+
+
+def _own_buffer_bytes(ops: pl.DataFrame, need: pl.Expr, keys: pl.DataFrame | None) -> pl.DataFrame:
+    """``_cb``/``_cg``: message bytes and group size of the collective kernels ``need`` from
+    their framework op's own recorded buffer (:func:`traceroof.costs.comms.collective_size`,
+    once per distinct (op, shapes)); an op's bytes are spread over its collective kernels by
+    duration, so that they are counted once per op. ``_cb`` kept where already set."""
+    rows = ops.filter(need, pl.col("op").is_not_null(), pl.col("_skey").is_not_null())
+    if keys is None or rows.height == 0:
+        return ops.with_columns(pl.lit(None, dtype=pl.Int32).alias("_cg"))
+    uniq = rows.select("op", "_skey").unique().join(keys, on="_skey", how="left")
+    sized = [(op, k, *(costs.collective_size(op, _parse(d), _parse(t), _parse(c)) or (None, None)))
+             for op, k, d, t, c in uniq.select("op", "_skey", "input_dims", "input_types",
+                                               "concrete_inputs").iter_rows()]
+    table = pl.DataFrame(sized, schema={"op": pl.String, "_skey": pl.UInt32, "_ob": pl.Float64, "_cg": pl.Int32},
+                         orient="row")
+    ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")
+    grp = ["rank", "external_id"]
+    mine = need & pl.col("_ob").is_not_null()
+    total = pl.when(mine).then(pl.col("dur_ns")).otherwise(0).sum().over(grp)
+    n = mine.cast(pl.Int64).sum().over(grp)
+    share = pl.when(total > 0).then(pl.col("dur_ns") / total).otherwise(1.0 / n)
+    return ops.with_columns(
+        pl.when(mine).then(pl.col("_ob") * share).otherwise(pl.col("_cb")).alias("_cb"),
+        pl.when(mine).then(pl.col("_cg")).alias("_cg"),
+    ).drop("_ob")
 
 
 def _costed() -> pl.Expr:
@@ -537,32 +569,3 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     for lbl, kind, ns in by_kind.iter_rows():
         cov.uncosted_kinds_ns.setdefault(str(lbl), {})[str(kind or "other")] = int(ns)
     return cov
-
-
-#: framework-op names of a torch.compile'd region (AOTAutograd's autograd.Function and the
-#: dynamo region marker): its kernels are launched without per-op events
-_COMPILED_REGION = re.compile(r"^(?:CompiledFunction(?:Backward)?|Torch-Compiled Region\b)")
-
-
-def _why(op: str | None, kind: str, has_dims: bool, tensorlist: bool, graph: bool = False,
-         launched: bool = True) -> str:
-    """Why an op (or kernel) label has no cost model, in a few words."""
-    if kind in ("memcpy", "memset"):
-        return "no byte count in the trace"
-    if op is None and graph:
-        return "replayed by a CUDA/HIP graph, no framework op"
-    if op is None and not launched:
-        return "no launch in the trace, so no framework op"
-    if op is None:
-        return "no framework op linked"
-    if kind == "collective":
-        return "no message size recorded"
-    if op is not None and _COMPILED_REGION.search(op):
-        return "a torch.compile region: the ops inside it are not recorded"
-    if costs.formula_for(op) is None:
-        return "no cost formula for this op"
-    if not has_dims:
-        return "no shapes recorded"
-    if tensorlist:
-        return "its Tensor[] sizes are not recorded"
-    return "its recorded shapes do not fit its formula"

@@ -86,6 +86,7 @@ _COLLECTIVE_PATTERNS: tuple[tuple[str, str], ...] = (
     ("reducescatter", "reduce_scatter"),
     ("allgather", "all_gather"),
     ("alltoall", "all_to_all"),
+    ("deepep::", "all_to_all"),  # DeepEP dispatch / combine / notify: expert-parallel all-to-all
     ("sendrecv", "send_recv"),
     ("broadcast", "broadcast"),
     ("collectivepermute", "collective_permute"),

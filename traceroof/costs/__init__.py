@@ -22,21 +22,38 @@ from . import (
     fbgemm,
     matmul,
     memory,
+    moe,
     norm,
     optimizer,
     reduction,
+    serving,
     triton,
 )
 from .args import OpArgs, Tensor, dtype_of
-from .comms import COMM_ANNOTATION_RE, message_bytes
+from .comms import (
+    COMM_ANNOTATION_RE,
+    collective_size,
+    message_bytes,
+    registered_collectives,
+)
 from .kinds import is_data_movement_kernel, kind_of_kernel, kind_of_op
-from .registry import OpCost, cost_of, formula_for, register_cost, registered_ops
+from .registry import (
+    OpCost,
+    cost_of,
+    formula_for,
+    register_cost,
+    register_uncosted,
+    registered_ops,
+    registered_uncosted,
+    uncosted_reason,
+)
 
 __all__ = [
     "COMM_ANNOTATION_RE",
     "OpArgs",
     "OpCost",
     "Tensor",
+    "collective_size",
     "cost_of",
     "dtype_of",
     "formula_for",
@@ -46,8 +63,12 @@ __all__ = [
     "kind_of_op",
     "message_bytes",
     "register_cost",
+    "register_uncosted",
+    "registered_collectives",
     "registered_ops",
+    "registered_uncosted",
+    "uncosted_reason",
 ]
 
 # the formula modules are imported for their registrations
-del attention, comms, conv, elementwise, fbgemm, matmul, memory, norm, optimizer, reduction, triton
+del attention, comms, conv, elementwise, fbgemm, matmul, memory, moe, norm, optimizer, reduction, serving, triton

@@ -128,6 +128,21 @@ class _Dims:
     varlen: bool
 
 
+def _varlen_seqs(a: OpArgs, lay: AttnLayout, b: int, t_q: int, t_k: int) -> tuple[tuple[int, int], ...]:
+    """The ``(s_q, s_k)`` of each of the ``b`` sequences of a varlen batch, where what the
+    trace records decides them: one sequence (``t_q``, ``t_k``), or every sequence at the
+    recorded maximum (``t_q = b·max_q`` and ``t_k = b·max_k``; every aten varlen schema has
+    ``max_q, max_k`` right after ``cum_seq_k``). Otherwise ``()``: the lengths are the values
+    of the ``cum_seq`` offsets, which Kineto does not record, and the FLOPs are unknown."""
+    if b == 1:
+        return ((t_q, t_k),)
+    base = lay.cum_k if lay.cum_k is not None else lay.cum_q
+    max_q, max_k = a.integer(base + 1), a.integer(base + 2)
+    if max_q and max_k and t_q == b * max_q and t_k == b * max_k:
+        return ((max_q, max_k),) * b
+    return ()
+
+
 def _dims(a: OpArgs, lay: AttnLayout, q: Tensor, k: Tensor, v: Tensor) -> _Dims | None:
     cum = a.tensor(lay.cum_q) if lay.cum_q is not None else None
     if cum is not None and q.ndim == 4 and q.shape[0] == 1 and k.shape[:1] == v.shape[:1] == (1,):
@@ -152,12 +167,7 @@ def _dims(a: OpArgs, lay: AttnLayout, q: Tensor, k: Tensor, v: Tensor) -> _Dims 
         (t_q, h_q, d), (t_k, h_kv, d2), (_, _, d_v) = q.shape, k.shape, v.shape
         if d != d2 or h_kv <= 0 or h_q % h_kv or (ck is not None and ck.shape != cq.shape):
             return None
-        # per-sequence lengths are not in the trace: spread the tokens evenly (for
-        # self-attention this is the minimum of Σ s_i² for the recorded total)
-        seqs = tuple(
-            (t_q // b + (i < t_q % b), t_k // b + (i < t_k % b)) for i in range(b)
-        )
-        return _Dims(1, h_q, h_kv, d, d_v, seqs, True)
+        return _Dims(1, h_q, h_kv, d, d_v, _varlen_seqs(a, lay, b, t_q, t_k), True)
     return None
 
 
@@ -196,19 +206,21 @@ def _attention(a: OpArgs, lay: AttnLayout) -> OpCost | None:
         for s_q, s_k in dims.seqs
     )
     full = sum(s_q * s_k for s_q, s_k in dims.seqs)
-    flops = attention_flops(dims.b, dims.h_q, pairs, dims.d_qk, dims.d_v, lay.backward)
+    flops = attention_flops(dims.b, dims.h_q, pairs, dims.d_qk, dims.d_v, lay.backward) if dims.seqs else None
 
     notes = []
     windowed = (wl is not None and wl >= 0) or (wr is not None and wr >= 0)
-    if pairs != full or causal:
+    if dims.seqs and (pairs != full or causal):
         parts = [desc] if desc else []
         if windowed:
             parts.append(f"window left={wl} right={wr}")
         notes.append(f"{', '.join(parts)}: {pairs} of {full} (q, k) pairs")
     if dims.h_kv != dims.h_q:
         notes.append(f"GQA: {dims.h_q} query heads over {dims.h_kv} kv heads")
-    if dims.varlen:
-        notes.append("varlen: per-sequence lengths not recorded, tokens spread evenly")
+    if dims.varlen and not dims.seqs:
+        notes.append("varlen: per-sequence lengths not recorded, FLOPs unknown (costed by bytes)")
+    elif dims.varlen and len(dims.seqs) > 1:
+        notes.append("varlen: every sequence at the recorded maximum length")
     if lay.backward:
         notes.append("backward = 2.5x forward matmuls (scores recomputed)")
 
@@ -226,7 +238,7 @@ def _attention(a: OpArgs, lay: AttnLayout) -> OpCost | None:
         lse = Tensor(tokens, "fp32") if lse_out else None
         reads = total_bytes([q, k, v, mask])
         writes = total_bytes([out, lse])
-    return OpCost(float(flops), reads, writes, "attention", q.dtype, "; ".join(notes))
+    return OpCost(None if flops is None else float(flops), reads, writes, "attention", q.dtype, "; ".join(notes))
 
 
 def _register(lay: AttnLayout, *names: str) -> None:

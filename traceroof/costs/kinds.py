@@ -19,6 +19,9 @@ from .registry import registered_kind
 _COLLECTIVE = (
     r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv"
     r"|multimem|c10d::|record_param_comms"
+    # DeepEP's expert-parallel all-to-all: deep_ep::intranode::dispatch / notify_dispatch /
+    # cached_notify_combine / combine, internode(_ll)::... kernels and deep_ep::dispatch ops
+    r"|deep_?ep::(\w+::)*\w*(dispatch|combine)"
 )
 
 #: (pattern, kind) tested on the whole kernel name, first.
@@ -50,7 +53,7 @@ _KERNEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
          r"ComputeInternalGradients|BackwardFusedParams", "norm"),
         (r"conv(?!ert)|winograd|scudnn|fprop|dgrad|wgrad|igemm_(fwd|bwd|wrw)|im2col|"
          r"implicit_gemm|ImplicitGemm|fft2d_|cudnn", "conv"),
-        (r"(?<!fb)gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|^Cijk_|matmul|^bmm_|splitKreduce|"
+        (r"(?<!fb)gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|^Cijk_|matmul|^bmm_|splitKreduce|fused_moe_kernel|"
          r"tensorop|hipblaslt|rocblas", "matmul"),
         (r"softmax", "reduction"),
         (r"reduce|reduction|argmax|argmin|DeviceScan|cumsum|scan_|_sum_|topk|pool", "reduction"),

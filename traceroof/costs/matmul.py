@@ -218,6 +218,10 @@ def dot(a: OpArgs) -> OpCost | None:
 def scaled_mm(a: OpArgs) -> OpCost | None:
     """``_scaled_mm(self [m, k] fp8, mat2 [k, n] fp8, scale_a, scale_b, bias?, scale_result?,
     out_dtype?, use_fast_accum) -> [m, n]``: 2·m·n·k FLOPs at fp8 (torch ``_scaled_mm_flop``).
+    fp4 operands (``Float4_e2m1fn_x2``, two values per element along ``k``: ``self [m, k/2]``,
+    ``mat2 [k/2, n]``) do ``2·m·n·k`` with ``k`` twice the recorded dim, at the fp4 peak
+    (torch's counter reads the packed shapes: half of it); their result's dtype is the recorded
+    ``out_dtype`` (the input's is no output dtype), else the written bytes are unknown.
 
     Bytes read both matrices, the scales and the bias; the result is written at
     ``out_dtype`` (recorded as a ScalarType at position 6), else at the input dtype.
@@ -229,4 +233,7 @@ def scaled_mm(a: OpArgs) -> OpCost | None:
     m, n, k = mnk
     reads = [x, w, a.tensor(2), a.tensor(3), a.tensor(4), a.tensor(5)]
     out_dtype = a.scalar_type(6) or x.dtype
+    if x.dtype == "fp4x2" and w.dtype == "fp4x2":  # two fp4 values per element along k
+        return _cost(matmul_flops(m, n, 2 * k), reads, (m, n), a.scalar_type(6), _out_arg(a, 8), "fp4",
+                     "fp4x2 packs two values per element along k: k = 2 x the recorded dim")
     return _cost(matmul_flops(m, n, k), reads, (m, n), out_dtype, _out_arg(a, 8), x.dtype)

@@ -123,6 +123,46 @@ def _lookup(op: str) -> _Entry | None:
     return best
 
 
+_WHY: dict[str, str] = {}
+
+
+def register_uncosted(*op_names: str, why: str) -> None:
+    """Record why ops ``op_names`` cannot be costed from what the trace records (``why``, a
+    few words: ``"no expert weights recorded"``), for ops whose schema never carries the
+    numbers a formula needs. The coverage's ``uncosted_why`` says it instead of "no cost
+    formula". A name may have a formula too: the reason is then given when the formula
+    does not fit (``vllm::unified_attention_with_output`` records no KV lengths).
+
+    Raises:
+        UsageError: no name or an empty reason.
+        DuplicateFormulaError: a name already has a reason.
+    """
+    if not op_names or not why:
+        raise UsageError("register_uncosted() needs op names and a reason")
+    for n in op_names:
+        if n in _WHY:
+            raise DuplicateFormulaError(f"{n!r} already has an uncosted reason ({_WHY[n]!r})")
+    for n in op_names:
+        _WHY[n] = why
+
+
+def uncosted_reason(op: str | None) -> str | None:
+    """The reason registered with :func:`register_uncosted` for ``op`` (an overload
+    ``name.default`` resolves to ``name``), ``None`` if none."""
+    if not op:
+        return None
+    op = op.strip()
+    if op in _WHY:
+        return _WHY[op]
+    ns, sep, rest = op.rpartition("::")
+    return _WHY.get(f"{ns}{sep}{rest.split('.', 1)[0]}") if "." in rest else None
+
+
+def registered_uncosted() -> dict[str, str]:
+    """Every op name with a registered uncosted reason -> the reason."""
+    return dict(sorted(_WHY.items()))
+
+
 def registered_ops() -> list[str]:
     """Every registered op name (prefix families end in ``*``), sorted."""
     return sorted(e.name for e in (*_EXACT.values(), *_PREFIX.values()))
