@@ -247,6 +247,9 @@ class _RendererChoice(click.Choice):
               "Default: op for Kineto, kernel (HLO instruction) for XPlane.")
 @click.option("--findings", "findings_opt", metavar="NAME,...",
               help="Only these detectors (comma-separated; default: all).")
+@click.option("--perfetto", "perfetto_out", metavar="OUT.json.gz", type=click.Path(dir_okay=False, path_type=str),
+              help="Also write the device ops (with their roofline), findings and steps as a Perfetto/Chrome "
+              "trace (gzip when it ends in .gz); see docs/cli.md.")
 @model_options
 @jobs_option
 @quiet_option
@@ -255,7 +258,8 @@ class _RendererChoice(click.Choice):
 def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: str | None, top: int,
             rank: int | None, step: int | None, group_by: str | None, findings_opt: str | None,
             model_path: str | None, tokens_per_step: float | None, seq_len: int | None, mode: str,
-            model_flops_per_step: float | None, devices: int | None, jobs: int | None) -> None:
+            model_flops_per_step: float | None, devices: int | None, jobs: int | None,
+            perfetto_out: str | None = None) -> None:
     """Rank the ops of TRACE by the time they lost against the roofline.
 
     TRACE is a Kineto JSON (.json, .json.gz), a .tar.gz or directory of per-rank traces,
@@ -278,6 +282,8 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
 
     if output:
         check_output_file(output)
+    if perfetto_out:
+        _check_perfetto_path(perfetto_out)
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
     names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
 
@@ -289,6 +295,8 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
                          analyzing=_analyzing, rank=rank, step=step, group_by=group_by,
                          model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices,
                          findings=names)
+    if perfetto_out:
+        _write_perfetto(report, perfetto_out)
     if fmt is None:
         fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"
     if output and fmt == "json":
@@ -301,6 +309,33 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
         _progress(f"{fmt} written to {output}")
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+def _check_perfetto_path(path: str) -> None:
+    """``--perfetto``'s file, checked before the parse (exit 9, the message naming the option)."""
+    from .errors import OutputError
+    from .outputs import check_output_file
+
+    try:
+        check_output_file(path)
+    except OutputError as exc:
+        raise OutputError(f"--perfetto {str(exc).removeprefix('-o ')}") from exc
+
+
+def _write_perfetto(report: Any, path: str) -> None:
+    """``analyze --perfetto``: the trace-event file, and what it holds on stderr."""
+    from . import units
+    from .errors import UsageError
+    from .render.perfetto import write_perfetto
+
+    if report.ops is None:
+        raise UsageError(f"--perfetto {path}: the report holds no op table (saved without ops): nothing to export")
+    out = write_perfetto(report, path)
+    _progress(f"perfetto trace written to {path}: {units.plural(out.ops, 'device op')}, "
+              f"{units.plural(out.findings, 'finding')} ({units.plural(out.flows, 'flow')}), "
+              f"{units.plural(out.steps, 'step')}")
+    for note in out.notes:
+        _progress(f"perfetto: {note}")
 
 
 @cli.command()
