@@ -105,6 +105,22 @@ class Report:
     traceroof_version: str = __version__
     schema_version: int = SCHEMA_VERSION
 
+    # ------------------------------------------------------------------ notebooks
+    @property
+    def figures(self) -> Any:
+        """The report's plotly figures (:class:`traceroof.render.plots.ReportFigures`):
+        ``roofline()``, ``timeline()``, ``steps()``, ``waterfall()``. Needs plotly (the
+        ``web`` extra); ``ImportError`` when a figure is built without it."""
+        from .render.plots import ReportFigures  # a face, reached from the report (test_architecture.LAZY_UP)
+
+        return ReportFigures(self)
+
+    def _repr_html_(self) -> str:
+        """What Jupyter shows: the headline and the top 10 ops (:func:`traceroof.render.html.summary_html`)."""
+        from .render.html import summary_html  # a face, reached from the report (test_architecture.LAZY_UP)
+
+        return summary_html(self, top=10)
+
     # ------------------------------------------------------------------ JSON
     def to_dict(self, *, include_ops: bool = False, top: int | None = None) -> dict[str, Any]:
         """A JSON-ready dict (docs/report-json.md). ``top`` limits the ranking rows;
