@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the analysis pipeline and what it produces
     ("report", ("report", "report_schema", "accounting", "utilization", "analysis", "gate", "capture")),
     # the faces: text renderers, dashboard, command line
-    ("faces", ("render.", "web.", "cli", "__main__")),
+    ("faces", ("render.", "web.", "mcp_server", "cli", "__main__")),
 ]
 
 #: files allowed over 600 lines, with the reason

@@ -532,6 +532,33 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
     web.run(dash_app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
 
 
+@cli.command()
+@debug_option
+@_handle_errors
+def mcp() -> None:
+    """Serve traceroof to agents over the Model Context Protocol (stdio).
+
+    Tools: analyze_trace, diff_reports, explain_finding, list_chips, estimate_model; each
+    returns versioned JSON. Started by an MCP client, not by hand (see docs/agents.md).
+    Needs the mcp extra: pip install 'traceroof[mcp]'.
+
+    \b
+    Example (Claude Code):
+      claude mcp add traceroof -- traceroof mcp
+    """
+    try:
+        from .mcp_server import serve
+    except ImportError as exc:  # pragma: no cover - the module itself imports only traceroof
+        raise click.UsageError(str(exc)) from exc
+    try:
+        import mcp as _sdk  # noqa: F401
+    except ImportError as exc:
+        from .errors import UsageError
+
+        raise UsageError(f"mcp needs the mcp extra ({exc.name} is missing): pip install 'traceroof[mcp]'") from exc
+    serve()
+
+
 #: jemalloc (polars' allocator) settings for the command line and its worker processes:
 #: freed memory goes back to the OS within ~100 ms, purged by jemalloc's background thread
 #: rather than on the parsing thread. On a 1 GB Kineto trace, `analyze` peaks at 0.94–0.99 GB

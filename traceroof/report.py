@@ -111,13 +111,15 @@ class Report:
         """The report's plotly figures (:class:`traceroof.render.plots.ReportFigures`):
         ``roofline()``, ``timeline()``, ``steps()``, ``waterfall()``. Needs plotly (the
         ``web`` extra); ``ImportError`` when a figure is built without it."""
-        from .render.plots import ReportFigures  # a face, reached from the report (test_architecture.LAZY_UP)
+        # a face, reached from the report (tests/test_architecture.py LAZY_UP)
+        from .render.plots import ReportFigures
 
         return ReportFigures(self)
 
     def _repr_html_(self) -> str:
         """What Jupyter shows: the headline and the top 10 ops (:func:`traceroof.render.html.summary_html`)."""
-        from .render.html import summary_html  # a face, reached from the report (test_architecture.LAZY_UP)
+        # a face, reached from the report (tests/test_architecture.py LAZY_UP)
+        from .render.html import summary_html
 
         return summary_html(self, top=10)
 
