@@ -249,7 +249,7 @@ class _RendererChoice(click.Choice):
               help="Only these detectors (comma-separated; default: all).")
 @click.option("--perfetto", "perfetto_out", metavar="OUT.json.gz", type=click.Path(dir_okay=False, path_type=str),
               help="Also write the device ops (with their roofline), findings and steps as a Perfetto/Chrome "
-              "trace (gzip when it ends in .gz); see docs/cli.md.")
+              "trace (gzip when it ends in .gz); see docs/sharing.md.")
 @model_options
 @jobs_option
 @quiet_option
@@ -275,6 +275,7 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
       traceroof analyze run/ --rank 0 --step 12 -o report.json
       traceroof analyze 'run/rank-*.json.gz' --jobs 8
       traceroof analyze trace.json.gz --model config.json --tokens-per-step 16384
+      traceroof analyze trace.json.gz -o report.html --perfetto trace.roofline.json.gz
     """
     from .analysis import load_report
     from .outputs import check_output_file
