@@ -83,6 +83,18 @@ def test_cli_picks_html_from_the_suffix(example_trace, tmp_path):
     assert "html" in CliRunner().invoke(cli, ["analyze", "--help"]).output
 
 
+def test_without_plotly_html_is_a_usage_error(example_trace, tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['plotly'] = None; from traceroof.cli import main; "
+            f"main(['analyze', {str(example_trace)!r}, '-q', '--format', 'html'])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == "traceroof: error: --format html needs plotly (plotly is missing): pip install 'traceroof[web]'"
+
+
 def test_summary_fragment_is_what_a_notebook_shows(qwen):
     frag = qwen._repr_html_()
     assert frag.startswith('<div class="traceroof-report">') and "<script" not in frag

@@ -143,3 +143,14 @@ def test_bad_input_is_a_tool_error_with_one_line(talk):
     assert "finding 99 does not exist; the report has 5 findings (numbered from 1)" in bad_finding.content[0].text
     assert f"traceroof: error: {REPO / 'no-such-trace.json'}: no such file" in missing.content[0].text
     assert "Traceback" not in missing.content[0].text
+
+
+def test_without_the_sdk_the_command_says_which_extra():
+    import os
+    import subprocess
+
+    code = "import sys; sys.modules['mcp'] = None; from traceroof.cli import main; main(['mcp'])"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == "traceroof: error: mcp needs the mcp extra (mcp is missing): pip install 'traceroof[mcp]'"

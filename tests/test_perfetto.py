@@ -244,3 +244,20 @@ def test_cli_writes_it_and_checks_the_path_before_reading(example_trace, tmp_pat
     res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "missing.json"), "--perfetto", str(tmp_path / "no" / "x.json")])
     assert res.exit_code == 9
     assert res.output.strip() == f"traceroof: error: --perfetto {tmp_path / 'no' / 'x.json'}: folder {tmp_path / 'no'} does not exist (create it first)"
+
+
+def test_several_ranks_get_a_process_per_rank_and_device(tmp_path):
+    from make_multirank import sglang_run
+
+    run = sglang_run(tmp_path, per_rank=False)  # one merged file, 4 ranks (TP 2 × PP 2)
+    report = analyze(read_trace(run["merged"]), chip="h100")
+    _, doc = _export(report, tmp_path)
+    _check_format_rules(doc)
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    pairs = sorted(set(report.ops.select("rank", "device").iter_rows()))
+    assert len({r for r, _ in pairs}) == 4
+    for r, d in pairs:
+        assert procs[r * 1000 + d] == f"rank {r} · device {d}"
+    for r in {r for r, _ in pairs}:
+        assert procs[STEPS_PID_BASE + r] == f"rank {r} · steps"
+    assert "distributedInfo" not in doc  # several ranks in one file: no single rank to name

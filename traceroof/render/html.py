@@ -103,7 +103,7 @@ def render(report: Report, *, top: int = 20) -> str:
     except ImportError as exc:
         from ..errors import UsageError
 
-        raise UsageError(f"--format html needs plotly ({exc.name} is missing): pip install 'traceroof[web]'") from exc
+        raise UsageError(f"--format html needs plotly ({(exc.name or 'plotly').split('.')[0]} is missing): pip install 'traceroof[web]'") from exc
 
     figs = _figures(report)
     src = (report.trace.sources or [""])[0]
