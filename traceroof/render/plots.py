@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 def typical_step(report: Report, rank: int | None = None) -> tuple[int | None, int | None]:
     """The (rank, step) a one-step figure shows by default: of ``rank`` (default: the lowest
     rank with ops), the complete step whose wall time is the lower median of its complete
-    steps (the first of equals); (rank, None) when the rank has no complete step (its ops
-    outside any step are then shown), (None, None) with no ops at all."""
+    steps (the first of equals; of its partial steps when it has only those); (rank, None)
+    when the rank has no step (its ops outside any step are then shown), (None, None) with
+    no ops at all."""
     ops = report.ops
     if ops is None or ops.height == 0:
         return None, None
@@ -49,7 +50,9 @@ def typical_step(report: Report, rank: int | None = None) -> tuple[int | None, i
     st = report.steps
     if st.height == 0 or "step" not in st.columns:
         return r, None
-    full = st.filter((pl.col("rank") == r) & ~pl.col("partial") & pl.col("step").is_not_null())
+    steps = st.filter((pl.col("rank") == r) & pl.col("step").is_not_null())
+    full = steps.filter(~pl.col("partial"))
+    full = full if full.height else steps  # only partial steps: the median of those
     if full.height == 0:
         return r, None
     walls = sorted((e - s, s, k) for s, e, k in full.select("start_ns", "end_ns", "step").iter_rows())
@@ -94,18 +97,20 @@ def waterfall_terms(report: Report, rank: int | None = None, step: int | None = 
         step is not None and report.steps.height) else report.steps.head(0)
     if row.height:
         wall = int(row["end_ns"][0]) - int(row["start_ns"][0])
-        name = f"rank {rank} · step {step}"
+        name = f"rank {rank} · step {step}" + (" (partial)" if "partial" in row.columns and row["partial"][0] else "")
     else:
         wall = int((ops["start_ns"] + ops["dur_ns"]).max()) - int(ops["start_ns"].min())
         name = f"rank {rank} · ops outside any step (span of the ops)"
     dur = int(ops["dur_ns"].sum())
     costed = ops.filter(pl.col("expected_ns").is_not_null())
+    # an empty sum is 0 (a saved report's all-null column loads as dtype Null, whose sum is None)
+    costed_dur, expected = float(costed["dur_ns"].sum() or 0), float(costed["expected_ns"].sum() or 0)
     terms = [WaterfallTerm("step wall time", float(wall), "absolute"),
              WaterfallTerm("idle, net of stream overlap", float(dur - wall), "relative"),
-             WaterfallTerm("ops without a cost model", float(int(costed["dur_ns"].sum()) - dur), "relative")]
+             WaterfallTerm("ops without a cost model", costed_dur - dur, "relative")]
     gaps = costed.group_by(pl.col("kind").cast(pl.String)).agg(pl.col("gap_ns").sum()).sort("gap_ns", descending=True)
-    terms += [WaterfallTerm(f"gap of {k} ops", -float(g), "relative") for k, g in gaps.iter_rows()]
-    terms.append(WaterfallTerm("sum of expected op times", float(costed["expected_ns"].sum()), "total"))
+    terms += [WaterfallTerm(f"gap of {k} ops", -float(g or 0), "relative") for k, g in gaps.iter_rows() if costed.height]
+    terms.append(WaterfallTerm("sum of expected op times", expected, "total"))
     return terms, name
 
 
@@ -196,7 +201,9 @@ def figure_list(report: Report) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = [("Steps", figs.steps())]
     if report.ops is not None and report.ops.height:
         rank, step = typical_step(report)
-        which = f"rank {rank} · step {step}" if step is not None else f"rank {rank} · ops outside any step"
+        row = report.steps.filter((pl.col("rank") == rank) & (pl.col("step") == step)) if step is not None else None
+        partial = ", partial" if row is not None and row.height and row["partial"][0] else ""
+        which = f"rank {rank} · step {step}{partial}" if step is not None else f"rank {rank} · ops outside any step"
         out = [("Roofline", figs.roofline()), (f"Timeline ({which})", figs.timeline()), *out,
                (f"Waterfall ({which})", figs.waterfall())]
     return out
