@@ -94,6 +94,21 @@ def test_export_follows_the_trace_event_format(which, request, tmp_path):
     _check_format_rules(doc)
 
 
+@pytest.mark.parametrize("rel", [
+    "HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",  # no device op
+    "HolisticTraceAnalysis/tests/data/trace_diff/test/test.json.gz",  # ops overlapping on a stream
+    "xprof/xprof/convert/test_xplanes/tpu_inference_2.xplane.pb",  # XPlane, several TPU devices
+    "param/et_replay/tests/inputs/dlrm_kineto.tar.gz",  # a tar of per-rank traces
+])
+def test_real_traces_of_every_shape_export_by_the_rules(rel, tmp_path):
+    report = analyze(read_trace(real(rel), jobs=1))  # the chip each trace names
+    _, doc = _export(report, tmp_path)
+    _check_format_rules(doc)
+    dev = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert len(dev) == report.ops.height == doc["traceroof"]["ops"]
+    assert doc["traceroof"]["findings"] == len(report.findings)
+
+
 @pytest.mark.parametrize("which", ["example", "qwen"])
 def test_every_device_op_is_a_slice_with_its_roofline_as_args(which, request, tmp_path):
     report = request.getfixturevalue(which)

@@ -266,6 +266,8 @@ def trace_events(report: Report) -> PerfettoExport:
     if report.ops is None:
         raise ValueError("the report holds no op table (saved without ops): nothing to export")
     ops = report.ops
+    missing = [c for c in OP_ARGS.values() if c not in ops.columns]  # no device ops: no roofline columns
+    ops = ops.with_columns([pl.lit(None).alias(c) for c in missing]) if missing else ops
     out = PerfettoExport(events=[])
     multi_rank = ops["rank"].n_unique() > 1 if ops.height else False
     placed = _placed_ops(ops)
