@@ -56,6 +56,7 @@ def talk(saved_step0):
         ("estimate_model", {"config": str(MODELS / "llama2-7b.json"), "chip": "h100"}),
         ("explain_finding", {"path": str(EXAMPLE), "finding": 99, "chip": "h100"}),
         ("analyze_trace", {"path": str(REPO / "no-such-trace.json")}),
+        ("analyze_trace", {"path": str(saved_step0), "chip": "a100"}),
     ]
     return anyio.run(_conversation, calls)
 
@@ -138,7 +139,9 @@ def test_estimate_model_counts_the_reference_7b(talk):
 
 
 def test_bad_input_is_a_tool_error_with_one_line(talk):
-    bad_finding, missing = talk[1][5], talk[1][6]
+    bad_finding, missing, saved_with_chip = talk[1][5], talk[1][6], talk[1][7]
+    assert saved_with_chip.is_error and "is a saved report: chip, rank, step and group_by need a trace" in \
+        saved_with_chip.content[0].text  # never silently ignored
     assert bad_finding.is_error and missing.is_error
     assert "finding 99 does not exist; the report has 5 findings (numbered from 1)" in bad_finding.content[0].text
     assert f"traceroof: error: {REPO / 'no-such-trace.json'}: no such file" in missing.content[0].text

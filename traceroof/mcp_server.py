@@ -64,7 +64,13 @@ def _report(path: str, chip: str | None = None, *, rank: int | None = None, step
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    report = load_report([str(p)], chip, rank=rank, step=step, group_by=group_by, jobs=1)
+    def trace_only(_saved: Any) -> None:  # as the CLI: these options need a trace, not a saved report
+        if chip or rank is not None or step is not None or group_by:
+            from .errors import UsageError
+
+            raise UsageError(f"{path} is a saved report: chip, rank, step and group_by need a trace")
+
+    report = load_report([str(p)], chip, rank=rank, step=step, group_by=group_by, jobs=1, on_saved=trace_only)
     _CACHE[key] = report
     while len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
