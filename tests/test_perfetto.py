@@ -56,12 +56,16 @@ def _check_format_rules(doc: dict) -> None:
     events = doc["traceEvents"]
     slices: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     flows: dict[int, list[dict]] = defaultdict(list)
+    named: set[tuple] = set()
     for e in events:
         assert e["ph"] in {"X", "M", "C", "s", "f"}, e
         assert isinstance(e["pid"], int), e
         if e["ph"] == "M":
             assert e["name"] in {"process_name", "thread_name", "thread_sort_index"}, e
             assert isinstance(e["tid"], int) and e["args"], e
+            key = (e["name"], e["pid"], None if e["name"] == "process_name" else e["tid"])
+            assert key not in named, f"{key} named twice"
+            named.add(key)
             continue
         assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
         if e["ph"] == "X":

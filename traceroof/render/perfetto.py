@@ -149,10 +149,13 @@ def _op_events(placed: pl.DataFrame, multi_rank: bool) -> tuple[list[dict[str, A
         events.append({"ph": "X", "cat": DEVICE_CATEGORY.get(kind, "kernel"), "name": r["name"], "pid": pid, "tid": tid,
                        "ts": _us(r["start_ns"]), "dur": _us(r["dur_ns"]), "args": args})
     tracks = placed.select("rank", "device", "_pid", "_stream", "_lane").unique().sort("_pid", "_stream", "_lane")
+    named: set[int] = set()
     for rank, device, pid, stream, lane in tracks.iter_rows():
-        proc = (f"rank {rank} · " if multi_rank else "") + ("device ?" if device is None else f"device {device}")
+        if pid not in named:
+            named.add(pid)
+            proc = (f"rank {rank} · " if multi_rank else "") + ("device ?" if device is None else f"device {device}")
+            events.append(_meta("process_name", pid, 0, proc))
         thread = ("stream ?" if stream == -1 else f"stream {stream}") + (f" · overlap lane {lane}" if lane else "")
-        events.append(_meta("process_name", pid, 0, proc))
         events.append(_meta("thread_name", pid, _tid(stream, lane), thread))
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": _tid(stream, lane),
                        "args": {"sort_index": int(stream) * 64 + int(lane)}})
