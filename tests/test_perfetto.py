@@ -11,7 +11,9 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+from bisect import bisect_right
 from collections import Counter, defaultdict
+from itertools import accumulate
 from pathlib import Path
 
 import polars as pl
@@ -82,14 +84,22 @@ def _check_format_rules(doc: dict) -> None:
                 stack.pop()
             assert not stack or end <= stack[-1], f"track {track}: [{s}, {end}] crosses the end of an enclosing slice"
             stack.append(end)
+    # per track: starts sorted, the running max of ends, the set of starts (to test a flow's binding)
+    index = {}
+    for track, spans in slices.items():
+        spans.sort()
+        ends = list(accumulate((e for _, e in spans), max))
+        index[track] = ([s for s, _ in spans], ends, {s for s, _ in spans})
     for fid, pair in flows.items():  # one start, one end; each bound to a slice of its track
         assert sorted(e["ph"] for e in pair) == ["f", "s"], (fid, pair)
         for e in pair:
             t = _ns(e["ts"])
-            assert any(s <= t <= end for s, end in slices[(e["pid"], e["tid"])]), (fid, e)
+            starts, ends, _ = index[(e["pid"], e["tid"])]
+            i = bisect_right(starts, t)  # some slice starting at or before t ends at or after it
+            assert i and ends[i - 1] >= t, (fid, e)
         f = next(e for e in pair if e["ph"] == "f")
         assert f["bp"] == "e"
-        assert any(s == _ns(f["ts"]) for s, _ in slices[(f["pid"], f["tid"])]), f  # at the op's own start
+        assert _ns(f["ts"]) in index[(f["pid"], f["tid"])][2], f  # at the op's own start
 
 
 @pytest.mark.parametrize("which", ["example", "qwen"])
@@ -150,7 +160,7 @@ def test_findings_are_slices_on_their_own_track_with_flows_to_the_ops_they_name(
     assert len(fs) == len(example.findings) == 5
     assert {e["pid"] for e in fs} == {FINDINGS_PID}
     ops = example.ops.to_dicts()
-    flows_s = Counter(e["tid"] for e in ev if e["ph"] == "s")
+    flows_s = Counter(e["tid"] for e in ev if e["ph"] == "s" and e["cat"] == "traceroof_flow")
     op_at = {(e["pid"], e["tid"], e["ts"]): e for e in ev if e["ph"] == "X" and e["cat"] == "kernel"}
     total = 0
     for e in fs:
@@ -169,6 +179,28 @@ def test_findings_are_slices_on_their_own_track_with_flows_to_the_ops_they_name(
     # the host-sync finding names cudaDeviceSynchronize, a host call: no device op, no flow
     sync = next(e for e in fs if e["args"]["kind"] == "host_device_copies")
     assert sync["args"]["ops_matched"] == 0
+
+
+def test_launches_are_host_slices_with_a_flow_to_each_op_they_launched(qwen, tmp_path):
+    _, doc = _export(qwen, tmp_path)
+    ev = doc["traceEvents"]
+    launches = [e for e in ev if e["ph"] == "X" and e["cat"] == "cuda_runtime"]
+    linked = [o for o in qwen.ops.to_dicts() if o["launch_start_ns"] is not None]
+    # one slice per distinct launch (a graph launch runs many kernels under one correlation)
+    assert len(launches) == len({(o["rank"], o["correlation"], o["launch_start_ns"]) for o in linked}) == doc["traceroof"]["launches"]
+    assert len(linked) == 1707 - 509  # the trace's warning: 509 device ops have no host launch
+    by_id: dict[int, dict] = defaultdict(dict)
+    for e in ev:
+        if e.get("cat") == "ac2g":
+            by_id[e["id"]][e["ph"]] = e
+    assert len(by_id) == len(linked)
+    launch_at = {(e["pid"], e["tid"], e["ts"]): e for e in launches}
+    op_at = {(e["pid"], e["tid"], e["ts"]): e for e in ev if e["ph"] == "X" and e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")}
+    for pair in by_id.values():
+        start, end = pair["s"], pair["f"]
+        la = launch_at[(start["pid"], start["tid"], start["ts"])]
+        op = op_at[(end["pid"], end["tid"], end["ts"])]
+        assert la["args"]["correlation"] == op["args"]["correlation"]
 
 
 def test_step_counter_is_the_sum_of_expected_op_times(example, tmp_path):
@@ -206,12 +238,15 @@ def test_hta_reads_the_tracks_slices_and_args(qwen, tmp_path, caplog):
     assert cats["kernel"] == sum(n for k, n in kinds.items() if k not in ("memcpy", "memset"))
     assert (cats["gpu_memcpy"], cats["gpu_memset"]) == (kinds["memcpy"], kinds["memset"]) == (1, 241)
     assert cats["traceroof_finding"] == len(qwen.findings) and cats["traceroof_step"] == qwen.steps.height
+    assert cats["cuda_runtime"] == 1707 - 509  # one launch per linked op (the trace warns of 509 unlinked)
     dev = df[df["cat"].map(lambda i: sym[i] in ("kernel", "gpu_memcpy", "gpu_memset"))]
     tracks = sorted({(int(p), int(s)) for p, s in zip(dev["pid"], dev["stream"])})
     want = sorted({(0 * 1000 + int(d), int(s)) for d, s in qwen.ops.select("device", "stream").iter_rows()})
     assert tracks == want
     assert int(dev["expected_ns"].notna().sum()) == int(qwen.ops["expected_ns"].is_not_null().sum())
     assert set(dev["bound"]) == set(qwen.ops["bound"].to_list())
+    # HTA links each launched op to its launch by correlation (index_correlation: the other event's index)
+    assert int((dev["index_correlation"] > 0).sum()) == 1707 - 509
     # HTA rounds ns timestamps to whole µs, start up and end down (trace_parser.round_down_time_stamps)
     o = qwen.ops.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     assert sorted(int(x) for x in dev["ts"]) == sorted(-(-s // 1000) for s in o["start_ns"].to_list())
@@ -229,6 +264,10 @@ def test_traceroof_reads_the_export_back(qwen, tmp_path):
     assert a["dur_ns"].to_list() == b["dur_ns"].to_list() and a["name"].to_list() == b["name"].to_list()
     assert a["stream"].to_list() == b["stream"].to_list() and a["device"].to_list() == b["device"].to_list()
     assert Counter(map(str, b["kind"].to_list()))["memset"] == 241
+    # the launches link back to their kernels by correlation, at the same times
+    rel = lambda df, t0: [None if x is None else x - t0 for x in df["launch_start_ns"].to_list()]  # noqa: E731
+    assert rel(a, a0) == rel(b, b0) and b["launch_start_ns"].is_not_null().sum() == 1707 - 509
+    assert any(w.startswith("509 device ops (30.1% of device time) have no host launch") for w in back.meta.warnings)
 
 
 def test_overlapping_ops_of_one_stream_go_to_an_overlap_lane(tmp_path):

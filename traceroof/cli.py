@@ -333,6 +333,7 @@ def _write_perfetto(report: Any, path: str) -> None:
         raise UsageError(f"--perfetto {path}: the report holds no op table (saved without ops): nothing to export")
     out = write_perfetto(report, path)
     _progress(f"perfetto trace written to {path}: {units.plural(out.ops, 'device op')}, "
+              f"{units.plural(out.launches, 'host launch', 'host launches')}, "
               f"{units.plural(out.findings, 'finding')} ({units.plural(out.flows, 'flow')}), "
               f"{units.plural(out.steps, 'step')}")
     for note in out.notes:

@@ -17,6 +17,10 @@ What it holds (docs/cli.md, "Perfetto export"):
   ``gap_ns``, ``bound``, ``efficiency``, ``flops``, ``hbm_bytes``, ``intensity_flop_per_byte``,
   ``compute_dtype``, ``peak_dtype``, ``kind``, ``op``, ``step``, ``cost_source``, ``device``,
   ``stream``, ``correlation``. Unknown is JSON null, never 0.
+* per rank, a process "rank R · host launches": each launch the op table links to its
+  device ops (``launch_start_ns``, ``launch_dur_ns``, ``correlation``) as a ``cuda_runtime``
+  slice, with a flow (``ac2g``, as Kineto writes) to each op it launched; the op table keeps no
+  host thread, so a rank's launches share one track (in lanes where they overlap).
 * one process "traceroof findings": each finding an ``X`` slice (lanes so that none overlap)
   with a flow to each op it names (at most :data:`MAX_FLOWS` per finding, largest gap first;
   the slice's args say how many ops matched and how many flows were drawn).
@@ -49,6 +53,10 @@ MAX_FLOWS = 20
 FINDINGS_PID = 1 << 30
 #: pid of rank R's steps process: STEPS_PID_BASE + R
 STEPS_PID_BASE = (1 << 30) + 1
+#: pid of rank R's host-launches process: LAUNCH_PID_BASE + R
+LAUNCH_PID_BASE = (1 << 30) + (1 << 24)
+#: flow ids of launch → device op arrows start here (finding flows count from 1)
+LAUNCH_FLOW_BASE = 1 << 40
 #: Kineto category of a device op, by kind (every other kind is a ``kernel``)
 DEVICE_CATEGORY = {"memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 #: the op-table columns each device-op slice carries as args (arg name → column)
@@ -70,6 +78,7 @@ class PerfettoExport:
         ops: device-op slices written (every op of the report's op table).
         overlap_lanes: ops moved to an overlap lane of their stream (they overlapped an
             earlier op of the same stream).
+        launches: host-launch slices written (each with a flow to every op it launched).
         findings: finding slices written; ``flows``: flows drawn from them to ops.
         steps: step slices written.
         notes: what the export left out or placed by a rule (shown by the CLI).
@@ -78,6 +87,7 @@ class PerfettoExport:
     events: list[dict[str, Any]]
     ops: int = 0
     overlap_lanes: int = 0
+    launches: int = 0
     findings: int = 0
     flows: int = 0
     steps: int = 0
@@ -226,6 +236,42 @@ def _finding_events(report: Report, ops: pl.DataFrame, where: dict[int, tuple[in
         out.findings += 1
 
 
+def _launch_events(ops: pl.DataFrame, where: dict[int, tuple[int, int]], out: PerfettoExport) -> None:
+    """Per rank, a "host launches" process: each distinct launch (correlation, start) of the
+    op table as a ``cuda_runtime`` slice, and a flow (Kineto's ``ac2g``) to each device op it
+    launched. The op table keeps no host thread, so the launches of a rank share one track,
+    in lanes where they overlap."""
+    if "launch_start_ns" not in ops.columns:
+        return
+    la = ops.with_row_index("_row").filter(pl.col("launch_start_ns").is_not_null()).select(
+        "_row", "rank", "name", "correlation", "launch_start_ns", pl.col("launch_dur_ns").fill_null(0).alias("_d"))
+    if la.height == 0:
+        return
+    calls = la.group_by("rank", "correlation", "launch_start_ns", maintain_order=True).agg(
+        pl.col("_d").max(), pl.col("_row"), pl.col("name").first()).sort("rank", "launch_start_ns", "correlation")
+    for (rank,), grp in calls.group_by("rank", maintain_order=True):
+        pid = LAUNCH_PID_BASE + int(rank)
+        starts = grp["launch_start_ns"].to_list()
+        lanes = _lanes(starts, [s + d for s, d in zip(starts, grp["_d"].to_list())])
+        out.events.append(_meta("process_name", pid, 0, f"rank {rank} · host launches"))
+        for lane in sorted(set(lanes)):
+            out.events.append(_meta("thread_name", pid, lane, "launches" + (f" · lane {lane}" if lane else "")))
+        for (s, d, rows, name, corr), lane in zip(grp.select("launch_start_ns", "_d", "_row", "name", "correlation")
+                                                  .iter_rows(), lanes):
+            out.events.append({"ph": "X", "cat": "cuda_runtime", "name": "launch", "pid": pid, "tid": lane,
+                               "ts": _us(s), "dur": _us(d), "args": {"correlation": corr, "device_ops": len(rows),
+                                                                     "first_device_op": name}})
+            out.launches += 1
+            for row in rows:
+                fid = LAUNCH_FLOW_BASE + row
+                op_pid, op_tid = where[row]
+                start = int(ops["start_ns"][row])
+                out.events.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": fid, "pid": pid, "tid": lane,
+                                   "ts": _us(s)})
+                out.events.append({"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "id": fid, "pid": op_pid,
+                                   "tid": op_tid, "ts": _us(start)})
+
+
 def _step_events(report: Report, ops: pl.DataFrame, out: PerfettoExport) -> None:
     """Per rank: step slices and the two counter tracks (sum of expected op times, wall)."""
     steps = report.steps
@@ -282,6 +328,7 @@ def trace_events(report: Report) -> PerfettoExport:
         out.notes.append(f"{out.overlap_lanes:,} ops overlap an earlier op of their stream: drawn on "
                          "'overlap lane' tracks of that stream")
     if ops.height:
+        _launch_events(ops, where, out)
         _finding_events(report, ops, where, out)
         _step_events(report, ops, out)
     return out
@@ -306,7 +353,7 @@ def write_perfetto(report: Report, path: str | os.PathLike[str]) -> PerfettoExpo
     doc |= {
         "traceroof": {"version": report.traceroof_version, "schema_version": report.schema_version,
                       "sources": report.trace.sources, "chip": report.chip.name if report.chip else None,
-                      "ops": out.ops, "findings": out.findings, "flows": out.flows, "steps": out.steps,
+                      "ops": out.ops, "launches": out.launches, "findings": out.findings, "flows": out.flows, "steps": out.steps,
                       "overlap_lanes": out.overlap_lanes, "notes": out.notes,
                       "times": "µs since the trace origin (the report's start_ns = 0)"},
         "traceEvents": out.events,
