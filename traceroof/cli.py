@@ -33,7 +33,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from . import __version__, cli_perfetto
 from .errors import TraceroofError
 
 logger = logging.getLogger("traceroof")
@@ -250,6 +250,9 @@ class _RendererChoice(click.Choice):
 @click.option("--capture-trace", "capture_traces", metavar="PATH", multiple=True, type=click.Path(path_type=str),
               help="A CUDA-graph capture trace (file or folder; repeatable) to attribute graph replays from. "
               "Default: the capture_traces/ or graph_capture_profile/ folder beside TRACE; 'none': no capture trace.")
+@click.option("--perfetto", "perfetto_out", metavar="OUT.json.gz", type=click.Path(dir_okay=False, path_type=str),
+              help="Also write the device ops (with their roofline), findings and steps as a Perfetto/Chrome "
+              "trace (gzip when it ends in .gz); see docs/sharing.md.")
 @model_options
 @jobs_option
 @quiet_option
@@ -259,7 +262,8 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
             rank: int | None, step: int | None, group_by: str | None, findings_opt: str | None,
             capture_traces: tuple[str, ...],
             model_path: str | None, tokens_per_step: float | None, seq_len: int | None, mode: str,
-            model_flops_per_step: float | None, devices: int | None, jobs: int | None) -> None:
+            model_flops_per_step: float | None, devices: int | None, jobs: int | None,
+            perfetto_out: str | None = None) -> None:
     """Rank the ops of TRACE by the time they lost against the roofline.
 
     TRACE is a Kineto JSON (.json, .json.gz), a .tar.gz or directory of per-rank traces,
@@ -276,6 +280,7 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
       traceroof analyze 'run/rank-*.json.gz' --jobs 8
       traceroof analyze trace.json.gz --model config.json --tokens-per-step 16384
       traceroof analyze decode.json.gz --capture-trace run/capture_traces/
+      traceroof analyze trace.json.gz -o report.html --perfetto trace.roofline.json.gz
     """
     from .analysis import load_report
     from .outputs import check_output_file
@@ -283,6 +288,8 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
 
     if output:
         check_output_file(output)
+    if perfetto_out:
+        cli_perfetto.check_path(perfetto_out)
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
     names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
 
@@ -297,6 +304,8 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
                          analyzing=_analyzing, rank=rank, step=step, group_by=group_by,
                          model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices,
                          findings=names, capture_traces=captures)
+    if perfetto_out:
+        cli_perfetto.write(report, perfetto_out, _progress)
     if fmt is None:
         fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"
     if output and fmt == "json":
@@ -503,6 +512,33 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
     if error:
         click.echo(error, err=True)
     web.run(dash_app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
+
+
+@cli.command()
+@debug_option
+@_handle_errors
+def mcp() -> None:
+    """Serve traceroof to agents over the Model Context Protocol (stdio).
+
+    Tools: analyze_trace, diff_reports, explain_finding, list_chips, estimate_model; each
+    returns versioned JSON. Started by an MCP client, not by hand (see docs/agents.md).
+    Needs the mcp extra: pip install 'traceroof[mcp]'.
+
+    \b
+    Example (Claude Code):
+      claude mcp add traceroof -- traceroof mcp
+    """
+    try:
+        from .mcp_server import serve
+    except ImportError as exc:  # pragma: no cover - the module itself imports only traceroof
+        raise click.UsageError(str(exc)) from exc
+    try:
+        import mcp as _sdk  # noqa: F401
+    except ImportError as exc:
+        from .errors import UsageError
+
+        raise UsageError(f"mcp needs the mcp extra ({exc.name} is missing): pip install 'traceroof[mcp]'") from exc
+    serve()
 
 
 #: jemalloc (polars' allocator) settings for the command line and its worker processes:

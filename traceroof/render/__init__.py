@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from ..report import Report
 from . import csv as _csv
+from . import html as _html
 from . import json as _json
 from . import markdown as _markdown
 from . import table as _table
@@ -21,10 +22,11 @@ RENDERERS: dict[str, Renderer] = {
     "json": _json.render,
     "markdown": _markdown.render,
     "csv": _csv.render,
+    "html": _html.render,
 }
 
 #: output-file suffix → renderer name, for ``-o FILE`` without ``--format``.
-SUFFIXES = {".json": "json", ".md": "markdown", ".csv": "csv", ".txt": "table"}
+SUFFIXES = {".json": "json", ".md": "markdown", ".csv": "csv", ".txt": "table", ".html": "html"}
 
 
 def render(report: Report, fmt: str = "table", *, top: int = 20) -> str:
