@@ -130,11 +130,14 @@ def replace_warning(warnings: list[str], replays: Replays, device_ns: int) -> li
     if info is None or not info.kernels_matched:
         return warnings
     left = info.kernels - info.kernels_matched
-    w = (f"{info.kernels} kernels have no launch in the trace (queued before the host recording began): "
-         f"{info.kernels_matched} of them ({info.attributed_ns / max(device_ns, 1):.1%} of device time) were "
-         "given the framework ops and shapes of the identical kernel sequence the trace links (eager match: "
-         "its shapes assumed)" + (f"; {left} have no framework op or shapes" if left else "")
-         + "; copies and fills without a launch keep the byte counts the trace records")
+    parse = next((x for x in warnings if _PARSE_WARNING in x), None)
+    head = (parse.split(" (no matching correlation)")[0] if parse
+            else f"{info.kernels} kernels have no host launch in the trace window")
+    w = (f"{head} (queued before the host recording began): {info.kernels_matched} of its {info.kernels} kernels "
+         f"({info.attributed_ns / max(device_ns, 1):.1%} of device time) were given the framework ops and shapes "
+         "of the identical kernel sequence the trace links (eager match: its shapes assumed)"
+         + (f"; {left} have no framework op or shapes" if left else "")
+         + "; copies and fills keep the byte counts the trace records")
     return [x for x in warnings if _PARSE_WARNING not in x] + [w]
 
 
