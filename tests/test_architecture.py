@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tables", ("schema", "trace", "merge", "duplicates", "parallel")),
     # what an op costs on a chip: chips, cost formulas, roofline, model FLOPs, MFU/HFU, estimate
     ("cost model", ("chip_table", "chip_detect", "chips", "costs.", "costing", "costing_tbe", "roofline", "mfu",
-                    "model_config", "model", "estimate")),
+                    "model_config", "model", "estimate", "estimate_train", "estimate_memory",
+                    "estimate_parallel", "estimate_serve", "estimate_plan", "estimate_floor")),
     # one module per input format behind the registry, and the cache they can be stored in
     ("readers", ("parsers.", "cache")),
     # the one input door, ingest above the cache, step segmentation
@@ -39,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the analysis pipeline and what it produces
     ("report", ("report", "report_schema", "accounting", "utilization", "analysis", "gate", "capture")),
     # the faces: text renderers, dashboard, command line
-    ("faces", ("render.", "web.", "cli", "__main__")),
+    ("faces", ("render.", "web.", "cli", "cli_estimate", "__main__")),
 ]
 
 #: files allowed over 600 lines, with the reason
