@@ -380,6 +380,7 @@ def chips(fmt: str) -> None:
 
 @cli.command()
 @estimate_options
+@quiet_option
 @debug_option
 @_handle_errors
 def estimate(model_path: str, chip: str | None, fmt: str, plot: str | None, kv_budget_gb: float | None,

@@ -117,7 +117,9 @@ def plan_estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: in
                             seq_len=seq_len, hbm_bytes=est.hbm_bytes, tp=lay.tp,
                             hbm_utilization=hbm_utilization)
     parallel, found, tried, rejected = None, [], 0, 0
-    if lay.chips > 1 or search:
+    serving_asked = serve or prompt_tokens is not None or tpot_target_s is not None
+    # a layout alone (no training batch) with serving is the serving group: no training step
+    if search or (lay.chips > 1 and (global_batch_tokens is not None or not serving_asked)):
         if global_batch_tokens is None:
             raise UsageError("a layout (--tp/--pp/--dp/--fsdp/--ep/--cp) or --search needs "
                              "--global-batch-tokens (tokens per optimizer step, all chips)")
@@ -131,7 +133,7 @@ def plan_estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: in
         else:
             parallel = plan_layout(cfg, chip_spec, lay, **kw)  # type: ignore[arg-type]
     serving = None
-    if serve or prompt_tokens is not None or tpot_target_s is not None:
+    if serving_asked:
         serving = serving_plan(
             cfg, position=seq_len, prompt_tokens=prompt_tokens or seq_len,
             bytes_per_param=est.bytes_per_param, weight_dtype=est.weight_dtype,

@@ -33,6 +33,13 @@ def sweep_figure(plan: EstimatePlan):  # noqa: ANN201 - plotly is imported lazil
         hovertemplate="batch %{customdata[0]}<br>%{customdata[1]:.2f} ms/token "
                       "(%{customdata[2]}-bound)<br>%{x:,.0f} tok/s/chip<br>%{y:,.1f} tok/s/user"
                       "<extra></extra>"))
+    best = s.at_max_batch
+    if best is not None:
+        fig.add_trace(go.Scatter(
+            x=[best.tokens_per_s_per_chip], y=[best.tokens_per_s_per_user], mode="markers+text",
+            text=[f"largest within target: B={best.batch}"], textposition="bottom left",
+            marker={"symbol": "star", "size": 16}, name="largest batch within the target",
+            hovertemplate=f"largest batch within the target: {best.batch}<extra></extra>"))
     if s.tpot_target_s is not None:
         fig.add_hline(y=1 / s.tpot_target_s, line_dash="dash",
                       annotation_text=f"target {s.tpot_target_s * 1e3:g} ms/token")

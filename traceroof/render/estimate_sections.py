@@ -52,7 +52,7 @@ def _usd(v: float | None) -> str:
 
 def training_section(t: TrainingPlan) -> Section:
     rows: list[Row] = [
-        ("tokens", f"{t.tokens:,.4g}", t.tokens_from),
+        ("tokens", units.count_exact(t.tokens), t.tokens_from),
         ("6·N·T", f"{t.linear_flops:.3e} FLOP", "training FLOPs per token 6N_active x tokens"),
         (f"attention term (S={t.seq_len:,})", f"{t.attention_flops:.3e} FLOP",
          "3 x 4·L·d_attn·(S+1)/2 per token x tokens"),
@@ -122,11 +122,11 @@ def _time(v: float | None) -> str:
 def parallel_section(p: ParallelPlan) -> Section:
     rows: list[Row] = [
         ("global batch", f"{p.global_batch_tokens:,.0f} tokens",
-         f"{p.micro_batches} micro-batches of {p.layout.micro_batch} x {p.seq_len:,} per "
-         "data-parallel rank"),
+         f"{units.plural(p.micro_batches, 'micro-batch', 'micro-batches')} of "
+         f"{p.layout.micro_batch} x {p.seq_len:,} per data-parallel rank"),
         ("compute", units.seconds(p.compute_s),
-         f"step FLOPs {p.step_flops:.3e} / ({p.layout.chips:,} chips x peak x MFU "
-         f"{units.pct(p.mfu)})"),
+         f"step FLOPs {p.step_flops:.3e} / ({p.layout.chips:,} chips x peak"
+         + (" x MFU " + units.pct(p.mfu) + ")" if p.mfu < 1 else "): the floor; --mfu scales it")),
         ("pipeline bubble", units.seconds(p.bubble_s), "(pp - 1) / m x compute"),
         ("exposed communication", _time(p.exposed_comm_s),
          "tp, ep, pp transfers + what dp/fsdp/cp transfers exceed the compute"),
@@ -203,9 +203,11 @@ def serving_section(s: ServingPlan) -> Section:
                      if b else "none: batch 1 already misses the target"))
         if s.at_max_batch is not None:
             d = s.at_max_batch
+            cost = ("cost unknown (no --price-per-chip-hour)" if d.cost_per_million_tokens_usd is None
+                    else f"{_usd(d.cost_per_million_tokens_usd)} per M tokens")
             rows.append(("  at that batch", f"{d.tokens_per_s_per_chip:,.0f} tok/s/chip",
                          f"{units.seconds(d.time_s)} per token, {d.tokens_per_s_per_user:,.1f} "
-                         f"tok/s per user, {_usd(d.cost_per_million_tokens_usd)} per M tokens"))
+                         f"tok/s per user, {cost}"))
     grid = Grid(
         f"decode at position {s.position:,} (weights {s.weight_dtype}, tp={s.tp})",
         ("batch", "time/token", "bound", "tok/s/user", "tok/s/chip", "$/M tokens"),
