@@ -111,3 +111,50 @@ def test_bad_layouts(ref7b) -> None:
         training_memory(ref7b, Layout(ep=2, fsdp=2), seq_len=4096, hbm_bytes=80e9)
     with pytest.raises(UsageError, match="--recompute must be one of"):
         activation_bytes_per_token_layer(ref7b, 4096, "some")  # type: ignore[arg-type]
+
+
+def test_activation_formula_against_torch_saved_tensors() -> None:
+    """Independent oracle: the bytes autograd saves for backward in an eager bf16 GPT-style
+    block (LayerNorm, separate Q/K/V projections, softmax attention, GELU MLP), counted with
+    ``torch.autograd.graph.saved_tensors_hooks`` (each storage once, parameters left out)."""
+    import torch  # a test dependency (the CPU build)
+
+    nn, F = torch.nn, torch.nn.functional
+    h, a, ff, S, B = 64, 4, 256, 32, 2
+    cfg = load_model_config({"model_type": "gpt2", "n_layer": 1, "n_embd": h, "n_head": a,
+                             "n_inner": ff, "vocab_size": 100, "n_positions": S})
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+            self.q, self.k, self.v, self.o = (nn.Linear(h, h) for _ in range(4))
+            self.fc1, self.fc2 = nn.Linear(h, ff), nn.Linear(ff, h)
+
+        def forward(self, x):
+            y = self.ln1(x)
+            q, k, v = (p(y).view(B, S, a, h // a).transpose(1, 2) for p in (self.q, self.k, self.v))
+            att = torch.softmax(q @ k.transpose(-1, -2) * (h // a) ** -0.5, dim=-1)
+            x = x + self.o((att @ v).transpose(1, 2).reshape(B, S, h))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    block = Block().to(torch.bfloat16)
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            saved[st.data_ptr()] = st.nbytes()
+        return t
+
+    x = torch.randn(B, S, h, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x)
+    per_token = sum(saved.values()) / (B * S)
+    # formula, no recomputation: 2·(h + d_attn + 2·d_kv + d_v) + 2·a·S + 2·(h + 2·ff) + 4h
+    # = 2·5·64 + 2·4·32 + 2·(64 + 512) + 256 = 640 + 256 + 1152 + 256 = 2,304 B
+    formula = activation_bytes_per_token_layer(cfg, S, "none")
+    assert formula == 2_304
+    # torch saves exactly that plus each LayerNorm's mean and rstd (bf16): 2 norms · 2 · 2 B
+    assert per_token == formula + 8

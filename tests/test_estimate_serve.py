@@ -136,3 +136,25 @@ def test_sweep_batches_and_bad_values(ref7b) -> None:
         _plan(ref7b, tpot_target_s=-0.001)
     with pytest.raises(UsageError, match="batch, position and --tp must be positive"):
         decode_point(ref7b, 0, 4096, bytes_per_param=2.0, kv_dtype="bf16", **H100)
+
+
+def test_mla_attention_flops_against_flop_counter() -> None:
+    """Independent oracle: torch's FlopCounterMode on scaled_dot_product_attention with MLA's
+    shapes (query/key heads of d_nope + d_rope = 192, value heads of 128)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from traceroof.model import model_flops_breakdown
+
+    raw = json.loads((MODELS / "deepseek-v2-lite.json").read_text())
+    ds = load_model_config({**raw, "num_hidden_layers": 1, "first_k_dense_replace": 0})
+    B, H, S = 2, ds.num_heads, 64
+    q = torch.randn(B, H, S, 192)
+    k = torch.randn(B, H, S, 192)
+    v = torch.randn(B, H, S, 128)
+    with FlopCounterMode(display=False) as fc:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    # ours, full mask: 2·(d_attn + d_v)·S² per sequence = 2·(16·192 + 16·128)·64² · 2 sequences
+    ours = model_flops_breakdown(ds, B * S, "infer", seq_len=S, causal=False).attention
+    assert ours == 2 * (16 * 192 + 16 * 128) * S * S * B
+    assert ours == fc.get_total_flops()
