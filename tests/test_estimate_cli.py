@@ -83,7 +83,12 @@ def test_json_training_example() -> None:
     (("--search", "--global-batch-tokens", "1e6"), "--search needs --chips"),
     (("--dtype", "int4"), "--weight-dtype int4"),
     (("--tpot-ms", "0"), "--tpot-ms"),
-    (("--chips", "16", "--tp", "2", "--global-batch-tokens", "1e6"), "--chips 16 disagrees"),
+    (("--chips", "16", "--tp", "2", "--tokens", "1e9", "--mfu", "0.4"), "--chips 16 disagrees"),
+    (("--chips", "16"), "no section uses --chips"),
+    (("--price-per-chip-hour", "2", "--global-batch-tokens", "1e6"),
+     "no section uses --price-per-chip-hour (used by --tokens/--hours and --serve); "
+     "--global-batch-tokens"),
+    (("--cp", "3", "--global-batch-tokens", "1e6"), "--cp 3 must divide the sequence length"),
 ])
 def test_bad_values_are_one_line_exit_2(args, needle) -> None:
     res = _run("estimate", "--model", M7, "--chip", "h100", *args)

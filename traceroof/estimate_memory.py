@@ -229,6 +229,8 @@ def training_memory(cfg: ModelConfig, layout: Layout, *, seq_len: int, hbm_bytes
         UsageError: a layout that cannot hold the model (:meth:`Layout.check`), a bad mode.
     """
     layout.check(cfg)
+    if seq_len % layout.cp:
+        raise UsageError(f"--cp {layout.cp} must divide the sequence length --seq {seq_len}")
     p = param_counts(cfg)
     held = _state_params_per_device(cfg, p, layout)
     micro_tokens = layout.micro_batch * seq_len / layout.cp

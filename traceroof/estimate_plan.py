@@ -67,6 +67,52 @@ def _layout(opts: dict[str, int | None]) -> Layout:
     return Layout(**{k: (v if v is not None else 1) for k, v in opts.items()})
 
 
+def _check_unused(*, training: bool, search: bool, layout: bool, serving: bool,
+                  chips: int | None, mfu: float | None, price: float | None,
+                  global_batch: float | None) -> None:
+    """Raises UsageError for an option no asked-for section uses (nothing is ignored
+    silently): --chips needs training totals or --search; --mfu training or a layout;
+    --price-per-chip-hour training or serving; --global-batch-tokens a layout or --search."""
+    unused = []
+    if chips is not None and not (training or search):
+        unused.append("--chips (used by --tokens/--hours and --search)")
+    if mfu is not None and not (training or search or layout):
+        unused.append("--mfu (used by --tokens/--hours, a layout and --search)")
+    if price is not None and not (training or serving):
+        unused.append("--price-per-chip-hour (used by --tokens/--hours and --serve)")
+    if global_batch is not None and not (search or layout):
+        unused.append("--global-batch-tokens (used by a layout and --search)")
+    if unused:
+        raise UsageError("no section uses " + "; ".join(unused))
+
+
+def _parallel(cfg: ModelConfig, chip: Any, lay: Layout, *, search: bool, serving: bool,
+              n_chips: int | None, peak_flops_per_s: float, global_batch_tokens: float | None,
+              seq_len: int, mfu: float | None, recompute: str,
+              hbm_utilization: float) -> tuple[ParallelPlan | None, list[ParallelPlan], int, int]:
+    """The parallel section: (the layout's plan, the searched layouts, tried, rejected). A
+    layout given with serving and no training batch is the serving group: no training step.
+
+    Raises:
+        UsageError: a layout or --search without --global-batch-tokens, --search without
+            --chips."""
+    if not (search or (lay.chips > 1 and (global_batch_tokens is not None or not serving))):
+        return None, [], 0, 0
+    if global_batch_tokens is None:
+        raise UsageError("a layout (--tp/--pp/--dp/--fsdp/--ep/--cp) or --search needs "
+                         "--global-batch-tokens (tokens per optimizer step, all chips)")
+    kw: dict[str, Any] = dict(peak_flops_per_s=peak_flops_per_s,
+                              global_batch_tokens=global_batch_tokens, seq_len=seq_len,
+                              mfu=mfu or 1.0, recompute=recompute,
+                              hbm_utilization=hbm_utilization)
+    if not search:
+        return plan_layout(cfg, chip, lay, **kw), [], 0, 0
+    if n_chips is None:
+        raise UsageError("--search needs --chips (how many chips to lay out)")
+    found, tried, rejected = search_layouts(cfg, chip, n_chips, **kw)
+    return None, found, tried, rejected
+
+
 def plan_estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1,
                   dtype: str = "bf16", weight_dtype: str | None = None,
                   kv_dtype: str | None = None, kv_budget_bytes: float | None = None,
@@ -88,6 +134,11 @@ def plan_estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: in
     Raises:
         UsageError: a missing or contradictory option (the message names it).
     """
+    _check_unused(training=tokens is not None or hours is not None, search=search,
+                  layout=any((v or 1) > 1 for k, v in (layout or {}).items() if k != "micro_batch"),
+                  serving=serve or prompt_tokens is not None or tpot_target_s is not None,
+                  chips=chips, mfu=mfu, price=price_per_chip_hour_usd,
+                  global_batch=global_batch_tokens)
     est = estimate(cfg, chip, seq_len=seq_len, batch=batch, dtype=dtype, kv_dtype=kv_dtype,
                    weight_dtype=weight_dtype, hbm_utilization=hbm_utilization,
                    kv_budget_bytes=kv_budget_bytes)
@@ -116,22 +167,11 @@ def plan_estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: in
                             kv_bytes_per_sequence=est.kv_bytes_per_sequence, batch=batch,
                             seq_len=seq_len, hbm_bytes=est.hbm_bytes, tp=lay.tp,
                             hbm_utilization=hbm_utilization)
-    parallel, found, tried, rejected = None, [], 0, 0
     serving_asked = serve or prompt_tokens is not None or tpot_target_s is not None
-    # a layout alone (no training batch) with serving is the serving group: no training step
-    if search or (lay.chips > 1 and (global_batch_tokens is not None or not serving_asked)):
-        if global_batch_tokens is None:
-            raise UsageError("a layout (--tp/--pp/--dp/--fsdp/--ep/--cp) or --search needs "
-                             "--global-batch-tokens (tokens per optimizer step, all chips)")
-        kw = dict(peak_flops_per_s=peak, global_batch_tokens=global_batch_tokens,
-                  seq_len=seq_len, mfu=mfu or 1.0, recompute=recompute,
-                  hbm_utilization=hbm_utilization)
-        if search:
-            if n_chips is None:
-                raise UsageError("--search needs --chips (how many chips to lay out)")
-            found, tried, rejected = search_layouts(cfg, chip_spec, n_chips, **kw)  # type: ignore[arg-type]
-        else:
-            parallel = plan_layout(cfg, chip_spec, lay, **kw)  # type: ignore[arg-type]
+    parallel, found, tried, rejected = _parallel(
+        cfg, chip_spec, lay, search=search, serving=serving_asked, n_chips=n_chips,
+        peak_flops_per_s=peak, global_batch_tokens=global_batch_tokens, seq_len=seq_len,
+        mfu=mfu, recompute=recompute, hbm_utilization=hbm_utilization)
     serving = None
     if serving_asked:
         serving = serving_plan(
