@@ -416,12 +416,12 @@ def estimate(model_path: str, chip: str | None, fmt: str, plot: str | None, kv_b
         kv_budget_bytes=None if kv_budget_gb is None else kv_budget_gb * 1e9,
         tpot_target_s=None if tpot_ms is None else tpot_ms / 1e3, serve=opts.pop("serve") or bool(plot),
         **opts)
-    click.echo(render_estimate(plan, fmt), nl=False)
     if plot:
         from .render.estimate_plot import write_sweep_html
 
         write_sweep_html(plan, plot)
         _progress(f"latency-throughput chart written to {plot}")
+    click.echo(render_estimate(plan, fmt), nl=False)
 
 
 @cli.command()

@@ -192,7 +192,7 @@ def _markdown(sections: list[Section], notes: list[str], title: str) -> str:
         out += [f"| {_md_cell(q)} | {_md_cell(v)} | {_md_cell(h)} |" for q, v, h in s.rows]
         for g in s.grids:
             out += ["", f"{g.title}:", "", "| " + " | ".join(g.headers) + " |",
-                    "|" + "|".join("---" if i == 0 else "---:" for i in range(len(g.headers))) + "|"]
+                    "|" + "|".join("---" if i < g.left else "---:" for i in range(len(g.headers))) + "|"]
             out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in g.rows]
             if g.how:
                 out += ["", g.how]

@@ -199,8 +199,9 @@ def serving_section(s: ServingPlan) -> Section:
     if s.tpot_target_s is not None:
         b = s.max_batch_within_tpot or 0
         rows.append((f"largest batch within {s.tpot_target_s * 1e3:g} ms/token", f"{b:,}",
-                     "largest B <= concurrency with decode step t(B) <= target"
-                     if b else "none: batch 1 already misses the target"))
+                     "largest B <= concurrency with decode step t(B) <= target" if b else
+                     "none: no sequence fits in the KV budget" if not s.max_concurrent_sequences
+                     else "none: batch 1 already misses the target"))
         if s.at_max_batch is not None:
             d = s.at_max_batch
             cost = ("cost unknown (no --price-per-chip-hour)" if d.cost_per_million_tokens_usd is None
@@ -217,6 +218,10 @@ def serving_section(s: ServingPlan) -> Section:
         drop=("$/M tokens", "bound"),
         how="t(B) = max((weights read + B x KV at S) / (tp·HBM B/s), B·(2N + 4·L·d_attn·S) / "
             "(tp·peak)); per user 1/t, per chip B/(t·tp); $ = price x tp / 3600 / (B/t) x 1e6")
+    if not s.sweep:
+        return Section(f"Serving (tp={s.tp}, position {s.position:,})", rows, after=[
+            "no decode sweep: the weights leave no KV budget for one sequence (more --tp, "
+            "--weight-dtype int4, or --kv-budget-gb)"])
     return Section(f"Serving (tp={s.tp}, position {s.position:,})", rows, [grid])
 
 
