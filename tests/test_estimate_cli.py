@@ -163,3 +163,17 @@ def test_analyze_model_floor_below_and_above_the_step() -> None:
     assert res.exit_code == 0, res.output
     assert "| model floor (estimate) | 4.02 ms |" in res.output
     assert "ABOVE the measured step" in res.output
+
+
+def test_no_kv_budget_says_why_and_plot_is_refused_first(tmp_path) -> None:
+    # Mixtral's 93.41 GB of bf16 weights exceed 0.95 · 80 GB: KV budget −17.41 GB, no sequence
+    res = _run("estimate", "--model", MIX, "--chip", "h100", "--serve", "--tpot-ms", "30")
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "KV budget -17.41 GB" in flat and "max concurrent sequences 0" in flat
+    assert "none: no sequence fits in the KV budget" in flat
+    assert "no decode sweep: the weights leave no KV budget for one sequence" in flat
+    out = tmp_path / "x.html"
+    res = _run("estimate", "--model", MIX, "--chip", "h100", "--plot", str(out))
+    assert res.exit_code == 2 and "--plot needs a serving sweep" in res.output
+    assert "parameters N" not in res.output and not out.exists()
