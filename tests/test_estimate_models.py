@@ -12,7 +12,11 @@ import pytest
 from conftest import MODELS
 
 from traceroof.estimate import estimate
-from traceroof.estimate_memory import Layout, activation_bytes_per_token_layer, training_memory
+from traceroof.estimate_memory import (
+    Layout,
+    activation_bytes_per_token_layer,
+    training_memory,
+)
 from traceroof.estimate_serve import decode_point
 from traceroof.estimate_train import training_plan
 from traceroof.model import load_model_config, param_counts
