@@ -28,8 +28,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the op and host tables, and putting several of them together
     ("tables", ("schema", "trace", "merge", "duplicates", "parallel")),
     # what an op costs on a chip: chips, cost formulas, roofline, model FLOPs, MFU/HFU, estimate
-    ("cost model", ("chip_table", "chip_detect", "chips", "costs.", "costing", "costing_tbe", "costing_copies", "costing_why", "roofline", "mfu",
-                    "model_config", "model", "estimate")),
+    ("cost model", ("chip_table", "chip_detect", "chips", "costs.", "costing", "costing_tbe", "costing_copies",
+                    "costing_why", "roofline", "mfu", "model_config", "model", "estimate", "estimate_train",
+                    "estimate_memory", "estimate_parallel", "estimate_serve", "estimate_plan", "estimate_floor")),
     # one module per input format behind the registry, and the cache they can be stored in
     ("readers", ("parsers.", "cache")),
     # the one input door, ingest above the cache, step segmentation
@@ -39,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the analysis pipeline and what it produces
     ("report", ("report", "report_schema", "accounting", "utilization", "analysis", "gate", "capture")),
     # the faces: text renderers, dashboard, command line
-    ("faces", ("render.", "web.", "mcp_server", "cli", "cli_perfetto", "__main__")),
+    ("faces", ("render.", "web.", "mcp_server", "cli", "cli_perfetto", "cli_estimate", "__main__")),
 ]
 
 #: files allowed over 600 lines, with the reason

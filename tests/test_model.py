@@ -119,7 +119,8 @@ def test_bad_values() -> None:
         load_model_config({**base, "num_key_value_heads": 0})
     with pytest.raises(ModelConfigError, match="'hidden_size' must be a non-negative integer"):
         load_model_config({**base, "hidden_size": "4096"})
-    with pytest.raises(ModelConfigError, match="multi-head latent attention"):
+    # MLA needs its head widths (issue 18: MLA is accounted for, no longer refused)
+    with pytest.raises(ModelConfigError, match="missing required key 'qk_nope_head_dim'"):
         load_model_config({**base, "kv_lora_rank": 512})
     with pytest.raises(ModelConfigError, match="mlp_type"):
         load_model_config({**base, "mlp_type": "weird"})

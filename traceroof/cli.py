@@ -34,6 +34,7 @@ from typing import Any
 import click
 
 from . import __version__, cli_perfetto
+from .cli_estimate import estimate_options
 from .errors import TraceroofError
 
 logger = logging.getLogger("traceroof")
@@ -313,6 +314,10 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
         _progress(f"report written to {output}")
         return
     text = render(report, fmt, top=top)
+    if mflops and fmt in ("table", "markdown"):
+        from .cli_estimate import with_model_floor
+
+        text = with_model_floor(text, report, model_path, mode, tokens_per_step, fmt)
     if output:
         Path(output).write_text(text)
         _progress(f"{fmt} written to {output}")
@@ -391,33 +396,49 @@ def chips(fmt: str) -> None:
 
 
 @cli.command()
-@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Hugging Face-style config.json.")
-@chip_option
-@click.option("--seq", "seq_len", type=click.IntRange(min=1), default=4096, show_default=True, help="Sequence length (tokens).")
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per batch.")
-@click.option("--dtype", default="bf16", show_default=True, help="Weight/compute dtype.")
-@click.option("--kv-dtype", help="KV-cache dtype (default: --dtype).")
-@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
+@estimate_options
+@quiet_option
 @debug_option
 @_handle_errors
-def estimate(model_path: str, chip: str | None, seq_len: int, batch: int, dtype: str,
-             kv_dtype: str | None, fmt: str) -> None:
-    """First-principles numbers to check a trace against: parameters, FLOPs per token,
-    KV cache, decode floor, ridge point, crossover context length.
+def estimate(model_path: str, chip: str | None, fmt: str, plot: str | None, kv_budget_gb: float | None,
+             tpot_ms: float | None, price: float | None, **opts: Any) -> None:
+    """First-principles numbers for a model on a chip, before any trace: parameters, FLOPs
+    per token, KV cache, decode floor, ridge point; training totals, memory, parallel
+    layouts and serving when asked.
 
     \b
-    Example:
+    Examples:
       traceroof estimate --model config.json --chip h100 --seq 4096 --batch 8
+      traceroof estimate --model 70b.json --chip tpu-v5p --tokens 15e12 --chips 8960 --mfu 0.4
+      traceroof estimate --model 70b.json --chip h100 --tp 8 --pp 4 --fsdp 32 --global-batch-tokens 4e6
+      traceroof estimate --model 7b.json --chip h100 --serve --tpot-ms 20 --price-per-chip-hour 2.5
     """
-    from .estimate import estimate as run_estimate
+    from .estimate_plan import plan_estimate
     from .model import load_model_config
     from .render.estimate import render_estimate
 
     if not chip:
         raise click.UsageError("estimate needs --chip NAME (see `traceroof chips`)")
-    est = run_estimate(load_model_config(model_path), chip, seq_len=seq_len, batch=batch, dtype=dtype, kv_dtype=kv_dtype)
-    click.echo(render_estimate(est, fmt))
+    if plot:
+        from .errors import OutputError
+        from .outputs import check_output_file
+
+        try:
+            check_output_file(plot)
+        except OutputError as e:
+            raise OutputError(str(e).replace("-o ", "--plot ", 1)) from None
+    layout = {k: opts.pop(k) for k in ("tp", "pp", "dp", "fsdp", "ep", "cp", "micro_batch")}
+    plan = plan_estimate(
+        load_model_config(model_path), chip, layout=layout, price_per_chip_hour_usd=price,
+        kv_budget_bytes=None if kv_budget_gb is None else kv_budget_gb * 1e9,
+        tpot_target_s=None if tpot_ms is None else tpot_ms / 1e3, serve=opts.pop("serve") or bool(plot),
+        **opts)
+    if plot:
+        from .render.estimate_plot import write_sweep_html
+
+        write_sweep_html(plan, plot)
+        _progress(f"latency-throughput chart written to {plot}")
+    click.echo(render_estimate(plan, fmt), nl=False)
 
 
 @cli.command()

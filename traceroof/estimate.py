@@ -44,6 +44,7 @@ from .model import (
 __all__ = [
     "Estimate",
     "estimate",
+    "weights_read_bytes",
     "kv_bytes_per_token",
     "kv_bytes_per_sequence",
     "max_concurrent_sequences",
@@ -60,18 +61,21 @@ ESTIMATE_SCHEMA_VERSION = 1
 
 
 def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
-    """KV-cache bytes one token adds: 2 (K and V) · L · kv_heads · head_dim · bytes.
+    """KV-cache bytes one token adds: 2 (K and V) · L · kv_heads · head_dim · bytes; for
+    multi-head latent attention L · (kv_lora_rank + qk_rope_head_dim) · bytes (the latent and
+    the shared RoPE key, DeepSeek-V2 §2.1.3).
 
-    Reference 7B: 2·32·32·128·2 = 524,288 B = 512 KiB; with 8 KV heads 131,072 B = 128 KiB.
+    Reference 7B: 2·32·32·128·2 = 524,288 B = 512 KiB; with 8 KV heads 131,072 B = 128 KiB;
+    DeepSeek-V2-Lite 27·(512 + 64)·2 = 31,104 B.
     """
-    return 2 * cfg.num_layers * cfg.d_kv * weight_bytes_per_element(kv_dtype)
+    return cfg.num_layers * cfg.kv_elements_per_token_layer * weight_bytes_per_element(kv_dtype)
 
 
 def kv_bytes_per_sequence(cfg: ModelConfig, seq_len: int, kv_dtype: str = "bf16") -> float:
     """KV-cache bytes of one sequence of ``seq_len`` tokens (sliding-window layers keep W)."""
     if seq_len <= 0:
         raise UsageError(f"seq_len must be positive, got {seq_len}")
-    per_layer_token = 2 * cfg.d_kv * weight_bytes_per_element(kv_dtype)
+    per_layer_token = cfg.kv_elements_per_token_layer * weight_bytes_per_element(kv_dtype)
     tokens = sum(min(seq_len, cfg.window_for_layer(i) or seq_len) for i in range(cfg.num_layers))
     return per_layer_token * tokens
 
@@ -93,6 +97,7 @@ class Estimate:
     chip: str
     dtype: str
     kv_dtype: str
+    weight_dtype: str
     seq_len: int
     batch: int
     params: ParamCounts
@@ -127,7 +132,7 @@ class Estimate:
         return {
             "estimate_schema_version": ESTIMATE_SCHEMA_VERSION,
             "model": self.model, "chip": self.chip, "dtype": self.dtype,
-            "kv_dtype": self.kv_dtype, "seq_len_tokens": self.seq_len, "batch": self.batch,
+            "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "seq_len_tokens": self.seq_len, "batch": self.batch,
             "params": self.params.to_dict(),
             "bytes_per_param": self.bytes_per_param,
             "weight_bytes": self.weight_bytes,
@@ -173,8 +178,11 @@ def _expected_experts(num_experts: int, top_k: int, tokens: float) -> float:
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
-def _weights_read_bytes(cfg: ModelConfig, p: ParamCounts, tokens: float, bpp: float) -> float:
-    """Weight bytes a forward pass over ``tokens`` tokens (one step) reads from HBM."""
+def weights_read_bytes(cfg: ModelConfig, p: ParamCounts, tokens: float, bpp: float) -> float:
+    """Weight bytes a forward pass over ``tokens`` tokens (one step) reads from HBM, at
+    ``bpp`` bytes per parameter: every stored parameter for a dense model; for a MoE, all but
+    the experts no token of the step picks (uniform routing: E·(1 − (1 − k/E)^tokens)
+    distinct experts per layer)."""
     if not cfg.is_moe:
         return p.all * bpp
     expert = mlp_params(cfg.hidden_size, cfg.expert_intermediate_size, True, cfg.mlp_bias)
@@ -187,7 +195,8 @@ def _peak(chip: Any, chip_name: str, dt: str) -> Peak:
     peak = peak_from_chip(chip, dt)
     if peak is None:
         have = ", ".join(sorted(k for k, v in dict(chip.peak_flops_per_s).items() if v))
-        raise UsageError(f"{chip_name} has no dense {dt} peak; choose --dtype from: {have}")
+        raise UsageError(f"{chip_name} has no dense {dt} peak; choose --dtype from: {have} "
+                         "(weight-only quantization: --weight-dtype int4 with --dtype bf16)")
     return peak
 
 
@@ -211,11 +220,15 @@ def _architecture_notes(cfg: ModelConfig) -> list[str]:
     if cfg.sliding_window:
         notes.append(f"sliding window {cfg.sliding_window}: KV cache per sequence and attention "
                      "FLOPs stop growing at the window")
+    if cfg.is_mla:
+        notes.append(f"multi-head latent attention: the KV cache holds the {cfg.kv_lora_rank}-wide "
+                     f"latent + the {cfg.qk_rope_head_dim}-wide RoPE key per layer; attention "
+                     "FLOPs are counted unabsorbed (per head, d_qk for QK^T and d_v for A·V)")
     return notes
 
 
 def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1,
-             dtype: str = "bf16", kv_dtype: str | None = None,
+             dtype: str = "bf16", kv_dtype: str | None = None, weight_dtype: str | None = None,
              hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
              kv_budget_bytes: float | None = None) -> Estimate:
     """First-principles numbers of ``cfg`` on ``chip`` (a ChipSpec or a name for ``get_chip``).
@@ -223,9 +236,12 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
     Args:
         seq_len: tokens per sequence (KV cache, concurrency, prefill, attention term).
         batch: sequences per step (decode step floor, prefill).
-        dtype: weight and compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``...): sets the
-            bytes per parameter and the peak taken.
+        dtype: compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``...): sets the peak taken,
+            and the bytes per parameter unless ``weight_dtype`` is given.
         kv_dtype: KV-cache dtype, default ``dtype``.
+        weight_dtype: dtype the weights are stored in (weight-only quantization: ``int4``,
+            ``int8``, ``fp8`` weights dequantized to ``dtype`` for the matmuls), default
+            ``dtype``. Sets the weight bytes (int4: 0.5 B per parameter) and nothing else.
         hbm_utilization: fraction of HBM usable for weights + KV cache (default 0.95).
         kv_budget_bytes: HBM for the KV cache; default usable HBM − weight bytes.
 
@@ -241,7 +257,8 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
     chip = _resolve_chip(chip)
     dt = dtype_name(dtype)
     kdt = dtype_name(kv_dtype) if kv_dtype else dt
-    bpp = weight_bytes_per_element(dt)
+    wdt = dtype_name(weight_dtype) if weight_dtype else dt
+    bpp = weight_bytes_per_element(wdt)
     weight_bytes_per_element(kdt)
     chip_name = str(getattr(chip, "name", chip))
     peak = _peak(chip, chip_name, dt)
@@ -250,30 +267,31 @@ def estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: int = 1
     fpt = flops_per_token(cfg, seq_len, causal=True)
 
     weight_bytes = p.all * bpp
-    active_weight_bytes = _weights_read_bytes(cfg, p, 1, bpp)
+    active_weight_bytes = weights_read_bytes(cfg, p, 1, bpp)
     kv_tok = kv_bytes_per_token(cfg, kdt)
     kv_seq = kv_bytes_per_sequence(cfg, seq_len, kdt)
     hbm = float(chip.hbm_bytes)
     bw = float(chip.hbm_bytes_per_s)
     budget, budget_src = _kv_budget(hbm, hbm_utilization, weight_bytes, kv_budget_bytes)
     if kv_budget_bytes is None and budget < 0:
-        notes.append(f"the {dt} weights ({weight_bytes / 1e9:.1f} GB) do not fit in "
+        notes.append(f"the {wdt} weights ({weight_bytes / 1e9:.1f} GB) do not fit in "
                      f"{hbm_utilization:.0%} of one device's HBM: shard them")
     n_seq = max_concurrent_sequences(budget, kv_seq)
 
     ridge = float(chip.ridge_point(dt)) if hasattr(chip, "ridge_point") else peak.flops_per_s / bw
     critical = ridge * weight_bytes / (2.0 * p.active)
     decode_floor = active_weight_bytes / bw
-    decode_step = (_weights_read_bytes(cfg, p, batch, bpp) + batch * kv_seq) / bw
+    decode_step = (weights_read_bytes(cfg, p, batch, bpp) + batch * kv_seq) / bw
 
     prefill_tokens = batch * seq_len
     prefill_flops = prefill_tokens * fpt.forward
-    prefill_bytes = _weights_read_bytes(cfg, p, prefill_tokens, bpp) + batch * kv_seq
+    prefill_bytes = weights_read_bytes(cfg, p, prefill_tokens, bpp) + batch * kv_seq
     prefill_intensity = prefill_flops / prefill_bytes
     prefill_floor = max(prefill_flops / peak.flops_per_s, prefill_bytes / bw)
     notes += _architecture_notes(cfg)
     return Estimate(
-        model=cfg.name, chip=chip_name, dtype=dt, kv_dtype=kdt, seq_len=seq_len, batch=batch,
+        model=cfg.name, chip=chip_name, dtype=dt, kv_dtype=kdt, weight_dtype=wdt,
+        seq_len=seq_len, batch=batch,
         params=p, flops=fpt, bytes_per_param=bpp, weight_bytes=weight_bytes,
         active_weight_bytes=active_weight_bytes,
         crossover_context_len=crossover_context_len(cfg),

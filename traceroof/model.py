@@ -171,6 +171,19 @@ def mlp_params(d: int, ff: int, gated: bool, bias: bool) -> int:
     return p
 
 
+def _mla_attention_params(cfg: ModelConfig) -> tuple[int, int]:
+    """(projection parameters, latent RMSNorm weights) of one multi-head latent attention
+    block (DeepSeek-V2, arXiv:2405.04434 §2.1; the transformers ``DeepseekV2Attention``):
+    queries d·H·d_qk, or d·r_q + r_q·H·d_qk through a latent of rank r_q (with an r_q norm);
+    ``kv_a`` d·(r_kv + d_rope); ``kv_b`` r_kv·H·(d_nope + d_v) (with an r_kv norm); output
+    H·d_v·d. d_qk = d_nope + d_rope = ``head_dim``."""
+    d, h, rank = cfg.hidden_size, cfg.num_heads, cfg.kv_lora_rank
+    nope = cfg.head_dim - cfg.qk_rope_head_dim
+    q = (d * cfg.q_lora_rank + cfg.q_lora_rank * cfg.d_attn) if cfg.q_lora_rank else d * cfg.d_attn
+    kv = d * (rank + cfg.qk_rope_head_dim) + rank * h * (nope + (cfg.v_head_dim or cfg.head_dim))
+    return q + kv + cfg.d_v * d, rank + cfg.q_lora_rank
+
+
 def param_counts(cfg: ModelConfig) -> ParamCounts:
     """Count the parameters of ``cfg`` exactly.
 
@@ -190,6 +203,9 @@ def param_counts(cfg: ModelConfig) -> ParamCounts:
         attn += d
     norm_width = 2 * d if cfg.norm_type == "layernorm" else d
     norm = 2 * norm_width + (2 * cfg.head_dim if cfg.qk_norm else 0)
+    if cfg.is_mla:
+        attn, latent_norms = _mla_attention_params(cfg)
+        norm += latent_norms
     dense_mlp = mlp_params(d, cfg.intermediate_size, gated, cfg.mlp_bias)
     moe = set(cfg.moe_layers) if cfg.num_experts else set()
     layers = []
@@ -248,10 +264,11 @@ def attention_pairs(q_len: int, kv_len: int | None = None, *, causal: bool = Tru
 
 
 def _attention_forward_flops(cfg: ModelConfig, q_len: int, kv_len: int, causal: bool) -> int:
-    """Forward attention-matmul FLOPs of one sequence: Σ_layers 4·d_attn·pairs (QKᵀ and A·V)."""
+    """Forward attention-matmul FLOPs of one sequence: Σ_layers 2·(d_attn + d_v)·pairs (QKᵀ
+    2·d_attn, A·V 2·d_v per pair; = 4·d_attn when values are as wide as keys)."""
     total = 0
     for layer in range(cfg.num_layers):
-        total += 4 * cfg.d_attn * attention_pairs(q_len, kv_len, causal=causal,
+        total += 2 * (cfg.d_attn + cfg.d_v) * attention_pairs(q_len, kv_len, causal=causal,
                                                   window=cfg.window_for_layer(layer))
     return total
 
@@ -271,12 +288,13 @@ def crossover_context_len(cfg: ModelConfig) -> float:
 
     2·N_blocks,active = 4·L·S·d_attn ⇒ S = N_blocks,active / (2·L·d_attn). Embedding and LM head
     are outside the blocks and not counted; every key visible (no causal halving: a decode
-    token at position S). Reference 7B: 6,476,005,376 / (2·32·4096) = 202,375,168 / 8192 =
+    token at position S; with values of another width (MLA) 2·d_attn becomes d_attn + d_v).
+    Reference 7B: 6,476,005,376 / (2·32·4096) = 202,375,168 / 8192 =
     24,704; GQA-8: 177,209,344 / 8192 = 21,632. Sliding windows are ignored here (a windowed
     model's attention term stops growing at the window).
     """
     p = param_counts(cfg)
-    return p.blocks_active / (2 * cfg.num_layers * cfg.d_attn)
+    return p.blocks_active / (cfg.num_layers * (cfg.d_attn + cfg.d_v))
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ _STANDARD_MLP_TYPES = frozenset(
 _GATED_MLP_TYPES = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
      "gemma3_text", "deepseek", "olmo", "olmo2", "olmoe", "phi3", "phimoe", "granite",
-     "granitemoe", "cohere", "internlm2", "yi", "baichuan", "exaone", "glm", "stablelm"}
+     "granitemoe", "cohere", "internlm2", "yi", "baichuan", "exaone", "glm", "stablelm",
+     "deepseek_v2", "deepseek_v3"}
 )
 # Families that use LayerNorm (weight + bias) rather than RMSNorm (weight only).
 _LAYERNORM_TYPES = frozenset(
@@ -52,7 +53,8 @@ _QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe"})
 # tie_word_embeddings defaults when the key is absent (the model class's default in transformers).
 _UNTIED_BY_DEFAULT = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek",
-     "olmo", "olmo2", "olmoe", "phi3", "phimoe", "gpt_neox", "falcon", "internlm2"}
+     "olmo", "olmo2", "olmoe", "phi3", "phimoe", "gpt_neox", "falcon", "internlm2", "deepseek_v2",
+     "deepseek_v3"}
 )
 _TIED_BY_DEFAULT = frozenset({"gpt2", "gpt_bigcode", "gemma", "gemma2", "gemma3_text", "opt",
                               "bloom"})
@@ -104,6 +106,12 @@ class ModelConfig:
     moe_layers: tuple[int, ...] = ()
     sliding_window: int | None = None
     sliding_window_layers: tuple[int, ...] = ()
+    # multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank 0 = ordinary attention.
+    # head_dim is then the query/key head width, qk_nope_head_dim + qk_rope_head_dim.
+    kv_lora_rank: int = 0  # width of the compressed KV latent c_KV, cached per token and layer
+    q_lora_rank: int = 0  # width of the compressed query latent (0 = queries not compressed)
+    qk_rope_head_dim: int = 0  # decoupled RoPE key width, shared by the heads, cached too
+    v_head_dim: int = 0  # value head width when it differs from head_dim (0 = head_dim)
     source: str | None = None
     assumptions: tuple[str, ...] = ()
 
@@ -116,6 +124,26 @@ class ModelConfig:
     def d_kv(self) -> int:
         """Width of K (and of V): KV heads × head_dim."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def d_v(self) -> int:
+        """Width of the attention values over all query heads: heads × v_head_dim (= d_attn
+        unless the config gives a different ``v_head_dim``, as MLA does)."""
+        return self.num_heads * (self.v_head_dim or self.head_dim)
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds a latent."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def kv_elements_per_token_layer(self) -> int:
+        """Elements one token adds to one layer's KV cache: 2·kv_heads·head_dim (K and V), or
+        for MLA kv_lora_rank + qk_rope_head_dim (the latent c_KV and the shared RoPE key;
+        DeepSeek-V2 paper, arXiv:2405.04434, §2.1.2-2.1.3 and Table 1)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.d_kv
 
     @property
     def is_moe(self) -> bool:
@@ -170,15 +198,17 @@ def load_model_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], 
     (``num_local_experts`` / ``n_routed_experts`` / ``num_experts``, ``num_experts_per_tok``,
     ``moe_intermediate_size``, ``n_shared_experts``, ``shared_expert_intermediate_size``,
     ``first_k_dense_replace``, ``moe_layer_freq``, ``decoder_sparse_step``,
-    ``mlp_only_layers``), ``sliding_window`` / ``use_sliding_window``, GPT-2 names
+    ``mlp_only_layers``), ``sliding_window`` / ``use_sliding_window``, multi-head latent
+    attention (``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
+    ``v_head_dim``), GPT-2 names
     (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``) and a nested
     ``text_config`` (multimodal wrappers). Unknown keys are ignored.
 
     Raises:
         InputNotFoundError: the path does not exist.
         ModelConfigError: not JSON, not an object, a required key missing or of the wrong type,
-            or an architecture we cannot account for (multi-head latent attention); the message
-            names the file and the key.
+            or an MLA config (``kv_lora_rank``) without ``qk_nope_head_dim`` /
+            ``qk_rope_head_dim``; the message names the file and the key.
     """
     if isinstance(path_or_dict, Mapping):
         raw: Mapping[str, Any] = path_or_dict
@@ -228,24 +258,39 @@ def _parse(raw: Mapping[str, Any], where: str, name: str, source: str | None) ->
     if ff is None:
         ff = moe["expert_intermediate_size"]
     window, window_layers = _sliding_window(raw, model_type, layers)
+    mla = _latent_attention(raw, where)
+    if mla:
+        head_dim = mla.pop("head_dim")
     return ModelConfig(
         num_layers=layers, hidden_size=d, num_heads=heads, num_kv_heads=kv_heads,
         head_dim=head_dim, intermediate_size=ff, vocab_size=vocab, tie_word_embeddings=tied,
         name=name, model_type=model_type, mlp_type=mlp_type, **shape, **moe,
         sliding_window=window, sliding_window_layers=window_layers, source=source,
-        assumptions=tuple(notes),
+        assumptions=tuple(notes), **mla,
     )
+
+
+def _latent_attention(raw: Mapping[str, Any], where: str) -> dict[str, int]:
+    """The MLA fields (and the query/key ``head_dim`` = qk_nope_head_dim + qk_rope_head_dim)
+    of a DeepSeek-V2/V3 config; empty for ordinary attention. Raises ModelConfigError when
+    ``kv_lora_rank`` is given without the head widths it needs."""
+    if not raw.get("kv_lora_rank"):
+        if raw.get("q_lora_rank"):
+            raise ModelConfigError(f"{where}: q_lora_rank without kv_lora_rank: multi-head "
+                                   "latent attention needs kv_lora_rank")
+        return {}
+    rank = _req(raw, "kv_lora_rank", where)
+    nope = _req(raw, "qk_nope_head_dim", where)
+    rope = _req(raw, "qk_rope_head_dim", where)
+    v = _int(raw, "v_head_dim", where, required=False) or nope
+    q_rank = _int(raw, "q_lora_rank", where, required=False) or 0
+    return {"kv_lora_rank": rank, "q_lora_rank": q_rank, "qk_rope_head_dim": rope,
+            "v_head_dim": v, "head_dim": nope + rope}
 
 
 def _attention_shape(raw: Mapping[str, Any], where: str) -> tuple[int, int, int, int, int, int]:
     """(layers, d_model, heads, vocab, kv_heads, head_dim); raises ModelConfigError for MLA,
     a missing or zero size, kv heads that do not divide the heads, or no head_dim."""
-    if raw.get("kv_lora_rank") or raw.get("q_lora_rank"):
-        raise ModelConfigError(
-            f"{where}: multi-head latent attention (kv_lora_rank, DeepSeek-V2/V3) is not "
-            "supported by the config-based accounting; pass --model-flops-per-step instead"
-        )
-
     layers = _req(raw, "num_hidden_layers", where)
     d = _req(raw, "hidden_size", where)
     heads = _req(raw, "num_attention_heads", where)
