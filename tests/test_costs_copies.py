@@ -21,9 +21,9 @@ def op(name, ts, dur, dims, types):
             "args": {"External id": ts, "Input Dims": dims, "Input type": types}}
 
 
-def call(name, corr, ts):
+def call(name, corr, ts, ext=None):
     return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": PID, "ts": ts + 1, "dur": 2,
-            "args": {"correlation": corr, "External id": ts}}
+            "args": {"correlation": corr, "External id": ts if ext is None else ext}}
 
 
 def copy(name, corr, ts, cat="gpu_memcpy", nbytes=None):
@@ -59,6 +59,17 @@ def test_copies_without_a_byte_count_take_their_ops_tensor_size():
     assert got[1030][0] is None and got[1030][2] != "shapes"
     assert got[1040] == (1234.0, 0.0, "trace")
     assert cov.uncosted_why == {"aten::index_put_": "no byte count in the trace"}
+
+
+def test_an_op_with_two_copies_moves_its_tensor_once():
+    # one copy_ of [5, 128] float (2,560 bytes) issued as two chunks of 30 and 10 µs: the
+    # tensor crosses the link once, 1,920 + 640 bytes by duration
+    evs = [op("aten::copy_", 0, 10, [[5, 128], [5, 128], []], ["float", "float", "Scalar"]),
+           call("hipMemcpyAsync", 1, 0), call("hipMemcpyAsync", 2, 4, ext=0)]
+    a, b = copy("Memcpy HtoD (Host -> Device)", 1, 1000), copy("Memcpy HtoD (Host -> Device)", 2, 1100)
+    a["dur"], b["dur"] = 30, 10
+    ops, _ = apply_costs(K.read_bytes(kineto(evs + [a, b]), path="chunks.json"))
+    assert ops.sort("start_ns")["bytes"].to_list() == [1920.0, 640.0]
 
 
 def test_rocm_minitoy_copies_are_costed_from_their_ops():

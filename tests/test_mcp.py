@@ -157,3 +157,11 @@ def test_without_the_sdk_the_command_says_which_extra():
                        env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip() == "traceroof: error: mcp needs the mcp extra (mcp is missing): pip install 'traceroof[mcp]'"
+
+
+def test_an_empty_path_is_refused_not_read_as_the_working_folder():
+    from traceroof.errors import UsageError
+    from traceroof.mcp_server import _report
+
+    with pytest.raises(UsageError, match="found an empty string"):
+        _report("  ")

@@ -207,7 +207,7 @@ def test_step_counter_is_the_sum_of_expected_op_times(example, tmp_path):
     _, doc = _export(example, tmp_path)
     ev = doc["traceEvents"]
     pid = STEPS_PID_BASE + 0
-    counters = [e for e in ev if e["ph"] == "C" and e["name"] == "sum of expected op times (µs)"]
+    counters = [e for e in ev if e["ph"] == "C" and e["name"] == "sum of expected op times, costed ops only (µs)"]
     walls = [e for e in ev if e["ph"] == "C" and e["name"] == "step wall time (µs)"]
     steps = example.steps.sort("start_ns").to_dicts()
     assert len(counters) == len(steps) + 1 == 4 and {e["pid"] for e in counters} == {pid}
@@ -219,6 +219,20 @@ def test_step_counter_is_the_sum_of_expected_op_times(example, tmp_path):
     assert counters[-1]["args"]["value"] == 0 and _ns(counters[-1]["ts"]) == steps[-1]["end_ns"]
     # the example's steps are 2.53 ms, 2.53 ms, 2.47 ms long (make_example.py) and every op is costed
     assert [round(w["args"]["value"]) for w in walls[:3]] == [2526, 2526, 2468]
+
+
+def test_unsegmented_partly_costed_step_sums_its_costed_ops(tmp_path):
+    # the vLLM graph-replay window: no step markers (one step, step null) and 97 % of its
+    # device time without a cost; the step's sum is over its costed ops, the rest counted
+    r = analyze(read_trace(real("TraceLens/tests/traces/inference/vllm_decode_full/graph_execution.json.gz")),
+                "mi300x")
+    assert r.steps.height == 1 and r.steps["step"].to_list() == [None]
+    _, doc = _export(r, tmp_path)
+    (step,) = [e for e in doc["traceEvents"] if e.get("cat") == "traceroof_step"]
+    costed = r.ops.filter(pl.col("expected_ns").is_not_null())
+    assert step["args"]["ops"] == r.ops.height
+    assert step["args"]["ops_without_cost"] == r.ops.height - costed.height > 0
+    assert step["args"]["sum_expected_ns"] == pytest.approx(float(costed["expected_ns"].sum()))
 
 
 def test_hta_reads_the_tracks_slices_and_args(qwen, tmp_path, caplog):

@@ -32,7 +32,12 @@ def write(report: Any, path: str, progress: Callable[[str], None]) -> None:
 
     if report.ops is None:
         raise UsageError(f"--perfetto {path}: the report holds no op table (saved without ops): nothing to export")
-    out = write_perfetto(report, path)
+    from .errors import OutputError
+
+    try:
+        out = write_perfetto(report, path)
+    except OSError as exc:  # checked before the parse; the disk can still fill or vanish since
+        raise OutputError(f"--perfetto {path}: cannot be written ({exc.strerror or exc})") from exc
     progress(f"perfetto trace written to {path}: {units.plural(out.ops, 'device op')}, "
               f"{units.plural(out.launches, 'host launch', 'host launches')}, "
               f"{units.plural(out.findings, 'finding')} ({units.plural(out.flows, 'flow')}), "

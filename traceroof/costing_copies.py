@@ -24,7 +24,8 @@ def copy_sizes_from_op(ops: pl.DataFrame, keys: pl.DataFrame, parse: Callable[[s
     """Bytes of copies and fills the trace recorded without a byte count (ROCm's
     ``gpu_memcpy`` events carry none), from the tensor their framework op moves
     (:data:`COPY_SOURCE_ARG`; its recorded shape × dtype width): a ``Memcpy HtoD`` under
-    ``aten::copy_([5, 128] float, [5, 128] float)`` moves 5·128·4 = 2,560 bytes. A
+    ``aten::copy_([5, 128] float, [5, 128] float)`` moves 5·128·4 = 2,560 bytes (split over
+    the op's copy events by duration when it issued several: the tensor is copied once). A
     device-to-device copy reads and writes them (× :func:`traceroof.costs.memory.copy_hbm_bytes`).
     FLOPs 0 (a copy does no arithmetic), ``cost_source`` ``shapes``. Rows with a byte count,
     other ops or no recorded shape are left as they are.
@@ -52,8 +53,15 @@ def copy_sizes_from_op(ops: pl.DataFrame, keys: pl.DataFrame, parse: Callable[[s
                                        "_cb": pl.Float64}, orient="row")
     ops = ops.join(sizes, on=["op", "_skey", "name"], how="left", maintain_order="left")
     fill = is_copy & pl.col("bytes").is_null() & pl.col("_cb").is_not_null()
+    # one tensor, however many copy events the op issued (a chunked copy): its size is split
+    # over them by duration (equally when they have none), so the op's copies sum to it once
+    grp = ["rank", "external_id"]
+    fdur = pl.when(fill).then(pl.col("dur_ns")).otherwise(0)
+    n = fill.cast(pl.Int64).sum().over(grp)
+    share = pl.when(n == 1).then(pl.lit(1.0)).otherwise(
+        (pl.col("dur_ns") / fdur.sum().over(grp)).fill_nan(1.0 / n))
     return ops.with_columns(
-        pl.when(fill).then(pl.col("_cb")).otherwise(pl.col("bytes")).alias("bytes"),
+        pl.when(fill).then(pl.col("_cb") * share).otherwise(pl.col("bytes")).alias("bytes"),
         pl.when(fill).then(pl.lit(0.0)).otherwise(pl.col("flops")).alias("flops"),
         pl.when(fill).then(pl.lit("shapes")).otherwise(pl.col("cost_source")).alias("cost_source"),
     ).drop("_cb")

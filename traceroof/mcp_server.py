@@ -55,6 +55,10 @@ def _report(path: str, chip: str | None = None, *, rank: int | None = None, step
     """The report of ``path`` (cached). Raises TraceroofError for bad input."""
     from .analysis import load_report
 
+    if not str(path).strip():
+        from .errors import UsageError
+
+        raise UsageError("path: a trace, cache or saved report file, found an empty string")
     p = Path(path).expanduser()
     try:
         mtime = p.stat().st_mtime_ns

@@ -25,7 +25,7 @@ What it holds (docs/cli.md, "Perfetto export"):
   with a flow to each op it names (at most :data:`MAX_FLOWS` per finding, largest gap first;
   the slice's args say how many ops matched and how many flows were drawn).
 * per rank, a process "rank R · steps": each step an ``X`` slice, and two counter tracks set
-  at each step's start: ``sum of expected op times (µs)`` (Σ ``expected_ns`` of the step's
+  at each step's start: ``sum of expected op times, costed ops only (µs)`` (Σ ``expected_ns`` of the step's
   costed ops on all of the rank's devices: issue 16's step speed of light is not built, so the
   counter is named for what it is) and ``step wall time (µs)``.
 
@@ -272,17 +272,24 @@ def _launch_events(ops: pl.DataFrame, where: dict[int, tuple[int, int]], out: Pe
                                    "tid": op_tid, "ts": _us(start)})
 
 
+#: the counter of each step's summed expected op times: over the ops with a cost only (a step
+#: with uncosted ops sums less than its ops would take at their roofs; the slice's
+#: ``ops_without_cost`` says how many)
+EXPECTED_COUNTER = "sum of expected op times, costed ops only (µs)"
+
+
 def _step_events(report: Report, ops: pl.DataFrame, out: PerfettoExport) -> None:
     """Per rank: step slices and the two counter tracks (sum of expected op times, wall)."""
     steps = report.steps
     if steps.height == 0 or "step" not in steps.columns:
         return
-    sums = ops.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(
+    # an unsegmented trace's one step has step null, like its ops: nulls match
+    sums = ops.group_by("rank", "step").agg(
         pl.col("expected_ns").sum().alias("sum_expected_ns"),
         pl.col("expected_ns").is_null().sum().alias("ops_without_cost"),
         pl.len().alias("ops"))
-    rows = steps.select("rank", "step", "start_ns", "end_ns").join(sums, on=["rank", "step"], how="left").sort(
-        "rank", "start_ns")
+    rows = steps.select("rank", "step", "start_ns", "end_ns").join(
+        sums, on=["rank", "step"], how="left", nulls_equal=True).sort("rank", "start_ns")
     for rank in rows["rank"].unique().sort().to_list():
         pid = STEPS_PID_BASE + int(rank)
         out.events.append(_meta("process_name", pid, 0, f"rank {rank} · steps"))
@@ -290,19 +297,22 @@ def _step_events(report: Report, ops: pl.DataFrame, out: PerfettoExport) -> None
         last_end = None
         for r in rows.filter(pl.col("rank") == rank).iter_rows(named=True):
             s, e = int(r["start_ns"]), int(r["end_ns"])
-            exp = float(r["sum_expected_ns"] or 0.0) if r["ops"] else 0.0
+            n_ops, n_unknown = r["ops"] or 0, r["ops_without_cost"] or 0
+            exp = float(r["sum_expected_ns"] or 0.0)
             out.events.append({"ph": "X", "cat": "traceroof_step", "name": f"step {r['step']}", "pid": pid, "tid": 0,
                                "ts": _us(s), "dur": _us(e - s),
-                               "args": {"step": r["step"], "wall_ns": e - s, "sum_expected_ns": exp,
-                                        "ops": r["ops"] or 0, "ops_without_cost": r["ops_without_cost"] or 0}})
-            out.events.append({"ph": "C", "name": "sum of expected op times (µs)", "pid": pid, "ts": _us(s),
+                               # unknown when none of the step's ops has a cost (never 0)
+                               "args": {"step": r["step"], "wall_ns": e - s,
+                                        "sum_expected_ns": exp if n_ops > n_unknown else None,
+                                        "ops": n_ops, "ops_without_cost": n_unknown}})
+            out.events.append({"ph": "C", "name": EXPECTED_COUNTER, "pid": pid, "ts": _us(s),
                                "args": {"value": _us(exp)}})
             out.events.append({"ph": "C", "name": "step wall time (µs)", "pid": pid, "ts": _us(s),
                                "args": {"value": _us(e - s)}})
             last_end = e if last_end is None else max(last_end, e)
             out.steps += 1
         if last_end is not None:  # a counter holds its value until the next sample: end at 0
-            for name in ("sum of expected op times (µs)", "step wall time (µs)"):
+            for name in (EXPECTED_COUNTER, "step wall time (µs)"):
                 out.events.append({"ph": "C", "name": name, "pid": pid, "ts": _us(last_end), "args": {"value": 0}})
 
 
