@@ -15,7 +15,7 @@ from .. import units
 from ..findings import Finding
 from ..render import sections
 from ..report import Report
-from . import views
+from . import numbers, views
 
 CSS = """
 body { margin: 0; font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; font-size: 14px;
@@ -143,6 +143,11 @@ def tabs(report: Report, initial: dict[str, Any] | None = None) -> dcc.Tabs:
             if has_ops else no_ops,
             html.P("Click a point to select its op group everywhere (ops table, timeline). Marker area ∝ device time; "
                    "achieved FLOP/s = the group's FLOPs ÷ its measured time.", className="tr-note"),
+            dcc.Graph(id="bandwidth-graph", config={"displaylogo": False}, figure=initial.get("bandwidth") or {})
+            if has_ops else html.Div(),
+            html.P("Ops with bytes but no FLOPs (copies, memsets, bytes-only kernels) have no point under the roofs: "
+                   "this panel puts them at their achieved bandwidth against the HBM bandwidth.", className="tr-note")
+            if has_ops else html.Div(),
         ]),
         dcc.Tab(label="Ops", value="ops", children=[ops_tab(report, initial) if has_ops else _ranking_only(report)]),
         dcc.Tab(label="Timeline", value="timeline", children=[
@@ -164,11 +169,12 @@ def ops_tab(report: Report, initial: dict[str, Any] | None = None) -> html.Div:
     ops = report.ops
     assert ops is not None
     columns = []
-    for cid, name, kind in views.TABLE_COLUMNS:
+    unit = initial.get("table_unit") or views.ops_table_unit(ops)
+    for cid, name, kind in views.table_columns(unit):
         col: dict[str, Any] = {"id": cid, "name": name}
         if kind != "text":
             col["type"] = "numeric"
-            col["format"] = {"specifier": ",d"} if kind == "int" else {"specifier": ",.4~g"}
+            col["format"] = {"specifier": views.TABLE_FORMATS[kind]}
         columns.append(col)
     return html.Div([
         html.Div(className="tr-filters", children=[
@@ -273,7 +279,7 @@ def _finding_card(i: int, f: Finding) -> html.Div:
     """The card of finding number ``i``: where (rank, step, stream, window ms), what, evidence."""
     where = [f"{k} {v}" for k, v in (("rank", f.rank), ("device", f.device), ("step", f.step), ("stream", f.stream)) if v is not None]
     if f.start_ns is not None and f.end_ns is not None:
-        where.append(f"{f.start_ns / 1e6:.3f}–{f.end_ns / 1e6:.3f} ms")
+        where.append(numbers.window_text(f.start_ns, f.end_ns))
     ev = views.evidence_rows(f.evidence or {})
     return html.Div(className=f"tr-card {f.severity}", id=f"finding-{i}", children=[
         html.H3(f"#{i + 1} {f.title}"),
