@@ -7,7 +7,7 @@ such op group at its achieved bandwidth (bytes ÷ measured time, B/s) against th
 bandwidth, on a log axis, one row per op kind.
 
 Pure: op table and chip in, plotly figure out (no Dash); every trace has ``meta["role"]``
-(``movers``, ``hbm_line``, ``selected``), as in :mod:`.figures`.
+(``movers``, ``selected``), as in :mod:`.figures`.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def bandwidth_figure(ops: pl.DataFrame, chip: ChipInfo | None, *, by: str = "op"
         A figure with one ``movers`` trace per kind: one point per group of
         :func:`views.mover_groups`, x = ``move_bytes_per_s`` (Σbytes ÷ Σmeasured time of
         its mover ops, B/s), y = the kind, marker area ∝ its measured time (the roofline's
-        scale: 5 + 35·√(t / t_max)), ``customdata`` = the group label; an ``hbm_line`` trace
-        at the HBM bandwidth. ``layout.meta`` has ``points`` and ``share`` (the movers'
-        fraction of the device time shown). Host↔device copies run on their link (PCIe,
+        scale: 5 + 35·√(t / t_max)), ``customdata`` = the group label; a vertical line (a
+        layout shape, labelled) at the HBM bandwidth. ``layout.meta`` has ``points``,
+        ``share`` (the movers' fraction of the device time shown) and ``hbm_bytes_per_s``. Host↔device copies run on their link (PCIe,
         NVLink-C2C), slower than HBM: their expected time in the hover is the roofline's,
         which uses that link.
     """
@@ -67,12 +67,10 @@ def bandwidth_figure(ops: pl.DataFrame, chip: ChipInfo | None, *, by: str = "op"
             customdata=sub["label"].to_list(), text=[_hover(r, W) for r in sub.iter_rows(named=True)],
             hovertemplate="%{text}<extra></extra>", meta={"role": "movers", "kind": kind},
         ))
-    if W:
-        fig.add_trace(go.Scatter(
-            x=[W, W], y=[kinds[0], kinds[-1]], mode="lines", line={"color": "#444", "width": 2},
-            name=f"HBM {units.bytes_per_s(W)}", hovertemplate=f"HBM bandwidth {units.bytes_per_s(W)}<extra></extra>",
-            meta={"role": "hbm_line", "hbm_bytes_per_s": W},
-        ))
+    if W:  # a vertical line over the whole panel (a trace between two categories has no length with one)
+        fig.add_shape(type="line", xref="x", yref="paper", x0=W, x1=W, y0=0, y1=1, line={"color": "#444", "width": 2})
+        fig.add_annotation(x=math.log10(W), y=1, yref="paper", text=f"HBM {units.bytes_per_s(W)}", showarrow=False,
+                           xanchor="right", yanchor="bottom", font={"size": 10, "color": "#333"})
     _ring(fig, movers, selected, tmax)
     note = (f"{units.plural(movers.height, 'op group')} with bytes and no FLOPs (zero or unknown): "
             f"{units.pct(share)} of device time; achieved bandwidth = bytes ÷ measured time")
@@ -85,7 +83,7 @@ def bandwidth_figure(ops: pl.DataFrame, chip: ChipInfo | None, *, by: str = "op"
         height=max(260, 190 + 46 * len(kinds)),
         clickmode="event", hovermode="closest", uirevision="bandwidth",
         margin={"l": 90, "r": 30, "t": 80, "b": 55},
-        meta={"points": movers.height, "share": share},
+        meta={"points": movers.height, "share": share, "hbm_bytes_per_s": W or None},
     )
     return fig
 

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from ..findings import Finding
 from .. import units
+from ..findings import Finding
 from ..roofline import group_label_expr, rank_ops
 from ..schema import KINDS
 from . import numbers
@@ -71,7 +71,7 @@ def table_columns(unit: numbers.TimeUnit) -> list[tuple[str, str, str]]:
 
 #: d3-format specifiers of the table's number kinds (the Dash DataTable formats with d3):
 #: ``~r`` is plain decimal notation rounded to significant digits, never an exponent
-TABLE_FORMATS = {"int": ",d", "time": ",.4~r", "pct": ",.1f", "float": ",.3~r"}
+TABLE_FORMATS = {"int": ",d", "time": ",.4~r", "pct": ",.3~r", "float": ",.3~r"}
 
 
 # --------------------------------------------------------------------- selection
@@ -159,8 +159,8 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
 
     Returns:
         The columns of :func:`traceroof.roofline.rank_ops` plus ``peak_dtype`` (the most
-        common dtype of a peak the group's ops were costed against: ops with FLOPs and a
-        peak; null when none was), ``share`` (of the table's device time), ``roof_flops`` /
+        common dtype of a peak the group's ops were costed against: ops with FLOPs > 0 and
+        a peak; null when none was: a copy, or an fp32 op on a chip with no fp32 peak), ``share`` (of the table's device time), ``roof_flops`` /
         ``roof_bytes`` / ``roof_ns`` (sums over the ops that have both FLOPs and bytes: the
         ones a roofline can place), ``achieved_flops_per_s = roof_flops / roof_ns`` (FLOP/s),
         ``roof_intensity = roof_flops / roof_bytes`` (FLOP/byte), and for the memory movers
@@ -177,7 +177,7 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
         )
     ranking = rank_ops(ops, by=by)
     placed = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()
-    used_peak = pl.col("flops").is_not_null() & (
+    used_peak = (pl.col("flops") > 0).fill_null(False) & (
         pl.col("peak_flops_per_s").is_not_null() if "peak_flops_per_s" in ops.columns else pl.lit(True))
     mover = (pl.col("bytes") > 0) & (pl.col("flops").is_null() | (pl.col("flops") == 0))
     extra = (
