@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 from rich.console import Console
 from rich.markup import escape
@@ -56,8 +57,10 @@ def _ranking(con: Console, report: Report, top: int, width: int) -> None:
     if room is not None:
         for row, label in zip(rows, labels):
             row[0] = units.short_name(label, room)
+    _tell_apart(rows, labels, room or MAX_LABEL)
     idx = [headers.index(h) for h in kept]
-    t = Table(title=f"Top {min(top, report.ranking.height)} ops by time lost against the roofline "
+    shown = min(top, report.ranking.height)
+    t = Table(title=f"Top {units.plural(shown, 'op')} by time lost against the roofline "
                     "(gap = measured − expected over the costed ops; costed = their share of the total)",
               title_justify="left")
     for h in kept:
@@ -71,6 +74,37 @@ def _ranking(con: Console, report: Report, top: int, width: int) -> None:
         note = terminal.wrap(f"(left out at {width} columns: {left}; widen the terminal or use "
                              "--format markdown/json)", width, "", "")
         con.print(note.replace("\0", " "))
+
+
+#: where a name may be split when two shortened names must be told apart (as units.short_name)
+_SPLITS = "_:,( <>."
+
+
+def _tell_apart(rows: list[list[str]], labels: list[str], room: int) -> None:
+    """Where shortening gave two different ops the same label (``aten::_scaled_dot_product…``
+    for both the flash attention and its ``_backward``; ``Cijk_Ailk…`` for five Tensile
+    GEMMs), each of them shows where it differs: its start shortened, then what follows the
+    names' common start (from the word boundary before it), shortened too:
+    ``aten::_scaled…_backward``, ``Cijk_Ailk_Bljk…MT256x224x64…``. At most ``room``
+    characters; labels already distinct are left as they are."""
+    seen: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        seen.setdefault(row[0], []).append(i)
+    for same in (idx for idx in seen.values() if len(idx) > 1):
+        full = [labels[i] for i in same]
+        if len(set(full)) < len(full):
+            continue  # the same label twice (the ranking never does this): nothing to tell apart
+        common = len(os.path.commonprefix(full))
+        for i, label in zip(same, full):
+            cut = common
+            while cut > 0 and label[cut - 1] not in _SPLITS and (cut >= len(label) or label[cut] not in _SPLITS):
+                cut -= 1  # back to a word boundary: never split the word where they differ
+            rest = label[cut:]
+            if not rest or cut == 0:
+                continue  # the shortest name (its shortened start is its own), or nothing in common
+            tail = units.short_name(rest, max(room // 2, room - 12))
+            head = units.short_name(label[:cut], room - len(tail))
+            rows[i][0] = head + tail  # head is label[:cut] whole, or cut with its own "…"
 
 
 def _devices(con: Console, report: Report) -> None:

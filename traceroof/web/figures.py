@@ -199,7 +199,7 @@ def _roof_hover(r: dict[str, Any], chip: ChipInfo, W: float) -> str:
     attain = min(peak, W * r["roof_intensity"]) if peak else None
     lines = [
         f"<b>{_esc(units.short(r['label'], 90))}</b>",
-        f"{r['kind']} · {r['count']:,} ops · {units.ns(r['measured_ns'])} ({units.pct(r['share'])} of device time)",
+        f"{r['kind']} · {units.plural(r['count'], 'op')} · {units.ns(r['measured_ns'])} ({units.pct(r['share'])} of device time)",
         f"intensity {numbers.plain(r['roof_intensity'])} FLOP/byte · achieved {units.flops_per_s(r['achieved_flops_per_s'])}",
         f"FLOPs {units.count(r['roof_flops'])} · bytes {units.count(r['roof_bytes'], 'B')}",
     ]
@@ -273,7 +273,7 @@ def timeline_figure(
     ranks = sorted(ops["rank"].unique().to_list())
     _add_findings(fig, views.findings_in_view(list(findings), ranks, *(win or (t0, t1)))[:60], order, multi, focus,
                   unit.ns)
-    sub_txt = f"{vis.height:,} ops in view"
+    sub_txt = f"{units.plural(vis.height, 'op')} in view"
     if aggregated:
         sub_txt += f", merged into {n_bars:,} bars (zoom in to see single ops)"
     sub_txt += " · shaded: findings" if findings else ""

@@ -250,7 +250,7 @@ def findings_list(report: Report) -> html.Div:
     cards = [_finding_card(i, f) for i, f in enumerate(report.findings)]
     total = sum(f.recoverable_ns or 0 for f in report.findings)
     return html.Div([
-        html.P(f"{len(report.findings)} findings, largest recoverable time first (estimates overlap; their sum, "
+        html.P(f"{units.plural(len(report.findings), 'finding')}, largest recoverable time first (estimates overlap; their sum, "
                f"{units.ns(total)}, is an upper bound).", className="tr-note"),
         *cards,
     ])

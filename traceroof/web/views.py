@@ -112,7 +112,7 @@ def step_options(ops: pl.DataFrame) -> list[dict[str, str]]:
     out += [{"label": f"step {s}", "value": str(s)} for s in steps]
     n_none = ops["step"].null_count()
     if steps and n_none:
-        out.append({"label": f"outside steps ({n_none:,} ops)", "value": NO_STEP})
+        out.append({"label": f"outside steps ({units.plural(n_none, 'op')})", "value": NO_STEP})
     return out
 
 
