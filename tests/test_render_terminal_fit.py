@@ -13,15 +13,19 @@ import gzip
 import json
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
 import termios
 
 import pytest
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, real
+from hypothesis import given
+from hypothesis import strategies as st
 
 import traceroof
+from traceroof import units
 from traceroof.render import table
 
 EXAMPLE = FIXTURES / "example_h100_decoder.json.gz"
@@ -103,3 +107,33 @@ def test_no_terminal_at_all_renders_at_the_pipe_width():
 
     widths = [len(ln) for ln in res.stdout.splitlines()]
     assert max(widths) <= PIPE_WIDTH == 120 and max(widths) > 80  # the wide layout, not 80
+
+
+@given(st.lists(st.text(alphabet="ab_:<>(), ", min_size=1, max_size=90), min_size=2, max_size=5, unique=True),
+       st.integers(16, 60))
+def test_told_apart_labels_fit_and_come_from_their_label(labels, room):
+    """Whatever the names, a label made to tell two ops apart fits its column and shows
+    pieces of its own name, in order (so it never shows another op's name)."""
+    rows = [[units.short_name(lab, room)] for lab in labels]
+    table._tell_apart(rows, labels, room)
+    for (cell,), label in zip(rows, labels):
+        assert len(cell) <= room
+        pos = 0
+        for piece in (p for p in cell.split("…") if p):
+            pos = label.find(piece, pos)
+            assert pos >= 0, (label, cell)
+            pos += len(piece)
+
+
+def test_real_tensile_gemms_show_their_macro_tile():
+    # five Tensile GEMM kernels of the MI300X jax trace share their first 22 characters; what
+    # tells them apart first is the macro tile (MT256x224x64 ...), read here from the names
+    r = traceroof.analyze(traceroof.read_trace(real("TraceLens", "tests", "traces", "mi300", "jax08_gemm",
+                                                     "tw003.xplane.pb")))
+    labels = r.ranking.head(8)["label"].to_list()
+    tiles = {lab: re.search(r"_(MT\d+x\d+x\d+)_", lab).group(1) for lab in labels if lab.startswith("Cijk_")}
+    assert len(tiles) == len(set(tiles.values())) == 5
+    cells = _op_cells(table.render(r, top=8, width=80))
+    for label, cell in zip(labels, cells):
+        if label in tiles:
+            assert tiles[label] in cell, (tiles[label], cell)

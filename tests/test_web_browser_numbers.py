@@ -99,6 +99,9 @@ def test_qwen_roofline_has_the_bandwidth_panel(page):
         roof_text = page.evaluate("() => document.querySelector('#roofline-graph .main-svg').parentNode.textContent")
         said = f"5 groups ({100 * share:.1f} % of device time) move bytes with no FLOPs: on the bandwidth panel below"
         assert said in roof_text
+        page.wait_for_timeout(300)
+        page.screenshot(path="/tmp/s-dashboard-qwen.png", full_page=True)
+        shot(page, "qwen-roofline-bandwidth")
         open_tab(page, "Ops")
         page.wait_for_selector("#ops-table td[data-dash-column='label']")
         cells = page.locator("#ops-table td").all_inner_texts()

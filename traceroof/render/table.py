@@ -99,12 +99,44 @@ def _tell_apart(rows: list[list[str]], labels: list[str], room: int) -> None:
             cut = common
             while cut > 0 and label[cut - 1] not in _SPLITS and (cut >= len(label) or label[cut] not in _SPLITS):
                 cut -= 1  # back to a word boundary: never split the word where they differ
-            rest = label[cut:]
-            if not rest or cut == 0:
-                continue  # the shortest name (its shortened start is its own), or nothing in common
-            tail = units.short_name(rest, max(room // 2, room - 12))
-            head = units.short_name(label[:cut], room - len(tail))
-            rows[i][0] = head + tail  # head is label[:cut] whole, or cut with its own "…"
+            if cut == 0 or cut >= len(label):
+                continue  # nothing in common, or the shortest name: its shortened start is its own
+            rows[i][0] = _differing(label, cut, room)
+
+
+def _differing(label: str, cut: int, room: int) -> str:
+    """``label`` in at most ``room`` characters showing what follows ``label[:cut]`` (the start
+    it shares with another op): that rest whole if it fits beside a short start; else its
+    beginning up to a word boundary; else (one long word) the label's end from a word
+    boundary, after "…". The shared start takes what is left, cut at a word boundary too."""
+    rest = label[cut:]
+    budget = room - min(cut, max(8, room // 3))  # what the differing part may take
+    if len(rest) <= budget:
+        tail = rest
+    else:
+        tail = _start(rest, budget) or ""
+    if not tail:  # one long word where they differ: show the end instead
+        head = _start(label[:cut], max(8, room // 3)) or label[: max(8, room // 3) - 1] + "…"
+        end = label[-(room - len(head) + 1):]
+        j = next((k for k, ch in enumerate(end[: len(end) // 2]) if ch in _SPLITS), 0)
+        return head + end[j:] if head.endswith("…") else head + "…" + end[j + 1:]
+    n = room - len(tail)
+    head = label[:cut] if cut <= n else (_start(label[:cut], n) or label[: n - 1] + "…")
+    return head[:-1] + tail if head.endswith("…") and tail.startswith("…") else head + tail
+
+
+def _start(text: str, n: int) -> str | None:
+    """``text`` if it fits in ``n``, else its longest start that ends at a word boundary
+    (``_SPLITS``; trailing ``:``, ``_``, ``,``, ``.`` and spaces dropped) with "…", in at most ``n`` characters; None when no
+    boundary leaves a start of at least 3 characters."""
+    if len(text) <= n:
+        return text
+    for i in range(n - 1, 2, -1):
+        if text[i] in _SPLITS or text[i - 1] in _SPLITS:
+            head = text[:i].rstrip(":_,. ")
+            if len(head) >= 3:
+                return head + "…"
+    return None
 
 
 def _devices(con: Console, report: Report) -> None:
