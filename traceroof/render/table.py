@@ -86,22 +86,28 @@ def _tell_apart(rows: list[list[str]], labels: list[str], room: int) -> None:
     GEMMs), each of them shows where it differs: its start shortened, then what follows the
     names' common start (from the word boundary before it), shortened too:
     ``aten::_scaled…_backward``, ``Cijk_Ailk_Bljk…MT256x224x64…``. At most ``room``
-    characters; labels already distinct are left as they are."""
+    characters; labels already distinct are left as they are, and so are those this would
+    not tell apart either (names differing only deep inside their template arguments)."""
     seen: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         seen.setdefault(row[0], []).append(i)
     for same in (idx for idx in seen.values() if len(idx) > 1):
-        full = [labels[i] for i in same]
+        # a leading "void " is no part of a name (units.short_name drops it too)
+        full = [labels[i][5:] if labels[i].startswith("void ") else labels[i] for i in same]
         if len(set(full)) < len(full):
             continue  # the same label twice (the ranking never does this): nothing to tell apart
         common = len(os.path.commonprefix(full))
+        new = {}
         for i, label in zip(same, full):
             cut = common
             while cut > 0 and label[cut - 1] not in _SPLITS and (cut >= len(label) or label[cut] not in _SPLITS):
                 cut -= 1  # back to a word boundary: never split the word where they differ
-            if cut == 0 or cut >= len(label):
-                continue  # nothing in common, or the shortest name: its shortened start is its own
-            rows[i][0] = _differing(label, cut, room)
+            if 0 < cut < len(label):  # else nothing in common, or the shortest: its start is its own
+                new[i] = _differing(label, cut, room)
+        after = [new.get(i, rows[i][0]) for i in same]
+        if len(set(after)) == len(after):  # only when it does tell them apart (deep templates may not)
+            for i, text in new.items():
+                rows[i][0] = text
 
 
 def _differing(label: str, cut: int, room: int) -> str:
