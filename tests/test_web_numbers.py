@@ -238,3 +238,19 @@ def _walk(c):
     for k in kids if isinstance(kids, (list, tuple)) else [kids]:
         if hasattr(k, "to_plotly_json"):
             yield from _walk(k)
+
+
+def test_a_saved_ranking_without_ops_reads_in_the_same_unit(long, tmp_path):
+    from traceroof.report import Report
+
+    report, built = long
+    p = tmp_path / "no_ops.json"
+    report.save(p, include_ops=False)
+    saved = Report.load(p)
+    assert saved.ops is None
+    table = next(c for c in _walk(layout.tabs(saved)) if getattr(c, "id", None) == "ranking-table")
+    names = {c["id"]: c["name"] for c in table.columns}
+    assert names["measured_s"] == "measured (s)" and "measured_ns" not in names
+    mm = next(r for r in table.data if r["label"] == "aten::mm")
+    assert mm["measured_s"] == pytest.approx(built["steps"] * built["gemm_ns"] / 1e9)  # 2 × 40 s
+    assert all(c["format"]["specifier"][-1] in "rdf" for c in table.columns if "format" in c)

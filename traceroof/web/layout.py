@@ -206,10 +206,26 @@ def ops_tab(report: Report, initial: dict[str, Any] | None = None) -> html.Div:
 
 
 def _ranking_only(report: Report) -> html.Div:
+    """The saved ranking, when the report has no op table: times in one unit (the Ops tab's
+    rule, :func:`views.table_unit`), numbers in plain decimals, the other columns as saved."""
+    rk = report.ranking
+    unit = views.table_unit(rk)
+    data, columns = [], []
+    for c in rk.columns:
+        if c.endswith("_ns"):
+            cid = f"{c[:-3]}_{unit.key}"
+            columns.append({"id": cid, "name": f"{c[:-3]} ({unit.name})", "type": "numeric",
+                            "format": {"specifier": views.TABLE_FORMATS["time"]}})
+        elif rk[c].dtype.is_float():
+            columns.append({"id": c, "name": c, "type": "numeric", "format": {"specifier": views.TABLE_FORMATS["float"]}})
+        else:
+            columns.append({"id": c, "name": c})
+    for r in rk.iter_rows(named=True):
+        data.append({(f"{k[:-3]}_{unit.key}" if k.endswith("_ns") else k):
+                     (None if v is None else v / unit.ns) if k.endswith("_ns") else _plain(v) for k, v in r.items()})
     return html.Div([
         html.P("No op table in this report: showing the saved ranking.", className="tr-note"),
-        dash_table.DataTable(data=[{k: _plain(v) for k, v in r.items()} for r in report.ranking.iter_rows(named=True)],
-                             columns=[{"id": c, "name": c} for c in report.ranking.columns], page_size=25,
+        dash_table.DataTable(data=data, columns=columns, page_size=25, id="ranking-table",
                              sort_action="native", style_table={"overflowX": "auto"}),
     ])
 
