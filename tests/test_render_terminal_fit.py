@@ -114,10 +114,13 @@ def test_no_terminal_at_all_renders_at_the_pipe_width():
 def test_told_apart_labels_fit_and_come_from_their_label(labels, room):
     """Whatever the names, a label made to tell two ops apart fits its column and shows
     pieces of its own name, in order (so it never shows another op's name)."""
-    rows = [[units.short_name(lab, room)] for lab in labels]
+    before = [units.short_name(lab, room) for lab in labels]
+    rows = [[b] for b in before]
     table._tell_apart(rows, labels, room)
-    for (cell,), label in zip(rows, labels):
+    for (cell,), label, was in zip(rows, labels, before):
         assert len(cell) <= room
+        if cell == was:
+            continue  # not rewritten: units.short_name's own label (its "(…)" is no piece of the name)
         pos = 0
         for piece in (p for p in cell.split("…") if p):
             pos = label.find(piece, pos)
