@@ -53,7 +53,7 @@ def bandwidth_figure(ops: pl.DataFrame, chip: ChipInfo | None, *, by: str = "op"
     share = float(movers["total_ns"].sum() or 0) / total if total else None
     W = float((chip.hbm_bytes_per_s if chip else None) or 0)
     xs = movers["move_bytes_per_s"].to_list() + ([W] if W else [])
-    x_lo, x_hi = min(xs) / 3, max(xs) * 3
+    x_lo, x_hi = min(xs) / 4, max(xs) * 4  # 16×: at least one decade tick (numbers.log_ticks)
     kinds = [k for k in figures.KIND_COLORS if k in set(movers["kind"].to_list())] + sorted(
         set(movers["kind"].to_list()) - set(figures.KIND_COLORS))
     tmax = float(movers["measured_ns"].max())

@@ -67,7 +67,8 @@ def log_ticks(lo: float, hi: float, fmt: Any = plain) -> dict[str, Any]:
     """Plotly log-axis settings with a tick at every power of ten in [lo, hi], each labelled
     by ``fmt`` (``plain``: ``0.1``, ``1``, ``10``, ``1,000``; or a unit formatter such as
     :func:`traceroof.units.flops_per_s`): one notation on the whole axis, not Plotly's mix of
-    ``10^15`` and ``100T``."""
+    ``10^15`` and ``100T``. A range of less than a factor 10 may hold no power of ten: callers
+    pad their ranges (the roofline ×4 each way)."""
     vals = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
             if lo <= 10.0 ** k <= hi]
     return {"tickmode": "array", "tickvals": vals, "ticktext": [fmt(v) for v in vals]}
