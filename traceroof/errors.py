@@ -83,7 +83,7 @@ class ReportVersionError(TraceroofError, ValueError):
 
 
 class OutputError(TraceroofError, OSError):
-    """An output (``-o FILE``, ``ingest -o DIR``) that cannot be written: its folder is
+    """An output (``-o FILE``, ``ingest -o DIR``, ``gate``'s ``$GITHUB_STEP_SUMMARY``) that cannot be written: its folder is
     missing, a file or folder is in the way, or there is no permission. Checked before any
     parsing, so a user's mistake costs no parse. Exit code 9."""
 
