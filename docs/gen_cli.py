@@ -18,8 +18,16 @@ Generated from `--help` by `docs/gen_cli.py`; do not edit by hand.
 Exit codes: 0 ok, 1 gate failed, 2 usage, 3 input not found, 4 invalid or unsupported trace
 or report, or inputs that are not one job (different formats or devices: they are never merged;
 analyze them one at a time), 5 unknown or ambiguous chip, 6 capture: no server, 7 capture: empty, 8 capture:
-timeout, 9 an output (`-o`) that cannot be written, 70 internal error (a bug: re-run with `--debug` and report it). Errors are one line
+timeout, 9 an output that cannot be written (`-o`, or `gate`'s `$GITHUB_STEP_SUMMARY`; checked before any parsing), 70 internal error (a bug: re-run with `--debug` and report it). Errors are one line
 on stderr (`traceroof: error: …`); `--debug` shows the traceback.
+
+Terminal output (`analyze`, `chips`, `estimate`) fits the width it is printed at: `COLUMNS`,
+else the terminal on stdout, else the terminal on stderr (so `traceroof analyze T | head`
+fits the terminal you watch), else 120 columns (a file, a CI log). Where a table does not
+fit, its least useful columns go first and a line names them (`--format markdown/json` keep
+every column); long names are shortened at template arguments and word boundaries, two that
+would read the same show where they differ (`aten::_scaled…_backward`); warnings wrap at
+words; no line has trailing spaces.
 """
 
 

@@ -27,7 +27,9 @@ from conftest import REPO, real, write
 
 pytest.importorskip("dash", reason="the web extra (dash, plotly) is not installed")
 
+import make_long_trace  # noqa: E402
 from test_web_app import BAD_TRACE, start_serve, stop  # noqa: E402
+from test_web_numbers import mover_oracle  # noqa: E402
 
 from traceroof import analyze, read_trace  # noqa: E402
 from traceroof.web import views  # noqa: E402
@@ -339,6 +341,89 @@ def test_serve_to_rendered_roofline_for_the_largest_fixture(browser):
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "serve-timing.json").write_text(json.dumps({"trace": LARGEST, **t}, indent=2))
     assert t["url_s"] <= t["rendered_s"]
+
+
+# --------------------------------------------------------------------- numbers (issue 17, item 8)
+# What a reader sees in the table cells and on the axes, on the generated 92 s trace
+# (fixtures/make_long_trace.py) and on Qwen: not what the figure objects hold
+# (tests/test_web_numbers.py checks those).
+#: a number in scientific notation as d3 or Python writes it: 7.777e+7, 1e-5
+SCI = re.compile(r"\d[eE][+-]?\d")
+TICKS_JS = ("(id) => Array.from(document.querySelectorAll('#' + id + ' .xtick text, #' + id + ' .ytick text'))"
+            ".map(t => t.textContent)")
+AXIS_TITLES_JS = ("(id) => Array.from(document.querySelectorAll('#' + id + ' .g-xtitle, #' + id + ' .g-ytitle'))"
+                  ".map(t => t.textContent)")
+
+
+@pytest.fixture(scope="module")
+def long_server(tmp_path_factory):
+    path = tmp_path_factory.mktemp("long") / "long_h100.json.gz"
+    built = make_long_trace.build(path)
+    proc, url = start_serve(str(path))
+    yield url, built
+    stop(proc)
+
+
+def test_a_92_s_trace_reads_in_seconds_in_every_tab(page, long_server):
+    url, built = long_server
+    open_dashboard(page, url)
+    bw = wait_graph(page, "bandwidth-graph")
+    # the copy group (bytes, no FLOPs) is on the bandwidth panel, the GEMM on the roofline
+    assert [lab for t in role(bw, "movers") for lab in t["customdata"]] == ["Memcpy HtoD (Pinned -> Device)"]
+    ticks = page.evaluate(TICKS_JS, "roofline-graph") + page.evaluate(TICKS_JS, "bandwidth-graph")
+    assert ticks and not [t for t in ticks if SCI.search(t) or "^" in t]
+    assert "10 GB/s" in page.evaluate(TICKS_JS, "bandwidth-graph")  # 10.67 GB/s sits above it
+    page.wait_for_timeout(300)
+    page.screenshot(path="/tmp/s-dashboard.png", full_page=True)
+    shot(page, "long-roofline")
+
+    open_tab(page, "Ops")
+    page.wait_for_selector("#ops-table td[data-dash-column='label']")
+    headers = page.locator("#ops-table th").all_inner_texts()
+    assert any(h.strip().startswith("total (s)") for h in headers), headers
+    cells = page.locator("#ops-table td").all_inner_texts()
+    assert cells and not [c for c in cells if SCI.search(c)]
+    # aten::mm: 2 × 40 s; its roofline time 2 × 2·8192³ / 989.4e12 s = 0.002223 s (4 significant digits)
+    mm_total = page.locator("#ops-table td[data-dash-column='total_s']").first.inner_text()
+    assert mm_total == "80"
+    assert page.locator("#ops-table td[data-dash-column='expected_s']").first.inner_text() == "0.002223"
+    summary = page.locator("#ops-summary").inner_text()
+    assert "92 s of device time" in summary  # 2 × (40 + 6) s
+    shot(page, "long-ops")
+
+    open_tab(page, "Timeline")
+    wait_graph(page, "timeline-graph")
+    assert "time since trace start (s)" in page.evaluate(AXIS_TITLES_JS, "timeline-graph")
+    xt = page.evaluate("() => Array.from(document.querySelectorAll('#timeline-graph .xtick text'))"
+                       ".map(t => t.textContent)")
+    # plain seconds (0, 20, 40 ...): no '20k', no exponent
+    assert xt and all(re.fullmatch(r"[\d,.]+", t) for t in xt), xt
+    assert max(float(t.replace(",", "")) for t in xt) <= 100  # 92 s, not 92,000 ms
+    shot(page, "long-timeline")
+
+    open_tab(page, "Steps")
+    wait_graph(page, "steps-graph")
+    assert "time (s)" in page.evaluate(AXIS_TITLES_JS, "steps-graph")
+    assert page.errors == []
+
+
+def test_qwen_roofline_has_the_bandwidth_panel(page, qwen_server, qwen):
+    oracle, share = mover_oracle(qwen.ops)
+    open_dashboard(page, qwen_server)
+    bw = wait_graph(page, "bandwidth-graph")
+    assert sum(t["n"] for t in role(bw, "movers")) == bw["layout"]["meta"]["points"] == len(oracle) == 5
+    roof_text = page.evaluate("() => document.querySelector('#roofline-graph .main-svg').parentNode.textContent")
+    said = f"5 groups ({100 * share:.1f} % of device time) move bytes with no FLOPs: on the bandwidth panel below"
+    assert said in roof_text
+    page.wait_for_timeout(300)
+    page.screenshot(path="/tmp/s-dashboard-qwen.png", full_page=True)
+    shot(page, "qwen-roofline-bandwidth")
+    open_tab(page, "Ops")
+    page.wait_for_selector("#ops-table td[data-dash-column='label']")
+    cells = page.locator("#ops-table td").all_inner_texts()
+    assert cells and not [c for c in cells if SCI.search(c)]
+    shot(page, "qwen-ops-numbers")
+    assert page.errors == []
 
 
 # --------------------------------------------------------------------- measurement

@@ -472,7 +472,10 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
     """
     from .analysis import load_report
     from .gate import check, write_step_summary
+    from .outputs import check_output_file
 
+    if os.environ.get("GITHUB_STEP_SUMMARY"):  # appended to at the end: checked before any parsing (exit 9)
+        check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
     mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
 
     def _load(path: str) -> Any:

@@ -4,8 +4,10 @@ Every error the library raises is a :class:`TraceroofError`. The CLI (and only t
 turns them into one line on stderr and an exit code; each subclass carries its code so the
 mapping lives in one place.
 
-Exit codes (DESIGN §9): 0 ok, 1 gate failed, 2 usage, 3 input not found,
-4 invalid/unsupported trace, 5 unknown chip, 70 internal error.
+Exit codes (DESIGN §9; docs/cli.md): 0 ok, 1 gate failed, 2 usage, 3 input not found,
+4 invalid/unsupported trace, 5 unknown chip, 6–8 capture (no server, empty, timeout: the
+errors of :mod:`traceroof.capture`), 9 an output that cannot be written (:class:`OutputError`),
+70 internal error.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class ReportVersionError(TraceroofError, ValueError):
 
 
 class OutputError(TraceroofError, OSError):
-    """An output (``-o FILE``, ``ingest -o DIR``) that cannot be written: its folder is
+    """An output (``-o FILE``, ``ingest -o DIR``, ``gate``'s ``$GITHUB_STEP_SUMMARY``) that cannot be written: its folder is
     missing, a file or folder is in the way, or there is no permission. Checked before any
     parsing, so a user's mistake costs no parse. Exit code 9."""
 

@@ -11,8 +11,9 @@ from pathlib import Path
 from .errors import OutputError
 
 
-def check_output_file(path: str | os.PathLike[str]) -> None:
-    """Check that the file ``path`` can be written (created, or replaced) now.
+def check_output_file(path: str | os.PathLike[str], what: str = "-o") -> None:
+    """Check that the file ``path`` can be written (created, or replaced) now; the message
+    names it as ``what`` (the option or variable it came from: ``-o``, ``$GITHUB_STEP_SUMMARY``).
 
     The check writes nothing that stays: a file that did not exist is created empty and
     removed again; an existing one is opened for appending and left as it was.
@@ -23,18 +24,18 @@ def check_output_file(path: str | os.PathLike[str]) -> None:
     """
     p = Path(path)
     if p.is_dir():
-        raise OutputError(f"-o {path}: is a directory; expected the path of a file to write")
+        raise OutputError(f"{what} {path}: is a directory; expected the path of a file to write")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
-        raise OutputError(f"-o {path}: folder {parent} does not exist (create it first)")
+        raise OutputError(f"{what} {path}: folder {parent} does not exist (create it first)")
     if not parent.is_dir():
-        raise OutputError(f"-o {path}: {parent} is a file, not a folder")
+        raise OutputError(f"{what} {path}: {parent} is a file, not a folder")
     existed = p.exists()
     try:
         with open(p, "a"):
             pass
     except OSError as exc:
-        raise OutputError(f"-o {path}: cannot be written ({exc.strerror or exc})") from exc
+        raise OutputError(f"{what} {path}: cannot be written ({exc.strerror or exc})") from exc
     if not existed:
         p.unlink(missing_ok=True)
 

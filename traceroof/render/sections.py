@@ -312,7 +312,7 @@ def findings_rows(report: Report, top: int) -> list[list[str]]:
             str(f.kind),
             str(f.severity),
             units.ns(f.recoverable_ns),
-            units.short(title, 90),
+            units.short_name(title, 90),  # cut at a word boundary, not inside a number or word
         ])
     return out
 

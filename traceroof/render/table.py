@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 from rich.console import Console
 from rich.markup import escape
@@ -56,8 +57,10 @@ def _ranking(con: Console, report: Report, top: int, width: int) -> None:
     if room is not None:
         for row, label in zip(rows, labels):
             row[0] = units.short_name(label, room)
+    _tell_apart(rows, labels, room or MAX_LABEL)
     idx = [headers.index(h) for h in kept]
-    t = Table(title=f"Top {min(top, report.ranking.height)} ops by time lost against the roofline "
+    shown = min(top, report.ranking.height)
+    t = Table(title=f"Top {units.plural(shown, 'op')} by time lost against the roofline "
                     "(gap = measured − expected over the costed ops; costed = their share of the total)",
               title_justify="left")
     for h in kept:
@@ -71,6 +74,75 @@ def _ranking(con: Console, report: Report, top: int, width: int) -> None:
         note = terminal.wrap(f"(left out at {width} columns: {left}; widen the terminal or use "
                              "--format markdown/json)", width, "", "")
         con.print(note.replace("\0", " "))
+
+
+#: where a name may be split when two shortened names must be told apart (as units.short_name)
+_SPLITS = "_:,( <>."
+
+
+def _tell_apart(rows: list[list[str]], labels: list[str], room: int) -> None:
+    """Where shortening gave two different ops the same label (``aten::_scaled_dot_product…``
+    for both the flash attention and its ``_backward``; ``Cijk_Ailk…`` for five Tensile
+    GEMMs), each of them shows where it differs: its start shortened, then what follows the
+    names' common start (from the word boundary before it), shortened too:
+    ``aten::_scaled…_backward``, ``Cijk_Ailk_Bljk…MT256x224x64…``. At most ``room``
+    characters; labels already distinct are left as they are, and so are those this would
+    not tell apart either (names differing only deep inside their template arguments)."""
+    seen: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        seen.setdefault(row[0], []).append(i)
+    for same in (idx for idx in seen.values() if len(idx) > 1):
+        # a leading "void " is no part of a name (units.short_name drops it too)
+        full = [labels[i][5:] if labels[i].startswith("void ") else labels[i] for i in same]
+        if len(set(full)) < len(full):
+            continue  # the same label twice (the ranking never does this): nothing to tell apart
+        common = len(os.path.commonprefix(full))
+        new = {}
+        for i, label in zip(same, full):
+            cut = common
+            while cut > 0 and label[cut - 1] not in _SPLITS and (cut >= len(label) or label[cut] not in _SPLITS):
+                cut -= 1  # back to a word boundary: never split the word where they differ
+            if 0 < cut < len(label):  # else nothing in common, or the shortest: its start is its own
+                new[i] = _differing(label, cut, room)
+        after = [new.get(i, rows[i][0]) for i in same]
+        if len(set(after)) == len(after):  # only when it does tell them apart (deep templates may not)
+            for i, text in new.items():
+                rows[i][0] = text
+
+
+def _differing(label: str, cut: int, room: int) -> str:
+    """``label`` in at most ``room`` characters showing what follows ``label[:cut]`` (the start
+    it shares with another op): that rest whole if it fits beside a short start; else its
+    beginning up to a word boundary; else (one long word) the label's end from a word
+    boundary, after "…". The shared start takes what is left, cut at a word boundary too."""
+    rest = label[cut:]
+    budget = room - min(cut, max(8, room // 3))  # what the differing part may take
+    if len(rest) <= budget:
+        tail = rest
+    else:
+        tail = _start(rest, budget) or ""
+    if not tail:  # one long word where they differ: show the end instead
+        head = _start(label[:cut], max(8, room // 3)) or label[: max(8, room // 3) - 1] + "…"
+        end = label[-(room - len(head) + 1):]
+        j = next((k for k, ch in enumerate(end[: len(end) // 2]) if ch in _SPLITS), 0)
+        return head + end[j:] if head.endswith("…") else head + "…" + end[j + 1:]
+    n = room - len(tail)
+    head = label[:cut] if cut <= n else (_start(label[:cut], n) or label[: n - 1] + "…")
+    return head[:-1] + tail if head.endswith("…") and tail.startswith("…") else head + tail
+
+
+def _start(text: str, n: int) -> str | None:
+    """``text`` if it fits in ``n``, else its longest start that ends at a word boundary
+    (``_SPLITS``; trailing ``:``, ``_``, ``,``, ``.`` and spaces dropped) with "…", in at most ``n`` characters; None when no
+    boundary leaves a start of at least 3 characters."""
+    if len(text) <= n:
+        return text
+    for i in range(n - 1, 2, -1):
+        if text[i] in _SPLITS or text[i - 1] in _SPLITS:
+            head = text[:i].rstrip(":_,. ")
+            if len(head) >= 3:
+                return head + "…"
+    return None
 
 
 def _devices(con: Console, report: Report) -> None:

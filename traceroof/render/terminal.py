@@ -2,8 +2,8 @@
 wrapped lines, no trailing padding.
 
 The width is the caller's, else the terminal's (``COLUMNS`` first, as
-:func:`shutil.get_terminal_size` reads it), else :data:`PIPE_WIDTH` when the output is not a
-terminal. Tables drop their lowest-value columns first when the terminal is narrow
+:func:`shutil.get_terminal_size` reads it; then the terminal stdout or, when it is piped,
+stderr is attached to), else :data:`PIPE_WIDTH` when there is no terminal. Tables drop their lowest-value columns first when the terminal is narrow
 (:func:`fit_columns`); every line loses its trailing spaces (:func:`finish`), so piped output
 is not padded.
 """
@@ -11,7 +11,8 @@ is not padded.
 from __future__ import annotations
 
 import io
-import shutil
+import os
+import sys
 import textwrap
 from collections.abc import Sequence
 
@@ -24,9 +25,27 @@ MIN_WIDTH = 60
 
 
 def width(explicit: int | None = None) -> int:
-    """The width to render at, in columns (at least :data:`MIN_WIDTH`)."""
-    w = explicit or shutil.get_terminal_size((PIPE_WIDTH, 40)).columns
+    """The width to render at, in columns (at least :data:`MIN_WIDTH`): ``explicit``, else
+    ``COLUMNS``, else the terminal stdout is, else the terminal stderr is (``analyze | head``
+    and ``analyze | less`` in an 80-column terminal fit it), else :data:`PIPE_WIDTH` (no
+    terminal at all: a file or CI log)."""
+    w = explicit or _terminal_columns()
     return max(int(w), MIN_WIDTH)
+
+
+def _terminal_columns() -> int:
+    """``COLUMNS``, else the size of the terminal on stdout or stderr, else :data:`PIPE_WIDTH`."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+            if os.isatty(fd):
+                return os.get_terminal_size(fd).columns
+        except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+            continue  # no file descriptor (captured, closed) or not a terminal
+    return PIPE_WIDTH
 
 
 def console(buf: io.StringIO, cols: int) -> Console:

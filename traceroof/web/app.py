@@ -18,7 +18,7 @@ from dash import Dash, dcc, html
 
 from ..errors import InputNotFoundError, TraceroofError, UsageError
 from ..report import Report
-from . import figures, layout, views
+from . import bandwidth, figures, layout, views
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,9 @@ def initial_view(report: Report) -> dict[str, Any]:
         by = (report.filters.group_by if report.filters else None) or "op"
         groups = views.op_groups(ops, by)
         out["roofline"] = figures.roofline_figure(ops, report.chip, by=by)
-        out["table"] = views.table_records(groups)
+        out["bandwidth"] = bandwidth.bandwidth_figure(ops, report.chip, by=by)
+        out["table_unit"] = views.ops_table_unit(ops)
+        out["table"] = views.table_records(groups, unit=out["table_unit"])
         out["summary"] = views.table_summary(groups, ops)
         figures.timeline_figure(ops.head(2))  # loads the Bar/annotation validators too
     return out

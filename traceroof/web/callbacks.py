@@ -9,7 +9,7 @@ from typing import Any
 from dash import ALL, Dash, Input, Output, State, ctx, dcc, no_update
 
 from ..report import Report
-from . import figures, views
+from . import bandwidth, figures, views
 
 TIMELINE_MAX_BARS = 4000
 
@@ -37,6 +37,15 @@ def _register_roofline_and_table(app: Dash, report: Report, sel_ops: Callable[[s
     def _roofline(rank: str, step: str, by: str, selected: str | None) -> Any:
         return figures.roofline_figure(sel_ops(rank, step), report.chip, by=by, selected=selected)
 
+    @app.callback(Output("bandwidth-graph", "figure"),
+                  Input("rank-select", "value"), Input("step-select", "value"), Input("group-by", "value"),
+                  Input("selected", "data"), prevent_initial_call=True)  # first figure: app.initial_view
+    def _bandwidth(rank: str, step: str, by: str, selected: str | None) -> Any:
+        return bandwidth.bandwidth_figure(sel_ops(rank, step), report.chip, by=by, selected=selected)
+
+    assert report.ops is not None
+    unit = views.ops_table_unit(report.ops)  # the columns' unit, as app.initial_view chose it
+
     @app.callback(Output("ops-table", "data"), Output("ops-summary", "children"),
                   Input("rank-select", "value"), Input("step-select", "value"), Input("group-by", "value"),
                   Input("kind-filter", "value"), Input("bound-filter", "value"), Input("stream-filter", "value"),
@@ -45,7 +54,7 @@ def _register_roofline_and_table(app: Dash, report: Report, sel_ops: Callable[[s
                selected: str | None) -> Any:
         sub = views.filter_table_ops(sel_ops(rank, step), kinds, bounds, streams)
         groups = views.op_groups(sub, by)
-        return views.table_records(groups, selected=selected), views.table_summary(groups, sub)
+        return views.table_records(groups, selected=selected, unit=unit), views.table_summary(groups, sub)
 
     @app.callback(Output("download", "data"),
                   Input("csv-groups", "n_clicks"), Input("csv-ops", "n_clicks"),
@@ -67,9 +76,9 @@ def _register_selection(app: Dash) -> None:
     @app.callback(Output("selected", "data"),
                   Input("roofline-graph", "clickData"), Input("ops-table", "active_cell"),
                   Input("timeline-graph", "clickData"), Input("clear-selection", "n_clicks"),
-                  Input("group-by", "value"), prevent_initial_call=True)
-    def _select(roof_click: Any, cell: Any, tl_click: Any, _clear: Any, _by: Any) -> Any:
-        label = views.selection_from_event(ctx.triggered_id, roof_click, cell, tl_click)
+                  Input("group-by", "value"), Input("bandwidth-graph", "clickData"), prevent_initial_call=True)
+    def _select(roof_click: Any, cell: Any, tl_click: Any, _clear: Any, _by: Any, bw_click: Any) -> Any:
+        label = views.selection_from_event(ctx.triggered_id, roof_click, cell, tl_click, bw_click)
         return no_update if label is views.UNCHANGED else label
 
     @app.callback(Output("selected-text", "children"), Output("selected-banner", "style"), Input("selected", "data"),
@@ -87,7 +96,8 @@ def _register_timeline(app: Dash, report: Report, sel_ops: Callable[[str, str], 
         sub = sel_ops(rank, step)
         key = f"{rank}|{step}"
         window = views.timeline_window(triggered, focus, relayout, views.stored_window(window, key),
-                                       n_ops=sub.height, max_bars=TIMELINE_MAX_BARS)
+                                       n_ops=sub.height, max_bars=TIMELINE_MAX_BARS,
+                                       unit_ns=views.timeline_unit(sub).ns)
         if window is views.UNCHANGED:
             return no_update, no_update
         fig = figures.timeline_figure(sub, findings=report.findings, selected=selected, by=by, window=window,

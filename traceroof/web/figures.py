@@ -5,8 +5,10 @@ functions, and the tests call them directly on real traces. Every trace a figure
 ``meta = {"role": ...}`` (``ops``, ``roof``, ``hbm``, ``ridge``, ``selected``, ``bars``,
 ``launches``, ``breakdown``, ``utilization``) so tests and callbacks can tell them apart.
 
-Units: roofline axes are FLOP/byte (x) and FLOP/s (y); timeline x is ms since the trace
-origin; step bars are ms.
+Units: roofline axes are FLOP/byte (x) and FLOP/s (y), ticks at every decade in one notation;
+the bandwidth panel's x is B/s (:mod:`.bandwidth`); timeline x is time since the trace origin
+and step bars are durations, each in the unit its largest value calls for (s, ms or µs:
+:func:`.numbers.time_unit`), named in the axis title and ``layout.meta``, in plain numbers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .. import units
 from ..dtypes import LOW_PRECISION_FIRST
 from ..findings import Finding
 from ..sections import ChipInfo
-from . import views
+from . import numbers, views
 
 #: One colour per op kind (stable across figures and pages).
 KIND_COLORS: dict[str, str] = {
@@ -61,14 +63,6 @@ def roofs(chip: ChipInfo | None) -> list[tuple[list[str], float]]:
 def ridge_point(peak_flops_per_s: float, hbm_bytes_per_s: float) -> float:
     """Arithmetic intensity (FLOP/byte) where the HBM slope meets a compute roof: peak ÷ bandwidth."""
     return peak_flops_per_s / hbm_bytes_per_s
-
-
-def _decade_ticks(lo: float, hi: float, fmt: Any) -> dict[str, Any]:
-    """Log-axis ticks at every power of ten in [lo, hi], labelled with units by ``fmt``
-    (``1 PFLOP/s`` rather than Plotly's mix of ``100T`` and ``10^15``)."""
-    vals = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-            if lo <= 10.0 ** k <= hi]
-    return {"tickmode": "array", "tickvals": vals, "ticktext": [fmt(v) for v in vals]}
 
 
 def roofline_figure(
@@ -123,9 +117,9 @@ def roofline_figure(
     fig.update_layout(
         title={"text": f"Roofline · {chip.name}", "subtitle": {"text": views.roofline_note(groups, shown.height)}},
         xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)", "range": [math.log10(x_lo), math.log10(x_hi)],
-               "exponentformat": "power"},
+               **numbers.log_ticks(x_lo, x_hi)},
         yaxis={"type": "log", "title": "achieved FLOP/s", "range": [math.log10(y_lo), math.log10(y_hi)],
-               **_decade_ticks(y_lo, y_hi, units.flops_per_s)},
+               **numbers.log_ticks(y_lo, y_hi, units.flops_per_s)},
         legend={"itemsizing": "constant"},
         clickmode="event",
         hovermode="closest",
@@ -163,7 +157,7 @@ def _add_roofs(fig: go.Figure, roof_list: list[tuple[list[str], float]], W: floa
     fig.add_trace(go.Scatter(
         x=ridges, y=[p for _, p in roof_list], mode="markers",
         marker={"symbol": "diamond", "size": 9, "color": "#444"}, name="ridge points", legendgroup="roofs",
-        text=[f"ridge point {'/'.join(d)}: {ridge_point(p, W):.0f} FLOP/byte ({units.flops_per_s(p)} ÷ {units.bytes_per_s(W)})"
+        text=[f"ridge point {'/'.join(d)}: {numbers.plain(ridge_point(p, W))} FLOP/byte ({units.flops_per_s(p)} ÷ {units.bytes_per_s(W)})"
               for d, p in roof_list],
         hovertemplate="%{text}<extra></extra>",
         meta={"role": "ridge", "ridges": ridges},
@@ -205,8 +199,8 @@ def _roof_hover(r: dict[str, Any], chip: ChipInfo, W: float) -> str:
     attain = min(peak, W * r["roof_intensity"]) if peak else None
     lines = [
         f"<b>{_esc(units.short(r['label'], 90))}</b>",
-        f"{r['kind']} · {r['count']:,} ops · {units.ns(r['measured_ns'])} ({units.pct(r['share'])} of device time)",
-        f"intensity {r['roof_intensity']:.3g} FLOP/byte · achieved {units.flops_per_s(r['achieved_flops_per_s'])}",
+        f"{r['kind']} · {units.plural(r['count'], 'op')} · {units.ns(r['measured_ns'])} ({units.pct(r['share'])} of device time)",
+        f"intensity {numbers.plain(r['roof_intensity'])} FLOP/byte · achieved {units.flops_per_s(r['achieved_flops_per_s'])}",
         f"FLOPs {units.count(r['roof_flops'])} · bytes {units.count(r['roof_bytes'], 'B')}",
     ]
     if attain:
@@ -244,8 +238,8 @@ def timeline_figure(
         uirevision: plotly ``uirevision`` (keeps the user's zoom while it is unchanged).
 
     Returns:
-        A figure with horizontal ``bars`` traces (one per kind; x = duration ms, base =
-        start ms since the trace origin, y = row), a ``launches`` trace, a ``selected`` trace
+        A figure with horizontal ``bars`` traces (one per kind; x = duration, base =
+        start since the trace origin, both in ``layout.meta["x_unit"]``, y = row), a ``launches`` trace, a ``selected`` trace
         and one shaded rectangle per finding in view. ``layout.meta`` has ``ops_in_view``,
         ``bars`` and ``aggregated``.
     """
@@ -260,6 +254,7 @@ def timeline_figure(
     # all ops when they fit (plotly zooms by itself); else only the window's, merged if still too many
     vis = (ops if ops.height <= max_bars else views.window_ops(ops, win)).with_columns(views.label_expr(by).alias("label"))
     row_key = _row_expr(multi)
+    unit = views.timeline_unit(ops)
     n_dev_rows = max(1, sum(1 for r in rows if not r.endswith("host launches")))
     aggregated = vis.height > max_bars
     if aggregated:
@@ -268,33 +263,36 @@ def timeline_figure(
         bars = vis.with_columns(row_key.alias("row"), pl.col("kind").cast(pl.String),
                                 (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
                                 pl.lit(1).alias("count"), pl.col("dur_ns").alias("busy_ns"))
-    n_bars = _add_bars(fig, bars, aggregated)
+    n_bars = _add_bars(fig, bars, aggregated, unit.ns)
     if launches:
-        _add_launches(fig, vis, multi, max_bars, n_dev_rows)
+        _add_launches(fig, vis, multi, max_bars, n_dev_rows, unit.ns)
     if selected is not None:
-        _add_selected(fig, vis.filter(pl.col("label") == selected).head(max_bars), selected, multi)
+        _add_selected(fig, vis.filter(pl.col("label") == selected).head(max_bars), selected, multi, unit.ns)
     t0 = int(ops["start_ns"].min())
     t1 = int((ops["start_ns"] + ops["dur_ns"]).max())
     ranks = sorted(ops["rank"].unique().to_list())
-    _add_findings(fig, views.findings_in_view(list(findings), ranks, *(win or (t0, t1)))[:60], order, multi, focus)
-    sub_txt = f"{vis.height:,} ops in view"
+    _add_findings(fig, views.findings_in_view(list(findings), ranks, *(win or (t0, t1)))[:60], order, multi, focus,
+                  unit.ns)
+    sub_txt = f"{units.plural(vis.height, 'op')} in view"
     if aggregated:
         sub_txt += f", merged into {n_bars:,} bars (zoom in to see single ops)"
     sub_txt += " · shaded: findings" if findings else ""
-    _timeline_layout(fig, sub_txt, win, order, uirevision,
-                     {"ops_in_view": vis.height, "bars": n_bars, "aggregated": aggregated, "rows": rows})
+    _timeline_layout(fig, sub_txt, win, order, uirevision, unit,
+                     {"ops_in_view": vis.height, "bars": n_bars, "aggregated": aggregated, "rows": rows,
+                      "x_unit": unit.name, "x_unit_ns": unit.ns})
     return fig
 
 
 def _timeline_layout(fig: go.Figure, sub_txt: str, win: tuple[float, ...] | None, order: list[str],
-                     uirevision: str, meta: dict[str, Any]) -> None:
-    """Title, axes (x in ms, the window ``win`` in ns if given; y the rows ``order``), legend."""
+                     uirevision: str, unit: numbers.TimeUnit, meta: dict[str, Any]) -> None:
+    """Title, axes (x in ``unit``, plain numbers, the window ``win`` in ns if given; y the
+    rows ``order``), legend."""
     height = max(420, 205 + 46 * len(order))
     fig.update_layout(
         title={"text": "Timeline", "subtitle": {"text": sub_txt}},
         barmode="overlay",
-        xaxis={"title": "time since trace start (ms)", "showgrid": True, "zeroline": False,
-               **({"range": [win[0] / 1e6, win[1] / 1e6]} if win else {})},
+        xaxis={"title": f"time since trace start ({unit.name})", "showgrid": True, "zeroline": False,
+               **numbers.LINEAR_AXIS, **({"range": [win[0] / unit.ns, win[1] / unit.ns]} if win else {})},
         yaxis={"type": "category", "categoryorder": "array", "categoryarray": order, "range": [-0.6, len(order) - 0.4],
                "fixedrange": True, "automargin": True},
         height=height,
@@ -308,8 +306,9 @@ def _timeline_layout(fig: go.Figure, sub_txt: str, win: tuple[float, ...] | None
     )
 
 
-def _add_bars(fig: go.Figure, bars: pl.DataFrame, aggregated: bool) -> int:
-    """One horizontal bar trace per kind (x: duration ms, base: start ms); the bars drawn."""
+def _add_bars(fig: go.Figure, bars: pl.DataFrame, aggregated: bool, unit_ns: float) -> int:
+    """One horizontal bar trace per kind (x: duration, base: start, both in units of
+    ``unit_ns`` ns); the bars drawn."""
     n_bars = 0
     for kind in [k for k in KIND_COLORS if k in set(bars["kind"].to_list())] + sorted(
             set(bars["kind"].to_list()) - set(KIND_COLORS)):
@@ -317,8 +316,8 @@ def _add_bars(fig: go.Figure, bars: pl.DataFrame, aggregated: bool) -> int:
         n_bars += sub.height
         fig.add_trace(go.Bar(
             orientation="h", name=kind, y=sub["row"].to_list(),
-            base=[s / 1e6 for s in sub["start_ns"].to_list()],
-            x=[max(e - s, 1) / 1e6 for s, e in zip(sub["start_ns"].to_list(), sub["end_ns"].to_list())],
+            base=[s / unit_ns for s in sub["start_ns"].to_list()],
+            x=[max(e - s, 1) / unit_ns for s, e in zip(sub["start_ns"].to_list(), sub["end_ns"].to_list())],
             marker={"color": KIND_COLORS.get(kind, "#2ca02c"), "line": {"width": 0}},
             customdata=sub["label"].to_list(),
             text=[_bar_hover(r, aggregated) for r in sub.iter_rows(named=True)],
@@ -328,12 +327,12 @@ def _add_bars(fig: go.Figure, bars: pl.DataFrame, aggregated: bool) -> int:
     return n_bars
 
 
-def _add_selected(fig: go.Figure, sel: pl.DataFrame, selected: str, multi: views.RowKeys) -> None:
+def _add_selected(fig: go.Figure, sel: pl.DataFrame, selected: str, multi: views.RowKeys, unit_ns: float) -> None:
     """Diamonds on the ops ``sel`` of the selected op group (none when it has no ops in view)."""
     if not sel.height:
         return
     fig.add_trace(go.Scatter(
-        x=[(s + d / 2) / 1e6 for s, d in zip(sel["start_ns"].to_list(), sel["dur_ns"].to_list())],
+        x=[(s + d / 2) / unit_ns for s, d in zip(sel["start_ns"].to_list(), sel["dur_ns"].to_list())],
         y=_row_values(sel, multi), mode="markers", name=f"selected: {units.short(selected, 40)}",
         marker={"symbol": "diamond", "size": 11, "color": "#ffd400", "line": {"width": 1.5, "color": SELECT_COLOR}},
         customdata=sel["label"].to_list(),
@@ -345,16 +344,16 @@ def _add_selected(fig: go.Figure, sel: pl.DataFrame, selected: str, multi: views
 
 
 def _add_findings(fig: go.Figure, in_view: list[tuple[int, Finding]], order: list[str], multi: views.RowKeys,
-                  focus: int | None) -> None:
+                  focus: int | None, unit_ns: float) -> None:
     """A shaded rectangle (over its rank's rows) and a ``#n`` marker per finding in view."""
     for n_marked, (i, f) in enumerate(in_view):
         y0, y1 = _finding_rows(f, order, multi)
         fig.add_shape(type="rect", xref="x", yref="y" if y0 is not None else "paper",
-                      x0=f.start_ns / 1e6, x1=f.end_ns / 1e6,
+                      x0=f.start_ns / unit_ns, x1=f.end_ns / unit_ns,
                       y0=y0 if y0 is not None else 0, y1=y1 if y1 is not None else 1,
                       fillcolor=FOCUS_FILL if i == focus else FINDING_FILL,
                       line={"width": 1.5 if i == focus else 0, "color": "#d62728"}, layer="below")
-        fig.add_annotation(x=f.start_ns / 1e6, y=1 + 0.035 * (n_marked % 3), yref="paper", xanchor="left",
+        fig.add_annotation(x=f.start_ns / unit_ns, y=1 + 0.035 * (n_marked % 3), yref="paper", xanchor="left",
                            yanchor="bottom", text=f"#{i + 1}", showarrow=False, font={"size": 10, "color": "#b22222"},
                            hovertext=_esc(f"#{i + 1} {f.title or f.kind} · recoverable "
                                           f"{units.ns(f.recoverable_ns)}"))
@@ -369,7 +368,8 @@ def _row_values(df: pl.DataFrame, multi: views.RowKeys) -> list[str]:
     return df.select(_row_expr(multi).alias("row"))["row"].to_list()
 
 
-def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: views.RowKeys, max_bars: int, n_rows: int) -> None:
+def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: views.RowKeys, max_bars: int, n_rows: int,
+                  unit_ns: float) -> None:
     la = vis.filter(pl.col("launch_start_ns").is_not_null()).select(
         "rank", "label", "name", "kind",
         pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_dur_ns").fill_null(0).alias("dur_ns"),
@@ -384,8 +384,8 @@ def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: views.RowKeys, max_b
                             pl.lit(1).alias("count"), pl.col("dur_ns").alias("busy_ns"))
     fig.add_trace(go.Bar(
         orientation="h", name="host launch", y=b["row"].to_list(),
-        base=[s / 1e6 for s in b["start_ns"].to_list()],
-        x=[max(e - s, 1) / 1e6 for s, e in zip(b["start_ns"].to_list(), b["end_ns"].to_list())],
+        base=[s / unit_ns for s in b["start_ns"].to_list()],
+        x=[max(e - s, 1) / unit_ns for s, e in zip(b["start_ns"].to_list(), b["end_ns"].to_list())],
         marker={"color": "#555555", "line": {"width": 0}}, width=0.5,
         customdata=b["label"].to_list(),
         text=[f"launch of {_esc(units.short(r['name'], 80))}<br>{units.ns(r['busy_ns'])}" + (f" ({r['count']:,} launches)" if r["count"] > 1 else "")
@@ -397,12 +397,13 @@ def _add_launches(fig: go.Figure, vis: pl.DataFrame, multi: views.RowKeys, max_b
 
 def _bar_hover(r: dict[str, Any], aggregated: bool) -> str:
     if aggregated and r["count"] > 1:
-        return (f"<b>{r['count']:,} ops</b> {r['start_ns'] / 1e6:.3f}–{r['end_ns'] / 1e6:.3f} ms, busy {units.ns(r['busy_ns'])}"
+        return (f"<b>{r['count']:,} ops</b> {numbers.window_text(r['start_ns'], r['end_ns'])}, busy {units.ns(r['busy_ns'])}"
                 f"<br>most time: {_esc(units.short(r['name'], 90))} ({r['kind']})")
     lines = [f"<b>{_esc(units.short(r['name'], 90))}</b>"]
     if r.get("label") and r["label"] != r["name"]:
         lines.append(f"op: {_esc(units.short(r['label'], 60))}")
-    lines.append(f"{r['kind']} · start {r['start_ns'] / 1e6:.4f} ms · {units.ns(r['dur_ns'] if 'dur_ns' in r else r['busy_ns'])}")
+    lines.append(f"{r['kind']} · {numbers.window_text(r['start_ns'], r['end_ns'])} · "
+                 f"{units.ns(r['dur_ns'] if 'dur_ns' in r else r['busy_ns'])}")
     if r.get("bound") is not None:
         lines.append(f"{r['bound']}-bound · roofline {units.ns(r.get('expected_ns'))} · gap {units.ns(r.get('gap_ns'))} · "
                      f"efficiency {units.pct(r.get('efficiency'))}")
@@ -443,7 +444,7 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
         rank: one rank, or ``"all"``.
 
     Returns:
-        A stacked bar figure (ms; the parts of a step add up to its wall time, all
+        A stacked bar figure (in ``layout.meta["y_unit"]``; the parts of a step add up to its wall time, all
         unions over streams) with HFU and MFU (%, right axis) as lines where known.
     """
     fig = go.Figure()
@@ -453,6 +454,7 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
         return _empty(fig, "No steps (no device ops).")
     labels = v["label"].to_list()
     wall = v["wall_ns"].to_list()
+    unit = numbers.time_unit(max((w or 0) for w in wall))
     exposed = v["comm_exposed_ns"].to_list()
     for col, name, color in BREAKDOWN:
         if col not in v.columns:  # a report saved before the column existed
@@ -462,7 +464,7 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
         if col == "comm_only_ns":
             text = [t + f"<br>exposed communication (not hidden by compute): {units.ns(e)}" for t, e in zip(text, exposed)]
         fig.add_trace(go.Bar(
-            x=labels, y=[(x or 0) / 1e6 for x in vals], name=name, marker={"color": color},
+            x=labels, y=[(x or 0) / unit.ns for x in vals], name=name, marker={"color": color},
             text=text, textposition="none", hovertemplate="%{x}<br>%{text}<extra></extra>",
             meta={"role": "breakdown", "column": col},
         ))
@@ -485,12 +487,12 @@ def steps_figure(steps: pl.DataFrame, *, rank: str | int | None = views.ALL) -> 
                                                      "kernels counts with them"}},
         barmode="stack",
         xaxis={"type": "category", "title": ""},
-        yaxis={"title": "time (ms)"},
+        yaxis={"title": f"time ({unit.name})", **numbers.LINEAR_AXIS},
         yaxis2={"title": "HFU / MFU (%)", "overlaying": "y", "side": "right", "range": [0, 100], "showgrid": False,
                 "tickmode": "linear", "tick0": 0, "dtick": 20, "ticksuffix": " %"},
         legend={"orientation": "h", "y": -0.15, "x": 0},
         hovermode="x unified" if len(labels) <= 64 else "closest",
-        meta={"steps": len(labels)},
+        meta={"steps": len(labels), "y_unit": unit.name, "y_unit_ns": unit.ns},
     )
     return fig
 

@@ -15,7 +15,7 @@ from .. import units
 from ..findings import Finding
 from ..render import sections
 from ..report import Report
-from . import views
+from . import numbers, views
 
 CSS = """
 body { margin: 0; font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; font-size: 14px;
@@ -143,6 +143,11 @@ def tabs(report: Report, initial: dict[str, Any] | None = None) -> dcc.Tabs:
             if has_ops else no_ops,
             html.P("Click a point to select its op group everywhere (ops table, timeline). Marker area ∝ device time; "
                    "achieved FLOP/s = the group's FLOPs ÷ its measured time.", className="tr-note"),
+            dcc.Graph(id="bandwidth-graph", config={"displaylogo": False}, figure=initial.get("bandwidth") or {})
+            if has_ops else html.Div(),
+            html.P("Ops with bytes but no FLOPs (copies, memsets, bytes-only kernels) have no point under the roofs: "
+                   "this panel puts them at their achieved bandwidth against the HBM bandwidth.", className="tr-note")
+            if has_ops else html.Div(),
         ]),
         dcc.Tab(label="Ops", value="ops", children=[ops_tab(report, initial) if has_ops else _ranking_only(report)]),
         dcc.Tab(label="Timeline", value="timeline", children=[
@@ -164,11 +169,12 @@ def ops_tab(report: Report, initial: dict[str, Any] | None = None) -> html.Div:
     ops = report.ops
     assert ops is not None
     columns = []
-    for cid, name, kind in views.TABLE_COLUMNS:
+    unit = initial.get("table_unit") or views.ops_table_unit(ops)
+    for cid, name, kind in views.table_columns(unit):
         col: dict[str, Any] = {"id": cid, "name": name}
         if kind != "text":
             col["type"] = "numeric"
-            col["format"] = {"specifier": ",d"} if kind == "int" else {"specifier": ",.4~g"}
+            col["format"] = {"specifier": views.TABLE_FORMATS[kind]}
         columns.append(col)
     return html.Div([
         html.Div(className="tr-filters", children=[
@@ -200,10 +206,26 @@ def ops_tab(report: Report, initial: dict[str, Any] | None = None) -> html.Div:
 
 
 def _ranking_only(report: Report) -> html.Div:
+    """The saved ranking, when the report has no op table: times in one unit (the Ops tab's
+    rule, :func:`views.table_unit`), numbers in plain decimals, the other columns as saved."""
+    rk = report.ranking
+    unit = views.table_unit(rk)
+    data, columns = [], []
+    for c in rk.columns:
+        if c.endswith("_ns"):
+            cid = f"{c[:-3]}_{unit.key}"
+            columns.append({"id": cid, "name": f"{c[:-3]} ({unit.name})", "type": "numeric",
+                            "format": {"specifier": views.TABLE_FORMATS["time"]}})
+        elif rk[c].dtype.is_float():
+            columns.append({"id": c, "name": c, "type": "numeric", "format": {"specifier": views.TABLE_FORMATS["float"]}})
+        else:
+            columns.append({"id": c, "name": c})
+    for r in rk.iter_rows(named=True):
+        data.append({(f"{k[:-3]}_{unit.key}" if k.endswith("_ns") else k):
+                     (None if v is None else v / unit.ns) if k.endswith("_ns") else _plain(v) for k, v in r.items()})
     return html.Div([
         html.P("No op table in this report: showing the saved ranking.", className="tr-note"),
-        dash_table.DataTable(data=[{k: _plain(v) for k, v in r.items()} for r in report.ranking.iter_rows(named=True)],
-                             columns=[{"id": c, "name": c} for c in report.ranking.columns], page_size=25,
+        dash_table.DataTable(data=data, columns=columns, page_size=25, id="ranking-table",
                              sort_action="native", style_table={"overflowX": "auto"}),
     ])
 
@@ -244,7 +266,7 @@ def findings_list(report: Report) -> html.Div:
     cards = [_finding_card(i, f) for i, f in enumerate(report.findings)]
     total = sum(f.recoverable_ns or 0 for f in report.findings)
     return html.Div([
-        html.P(f"{len(report.findings)} findings, largest recoverable time first (estimates overlap; their sum, "
+        html.P(f"{units.plural(len(report.findings), 'finding')}, largest recoverable time first (estimates overlap; their sum, "
                f"{units.ns(total)}, is an upper bound).", className="tr-note"),
         *cards,
     ])
@@ -273,7 +295,7 @@ def _finding_card(i: int, f: Finding) -> html.Div:
     """The card of finding number ``i``: where (rank, step, stream, window ms), what, evidence."""
     where = [f"{k} {v}" for k, v in (("rank", f.rank), ("device", f.device), ("step", f.step), ("stream", f.stream)) if v is not None]
     if f.start_ns is not None and f.end_ns is not None:
-        where.append(f"{f.start_ns / 1e6:.3f}–{f.end_ns / 1e6:.3f} ms")
+        where.append(numbers.window_text(f.start_ns, f.end_ns))
     ev = views.evidence_rows(f.evidence or {})
     return html.Div(className=f"tr-card {f.severity}", id=f"finding-{i}", children=[
         html.H3(f"#{i + 1} {f.title}"),

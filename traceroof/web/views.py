@@ -15,31 +15,63 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from .. import units
 from ..findings import Finding
 from ..roofline import group_label_expr, rank_ops
 from ..schema import KINDS
+from . import numbers
 
 ALL = "all"
 NO_STEP = "none"
 
-#: Columns of the Ops tab table, in order: (id, header, kind of number).
+#: Columns of the Ops tab table, in order: (id, header, kind of number). ``time`` columns are
+#: in the table's :class:`~traceroof.web.numbers.TimeUnit` (:func:`table_columns` spells
+#: their id and header with it: ``total_ms``, "total (ms)").
 TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("sel", "", "text"),
     ("label", "op", "text"),
     ("kind", "kind", "text"),
     ("count", "count", "int"),
-    ("total_us", "total (µs)", "float"),
-    ("costed_pct", "costed (%)", "float"),
-    ("measured_us", "measured (µs)", "float"),
-    ("expected_us", "roofline (µs)", "float"),
-    ("gap_us", "gap (µs)", "float"),
-    ("share_pct", "share of time (%)", "float"),
-    ("efficiency_pct", "efficiency (%)", "float"),
+    ("total", "total", "time"),
+    ("costed_pct", "costed (%)", "pct"),
+    ("measured", "measured", "time"),
+    ("expected", "roofline", "time"),
+    ("gap", "gap", "time"),
+    ("share_pct", "share of time (%)", "pct"),
+    ("efficiency_pct", "efficiency (%)", "pct"),
     ("bound", "bound", "text"),
     ("intensity", "intensity (FLOP/B)", "float"),
     ("achieved_tflops", "achieved (TFLOP/s)", "float"),
     ("peak_dtype", "peak dtype", "text"),
 )
+#: the time columns: (column id stem, the op-group column in ns)
+_TIME_COLUMNS = (("total", "total_ns"), ("measured", "measured_ns"), ("expected", "expected_ns"), ("gap", "gap_ns"))
+
+
+def table_unit(groups: pl.DataFrame) -> numbers.TimeUnit:
+    """The Ops table's time unit: from its largest time (:func:`numbers.time_unit`), so a
+    92 s trace reads in s, a 2 ms one in µs."""
+    if groups.height == 0:
+        return numbers.MICROSECONDS
+    biggest = max((groups[c].abs().max() or 0) for _, c in _TIME_COLUMNS if c in groups.columns)
+    return numbers.time_unit(biggest)
+
+
+def ops_table_unit(ops: pl.DataFrame) -> numbers.TimeUnit:
+    """The Ops table's unit for a whole op table: :func:`table_unit` of its op groups (by
+    framework op). Chosen once per dashboard, so a narrower selection keeps its columns."""
+    return table_unit(op_groups(ops)) if ops.height else numbers.MICROSECONDS
+
+
+def table_columns(unit: numbers.TimeUnit) -> list[tuple[str, str, str]]:
+    """:data:`TABLE_COLUMNS` with the time columns spelled in ``unit``: (id, header, kind)."""
+    return [(f"{cid}_{unit.key}", f"{name} ({unit.name})", kind) if kind == "time" else (cid, name, kind)
+            for cid, name, kind in TABLE_COLUMNS]
+
+
+#: d3-format specifiers of the table's number kinds (the Dash DataTable formats with d3):
+#: ``~r`` is plain decimal notation rounded to significant digits, never an exponent
+TABLE_FORMATS = {"int": ",d", "time": ",.4~r", "pct": ",.3~r", "float": ",.3~r"}
 
 
 # --------------------------------------------------------------------- selection
@@ -80,7 +112,7 @@ def step_options(ops: pl.DataFrame) -> list[dict[str, str]]:
     out += [{"label": f"step {s}", "value": str(s)} for s in steps]
     n_none = ops["step"].null_count()
     if steps and n_none:
-        out.append({"label": f"outside steps ({n_none:,} ops)", "value": NO_STEP})
+        out.append({"label": f"outside steps ({units.plural(n_none, 'op')})", "value": NO_STEP})
     return out
 
 
@@ -127,25 +159,36 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
 
     Returns:
         The columns of :func:`traceroof.roofline.rank_ops` plus ``peak_dtype`` (the most
-        common), ``share`` (of the table's device time), ``roof_flops`` / ``roof_bytes`` /
-        ``roof_ns`` (sums over the ops that have both FLOPs and bytes: the ones a roofline can
-        place), ``achieved_flops_per_s = roof_flops / roof_ns`` (FLOP/s) and
-        ``roof_intensity = roof_flops / roof_bytes`` (FLOP/byte). Sorted by ``gap_ns``
-        descending, nulls last.
+        common dtype of a peak the group's ops were costed against: ops with FLOPs > 0 and
+        a peak; null when none was: a copy, or an fp32 op on a chip with no fp32 peak), ``share`` (of the table's device time), ``roof_flops`` /
+        ``roof_bytes`` / ``roof_ns`` (sums over the ops that have both FLOPs and bytes: the
+        ones a roofline can place), ``achieved_flops_per_s = roof_flops / roof_ns`` (FLOP/s),
+        ``roof_intensity = roof_flops / roof_bytes`` (FLOP/byte), and for the memory movers
+        (ops with bytes > 0 and FLOPs zero or unknown: copies, memsets, bytes-only kernels)
+        ``move_bytes`` / ``move_ns`` (their sums) and ``move_bytes_per_s = move_bytes /
+        move_ns`` (B/s, achieved bandwidth). Sorted by ``gap_ns`` descending, nulls last.
     """
     if ops.height == 0:
         return rank_ops(ops, by=by).with_columns(
             pl.lit(None, dtype=pl.String).alias("peak_dtype"),
             *(pl.lit(None, dtype=pl.Float64).alias(c) for c in
-              ("share", "roof_flops", "roof_bytes", "roof_ns", "achieved_flops_per_s", "roof_intensity")),
+              ("share", "roof_flops", "roof_bytes", "roof_ns", "achieved_flops_per_s", "roof_intensity",
+               "move_bytes", "move_ns", "move_bytes_per_s")),
         )
     ranking = rank_ops(ops, by=by)
     placed = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()
+    used_peak = (pl.col("flops") > 0).fill_null(False) & (
+        pl.col("peak_flops_per_s").is_not_null() if "peak_flops_per_s" in ops.columns else pl.lit(True))
+    mover = (pl.col("bytes") > 0) & (pl.col("flops").is_null() | (pl.col("flops") == 0))
     extra = (
         ops.with_columns(label_expr(by).alias("label"))
         .group_by("label")
         .agg(
-            pl.col("peak_dtype").drop_nulls().mode().first().alias("peak_dtype"),
+            # the dtype of a peak actually used: not the dtype of an op with no FLOPs or of a
+            # chip with no peak for it (an H100 memcpy, an fp32 op on a TPU)
+            pl.col("peak_dtype").filter(used_peak).drop_nulls().mode().first().alias("peak_dtype"),
+            pl.col("bytes").filter(mover).sum().alias("move_bytes"),
+            pl.col("dur_ns").filter(mover).sum().cast(pl.Float64).alias("move_ns"),
             pl.col("flops").filter(placed).sum().alias("roof_flops"),
             pl.col("bytes").filter(placed).sum().alias("roof_bytes"),
             pl.col("dur_ns").filter(placed).sum().cast(pl.Float64).alias("roof_ns"),
@@ -156,36 +199,61 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
         (pl.col("total_ns") / total if total else pl.lit(None, dtype=pl.Float64)).alias("share"),
         pl.when(pl.col("roof_ns") > 0).then(pl.col("roof_flops") / (pl.col("roof_ns") * 1e-9)).alias("achieved_flops_per_s"),
         pl.when(pl.col("roof_bytes") > 0).then(pl.col("roof_flops") / pl.col("roof_bytes")).alias("roof_intensity"),
+        pl.when(pl.col("move_ns") > 0).then(pl.col("move_bytes") / (pl.col("move_ns") * 1e-9)).alias("move_bytes_per_s"),
     )
     return out.sort(["gap_ns", "total_ns", "label"], descending=[True, True, False], nulls_last=True)
 
 
 def roofline_groups(groups: pl.DataFrame) -> pl.DataFrame:
     """The op groups a log-log roofline can place: FLOPs > 0, bytes > 0, time > 0."""
-    return groups.filter(pl.col("roof_flops") > 0, pl.col("roof_bytes") > 0, pl.col("roof_ns") > 0)
+    return groups.filter(_placed())
+
+
+def mover_groups(groups: pl.DataFrame) -> pl.DataFrame:
+    """The op groups the roofline cannot place that move bytes (FLOPs zero or unknown,
+    bytes > 0, time > 0): the bandwidth panel's points (:mod:`traceroof.web.bandwidth`)."""
+    placed = _placed()
+    return groups.filter(~placed, pl.col("move_bytes") > 0, pl.col("move_ns") > 0)
+
+
+def _placed() -> pl.Expr:
+    """The :func:`roofline_groups` condition as an expression (nulls are not placed)."""
+    return ((pl.col("roof_flops") > 0) & (pl.col("roof_bytes") > 0) & (pl.col("roof_ns") > 0)).fill_null(False)
 
 
 def roofline_note(groups: pl.DataFrame, shown: int) -> str:
-    """One line saying how many groups are plotted and how much time is not."""
+    """One line saying how many groups are plotted and where the others' time is: on the
+    bandwidth panel (memory movers: :func:`mover_groups`) or nowhere (no bytes, no time)."""
     placed = roofline_groups(groups)
+    movers = mover_groups(groups)
     total = float(groups["total_ns"].sum() or 0) if groups.height else 0.0
-    off = groups.height - placed.height
-    off_ns = total - float(placed["total_ns"].sum() or 0) if placed.height else total
-    line = f"{shown:,} op group{'s' if shown != 1 else ''} plotted"
+    line = f"{units.plural(shown, 'op group')} plotted"
     if shown < placed.height:
         line += f" (the {placed.height - shown:,} smallest of {placed.height:,} left out)"
+
+    def part(df_height: int, df_ns: float) -> str:
+        share = df_ns / total if total else 0.0
+        return f"{units.plural(df_height, 'group')} ({100 * share:.1f} % of device time)"
+
+    if movers.height:
+        verb = "moves" if movers.height == 1 else "move"
+        line += (f"; {part(movers.height, float(movers['total_ns'].sum() or 0))} {verb} bytes with no FLOPs: "
+                 "on the bandwidth panel below")
+    off = groups.height - placed.height - movers.height
     if off:
-        share = off_ns / total if total else 0.0
-        line += (f"; {off:,} group{'s' if off != 1 else ''} ({100 * share:.1f} % of device time) "
-                 "have no FLOPs or no bytes and cannot be placed")
+        off_ns = total - float(placed["total_ns"].sum() or 0) - float(movers["total_ns"].sum() or 0)
+        line += f"; {part(off, off_ns)} {'has' if off == 1 else 'have'} no bytes and cannot be placed"
     return line
 
 
-def table_records(groups: pl.DataFrame, selected: str | None = None) -> list[dict[str, Any]]:
-    """Rows for the Ops tab table: numbers in display units, ``id`` = the group label,
-    ``sel`` = "★" on the selected group."""
+def table_records(groups: pl.DataFrame, selected: str | None = None,
+                  unit: numbers.TimeUnit | None = None) -> list[dict[str, Any]]:
+    """Rows for the Ops tab table: numbers in display units (times in ``unit``, default
+    :func:`table_unit` of ``groups``; ids as :func:`table_columns` spells them), ``id`` = the
+    group label, ``sel`` = "★" on the selected group."""
     if groups.height == 0:
         return []
+    unit = unit or table_unit(groups)
     df = groups.select(
         pl.col("label").alias("id"),
         (pl.when(pl.col("label") == selected).then(pl.lit("★")).otherwise(pl.lit("")) if selected is not None
@@ -193,11 +261,8 @@ def table_records(groups: pl.DataFrame, selected: str | None = None) -> list[dic
         "label",
         "kind",
         "count",
-        (pl.col("total_ns") / 1e3).alias("total_us"),
+        *((pl.col(col) / unit.ns).alias(f"{stem}_{unit.key}") for stem, col in _TIME_COLUMNS),
         (pl.col("costed") * 100).alias("costed_pct"),
-        (pl.col("measured_ns") / 1e3).alias("measured_us"),
-        (pl.col("expected_ns") / 1e3).alias("expected_us"),
-        (pl.col("gap_ns") / 1e3).alias("gap_us"),
         (pl.col("share") * 100).alias("share_pct"),
         (pl.col("efficiency") * 100).alias("efficiency_pct"),
         "bound",
@@ -209,11 +274,12 @@ def table_records(groups: pl.DataFrame, selected: str | None = None) -> list[dic
 
 
 def table_summary(groups: pl.DataFrame, ops: pl.DataFrame) -> str:
-    """The line above the Ops table: how many groups, ops and how much time it holds."""
+    """The line above the Ops table: how many groups, ops and how much time it holds (each
+    time in its own unit: ``315 s of device time``, not ``315117.904 ms``)."""
     t = float(ops["dur_ns"].sum() or 0) if ops.height else 0.0
     gap = float(groups["gap_ns"].sum() or 0) if groups.height else 0.0
-    return (f"{groups.height:,} op groups · {ops.height:,} ops · {t / 1e6:.3f} ms of device time · "
-            f"{gap / 1e6:.3f} ms lost against the roofline")
+    return (f"{units.plural(groups.height, 'op group')} · {units.plural(ops.height, 'op')} · "
+            f"{units.ns(t)} of device time · {units.ns(gap)} lost against the roofline")
 
 
 def groups_csv(groups: pl.DataFrame) -> str:
@@ -279,6 +345,14 @@ def row_name(rank: int, stream: int | None, multi: bool, device: int | str | Non
     if device is not None and stream is not None:
         base = f"device {device} · {base}"
     return f"rank {rank} · {base}" if multi else base
+
+
+def timeline_unit(ops: pl.DataFrame) -> numbers.TimeUnit:
+    """The timeline's x unit for ``ops``: from the latest op end (ns since the trace start),
+    so a 92 s trace reads in s (not on a ``20k`` ms axis). Zooming keeps it."""
+    if ops.height == 0:
+        return numbers.MILLISECONDS
+    return numbers.time_unit((ops["start_ns"] + ops["dur_ns"]).max())
 
 
 def window_ops(ops: pl.DataFrame, window: tuple[float, float] | None) -> pl.DataFrame:
@@ -368,7 +442,7 @@ UNCHANGED = object()
 
 
 def timeline_window(triggered: list[str], focus: dict[str, Any] | None, relayout: dict[str, Any] | None,
-                    current: list[float] | None, *, n_ops: int, max_bars: int) -> Any:
+                    current: list[float] | None, *, n_ops: int, max_bars: int, unit_ns: float = 1e6) -> Any:
     """The time window (ns) the timeline should draw after an event, or :data:`UNCHANGED`.
 
     Args:
@@ -379,6 +453,8 @@ def timeline_window(triggered: list[str], focus: dict[str, Any] | None, relayout
         n_ops: ops in the selection; zoom events re-draw (with the ops of the new window)
             only when they exceed ``max_bars``: otherwise every op is drawn already and plotly
             zooms by itself.
+        unit_ns: ns per unit of the timeline's x axis (:func:`timeline_unit`), which the
+            relayout ranges are in.
     """
     trig = set(triggered)
     if "focus.data" in trig:
@@ -397,19 +473,22 @@ def timeline_window(triggered: list[str], focus: dict[str, Any] | None, relayout
             return UNCHANGED
         if n_ops <= max_bars:
             return UNCHANGED  # every op is drawn: plotly zooms by itself
-        return None if rng is None else [float(rng[0]) * 1e6, float(rng[1]) * 1e6]
+        return None if rng is None else [float(rng[0]) * unit_ns, float(rng[1]) * unit_ns]
     return current
 
 
 def selection_from_event(trigger: Any, roof_click: dict[str, Any] | None, cell: dict[str, Any] | None,
-                         timeline_click: dict[str, Any] | None) -> str | None:
-    """The op-group label selected by a click on the roofline, the ops table or the timeline.
+                         timeline_click: dict[str, Any] | None,
+                         bandwidth_click: dict[str, Any] | None = None) -> str | None:
+    """The op-group label selected by a click on the roofline, the bandwidth panel, the ops
+    table or the timeline.
 
     Returns :data:`UNCHANGED` for clicks on things that are not op groups (roofs, ridge
     points); None (no selection) for ``clear`` and a change of grouping.
     """
-    if trigger in ("roofline-graph", "timeline-graph"):
-        label = _clicked_label(roof_click if trigger == "roofline-graph" else timeline_click)
+    if trigger in ("roofline-graph", "timeline-graph", "bandwidth-graph"):
+        click = {"roofline-graph": roof_click, "timeline-graph": timeline_click}.get(trigger, bandwidth_click)
+        label = _clicked_label(click)
         return UNCHANGED if label is None else label
     if trigger == "ops-table":
         label = (cell or {}).get("row_id")
@@ -465,8 +544,6 @@ def steps_view(steps: pl.DataFrame, rank: str | int | None = ALL) -> pl.DataFram
 # --------------------------------------------------------------------- findings
 def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:
     """A finding's evidence as (key, formatted value) rows, units read from the key suffix."""
-    from .. import units
-
     rows = []
     for k, v in evidence.items():
         if isinstance(v, float) and (k.endswith("_ns")):
@@ -482,7 +559,7 @@ def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:
         elif isinstance(v, float) and k.endswith("bytes"):
             txt = units.count(v, "B")
         elif isinstance(v, float):
-            txt = f"{v:.4g}"
+            txt = numbers.plain(v, 4)
         elif isinstance(v, (list, tuple)):
             txt = ", ".join(units.short(x, 60) for x in v[:12]) + (f", … ({len(v)})" if len(v) > 12 else "")
         elif v is None:
