@@ -504,6 +504,8 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
 #: ``_RJEM_MALLOC_CONF`` wins; library users choose their own.
 JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
 
+from . import cli_live  # noqa: E402,F401  (registers `capture` and `watch` on the group)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
@@ -531,4 +533,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m traceroof.cli`: run the imported module's group, on which cli_live registered
+    from traceroof.cli import main as _main
+
+    _main()

@@ -1,0 +1,170 @@
+"""The live commands of the command line: ``traceroof capture`` (attach to a running jax
+program's profiler server) and ``traceroof watch`` (analyze each trace torch writes into a
+folder). Registered on :data:`traceroof.cli.cli` when :mod:`traceroof.cli` is imported.
+
+Exit codes: those of docs/cli.md; the capture failures of :mod:`traceroof.capture_errors`
+(2, 6, 7, 8, 10-13), 1 for ``watch --fail-below`` when a trace falls below the threshold.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .cli import (
+    _analyzing,
+    _handle_errors,
+    _progress,
+    _RendererChoice,
+    chip_option,
+    debug_option,
+    model_options,
+    quiet_option,
+    resolve_model_flops,
+)
+from .cli import cli as _group
+
+
+def output_options(fn: Any) -> Any:
+    """The output options of ``analyze`` (--format, --report FILE, --top, --rank, --step,
+    --group-by, --findings), for the live commands."""
+    opts = [
+        click.option("--format", "fmt", type=_RendererChoice(),
+                     help="Output format (default: from --report's suffix, else table)."),
+        click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
+                     help="Write the report to FILE, as `analyze -o` (a .json FILE gets the "
+                     "full report, for gate/serve)."),
+        click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+                     help="Rows of the ranking to show."),
+        click.option("--rank", type=int, help="Only this rank."),
+        click.option("--step", type=int, help="Only this step."),
+        click.option("--group-by", type=click.Choice(["op", "kernel"]),
+                     help="Rank by framework op or by kernel name (default: per format)."),
+        click.option("--findings", "findings_opt", metavar="NAME,...",
+                     help="Only these detectors (comma-separated; default: all)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def emit(trace: Any, chip: str | None, out: dict[str, Any]) -> Any:
+    """Analyze ``trace`` with the output options ``out`` (as parsed by :func:`output_options`
+    and :func:`traceroof.cli.model_options`) and print or write the report, as ``analyze``
+    does. Returns the :class:`~traceroof.report.Report`.
+
+    Raises:
+        click.UsageError: inconsistent model options; the errors of ``analyze``.
+    """
+    from .analysis import load_report
+    from .outputs import check_output_file
+    from .render import SUFFIXES, render
+
+    report_path, fmt = out["report_path"], out["fmt"]
+    if report_path:
+        check_output_file(report_path)
+    mflops, formula = resolve_model_flops(out["model_path"], out["tokens_per_step"], out["seq_len"],
+                                          out["mode"], out["model_flops_per_step"])
+    names = [n.strip() for n in out["findings_opt"].split(",") if n.strip()] \
+        if out["findings_opt"] else None
+    report = load_report(trace, chip, analyzing=_analyzing, rank=out["rank"], step=out["step"],
+                         group_by=out["group_by"], model_flops_per_step=mflops,
+                         model_flops_formula=formula, n_devices=out["devices"], findings=names)
+    if fmt is None:
+        fmt = SUFFIXES.get(Path(report_path).suffix.lower(), "table") if report_path else "table"
+    if report_path and fmt == "json":
+        report.save(report_path)
+        _progress(f"report written to {report_path}")
+        return report
+    text = render(report, fmt, top=out["top"])
+    if report_path:
+        Path(report_path).write_text(text)
+        _progress(f"{fmt} written to {report_path}")
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+    return report
+
+
+@_group.command("capture")
+@click.argument("address", metavar="HOST:PORT")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              show_default=True, help="Capture window, seconds.")
+@click.option("--steps", type=click.IntRange(min=1),
+              help="Capture until N steps were recorded (annotated, or inferred from repeated "
+              "XLA program executions): windows grow to the measured step rate, 3 at most.")
+@click.option("-o", "--out-dir", type=click.Path(file_okay=False, path_type=str),
+              help="Keep the captured .xplane.pb under DIR (plugins/profile/<time>/). "
+              "Default: a temporary folder, removed after the analysis.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+              help="Hard limit per capture window, seconds (default: 2 x duration + 20).")
+@click.option("--no-analyze", is_flag=True,
+              help="Only capture: print the path of the .xplane.pb (kept, in a temporary "
+              "folder without -o).")
+@chip_option
+@output_options
+@model_options
+@quiet_option
+@debug_option
+@_handle_errors
+def capture_command(address: str, duration_s: float, steps: int | None, out_dir: str | None,
+                    timeout_s: float | None, no_analyze: bool, chip: str | None,
+                    **out: Any) -> None:
+    """Capture a running jax program's profile from its profiler server at HOST:PORT, and
+    analyze it as `traceroof analyze` does.
+
+    The program must have called `server = jax.profiler.start_server(PORT)` and keep the
+    handle alive. Each failure has its own exit code and advice (docs/capture.md): 6 nothing
+    listens, 7 nothing recorded (idle target), 8 the port accepts and never answers,
+    10 not a profiler server (e.g. HTTP), 11 another profiling session is active, 12 the
+    target exited mid-capture, 13 xprof missing, 2 a bad address.
+
+    \b
+    Examples:
+      traceroof capture localhost:9999 --duration 3
+      traceroof capture localhost:9999 --steps 20 -o prof/ --report report.json
+      traceroof capture 10.0.0.5:9999 --no-analyze -o prof/
+    """
+    from . import capture as cap
+
+    host, port = cap.parse_address(address)
+    temporary = out_dir is None and not no_analyze
+    root = Path(tempfile.mkdtemp(prefix="traceroof-capture-")) if temporary else out_dir
+    try:
+        _progress(f"connecting to {host}:{port}")
+        cap.probe(host, port)
+        if no_analyze:
+            _progress(f"recording {duration_s:.1f} s")
+            path = cap.capture_xplane(address, duration_s, root, timeout_s=timeout_s)
+            click.echo(f"wrote {path} ({path.stat().st_size:,} bytes)")
+            return
+        try:
+            trace = _record(cap, address, duration_s, steps, root, timeout_s)
+        except cap.TargetExitedError as exc:
+            if exc.kept_trace is not None:  # the report of what was kept, then exit 12
+                emit(exc.kept_trace, chip, out)
+            raise
+        emit(trace, chip, out)
+    finally:
+        if temporary:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _record(cap: Any, address: str, duration_s: float, steps: int | None, root: Any,
+            timeout_s: float | None) -> Any:
+    """The captured Trace (``--steps``: until N steps); progress on stderr."""
+    def recording(d: float) -> None:
+        _progress(f"recording {d:.1f} s")
+
+    if steps is None:
+        recording(duration_s)
+        trace = cap.capture(address, duration_s, root, timeout_s=timeout_s)
+    else:
+        trace = cap.capture_steps(address, steps, duration_s, root, timeout_s=timeout_s,
+                                  on_attempt=recording)
+    _progress(f"parsed {trace.meta.sources[0]}: {trace.ops.height:,} ops, "
+              f"{cap.count_steps(trace)} steps")
+    return trace
