@@ -159,10 +159,11 @@ def probe(host: str, port: int) -> None:
         s.close()
     if len(head) >= 4 and head[3] == _H2_SETTINGS:
         return
-    said = repr(head[:24].decode("latin-1")) if head else "it closed the connection"
+    said = f"it answered {head[:24].decode('latin-1')!r}" if head else "it closed the connection"
+    kind = "an HTTP server" if head.startswith((b"HTTP/", b"<")) else "something else"
     raise NotProfilerServerError(
-        f"{host}:{port}: not a jax profiler server (it answered {said}, not HTTP/2); something "
-        f"else listens there: check the port the target passed to jax.profiler.start_server")
+        f"{host}:{port}: not a jax profiler server ({said}, not HTTP/2): {kind} listens there; "
+        f"check the port the target passed to jax.profiler.start_server")
 
 
 def _find_xplanes(root: Path, since: float) -> list[Path]:

@@ -504,7 +504,9 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
 #: ``_RJEM_MALLOC_CONF`` wins; library users choose their own.
 JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
 
-from . import cli_live  # noqa: E402,F401  (registers `capture` and `watch` on the group)
+from . import cli_live  # noqa: E402  (the live commands: capture, watch)
+
+cli_live.register(cli)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,25 +15,24 @@ from typing import Any
 
 import click
 
-from .cli import (
-    _analyzing,
-    _handle_errors,
-    _progress,
-    _RendererChoice,
-    chip_option,
-    debug_option,
-    model_options,
-    quiet_option,
-    resolve_model_flops,
-)
-from .cli import cli as _group
+
+def _cli() -> Any:
+    """:mod:`traceroof.cli`, whose helpers the commands use (imported when they are
+    registered or run: cli imports this module, so not at module level)."""
+    from . import cli
+
+    return cli
+
+
+def _progress(msg: str) -> None:
+    _cli()._progress(msg)
 
 
 def output_options(fn: Any) -> Any:
     """The output options of ``analyze`` (--format, --report FILE, --top, --rank, --step,
     --group-by, --findings), for the live commands."""
     opts = [
-        click.option("--format", "fmt", type=_RendererChoice(),
+        click.option("--format", "fmt", type=_cli()._RendererChoice(),
                      help="Output format (default: from --report's suffix, else table)."),
         click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
                      help="Write the report to FILE, as `analyze -o` (a .json FILE gets the "
@@ -67,11 +66,12 @@ def emit(trace: Any, chip: str | None, out: dict[str, Any]) -> Any:
     report_path, fmt = out["report_path"], out["fmt"]
     if report_path:
         check_output_file(report_path)
-    mflops, formula = resolve_model_flops(out["model_path"], out["tokens_per_step"], out["seq_len"],
+    c = _cli()
+    mflops, formula = c.resolve_model_flops(out["model_path"], out["tokens_per_step"], out["seq_len"],
                                           out["mode"], out["model_flops_per_step"])
     names = [n.strip() for n in out["findings_opt"].split(",") if n.strip()] \
         if out["findings_opt"] else None
-    report = load_report(trace, chip, analyzing=_analyzing, rank=out["rank"], step=out["step"],
+    report = load_report(trace, chip, analyzing=c._analyzing, rank=out["rank"], step=out["step"],
                          group_by=out["group_by"], model_flops_per_step=mflops,
                          model_flops_formula=formula, n_devices=out["devices"], findings=names)
     if fmt is None:
@@ -89,27 +89,36 @@ def emit(trace: Any, chip: str | None, out: dict[str, Any]) -> Any:
     return report
 
 
-@_group.command("capture")
-@click.argument("address", metavar="HOST:PORT")
-@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=2.0,
-              show_default=True, help="Capture window, seconds.")
-@click.option("--steps", type=click.IntRange(min=1),
-              help="Capture until N steps were recorded (annotated, or inferred from repeated "
-              "XLA program executions): windows grow to the measured step rate, 3 at most.")
-@click.option("-o", "--out-dir", type=click.Path(file_okay=False, path_type=str),
-              help="Keep the captured .xplane.pb under DIR (plugins/profile/<time>/). "
-              "Default: a temporary folder, removed after the analysis.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
-              help="Hard limit per capture window, seconds (default: 2 x duration + 20).")
-@click.option("--no-analyze", is_flag=True,
-              help="Only capture: print the path of the .xplane.pb (kept, in a temporary "
-              "folder without -o).")
-@chip_option
-@output_options
-@model_options
-@quiet_option
-@debug_option
-@_handle_errors
+#: the parameters of ``capture`` that are plain click (the shared ones are added by register)
+CAPTURE_PARAMS = [
+    click.argument("address", metavar="HOST:PORT"),
+    click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
+                 default=2.0, show_default=True, help="Capture window, seconds."),
+    click.option("--steps", type=click.IntRange(min=1),
+                 help="Capture until N steps were recorded (annotated, or inferred from repeated "
+                 "XLA program executions): windows grow to the measured step rate, 3 at most."),
+    click.option("-o", "--out-dir", type=click.Path(file_okay=False, path_type=str),
+                 help="Keep the captured .xplane.pb under DIR (plugins/profile/<time>/). "
+                 "Default: a temporary folder, removed after the analysis."),
+    click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+                 help="Hard limit per capture window, seconds (default: 2 x duration + 20)."),
+    click.option("--no-analyze", is_flag=True,
+                 help="Only capture: print the path of the .xplane.pb (kept, in a temporary "
+                 "folder without -o)."),
+]
+
+
+def register(group: click.Group) -> None:
+    """Add ``capture`` (and the other live commands) to ``group``, with the options they share
+    with ``analyze`` (chip, outputs, model, -q, --debug) and its error handling."""
+    c = _cli()
+    shared = [c.chip_option, output_options, c.model_options, c.quiet_option, c.debug_option,
+              c._handle_errors]
+    fn: Any = capture_command
+    for deco in reversed([group.command("capture"), *CAPTURE_PARAMS, *shared]):
+        fn = deco(fn)
+
+
 def capture_command(address: str, duration_s: float, steps: int | None, out_dir: str | None,
                     timeout_s: float | None, no_analyze: bool, chip: str | None,
                     **out: Any) -> None:
