@@ -18,7 +18,9 @@ Where the executions come from, in this order:
   ``PjitFunction(<fn>)`` of the program ``jit_<fn>``, the outermost call where they nest.
 
 The program is the one with the most device time among those executed at least twice on the
-rank. The windows are written as host-side step markers (``ProfilerStep#k``, category
+rank (the time of its ``XLA Modules`` events, else of its ops). Dispatch calls are host times:
+on a GPU, where jax dispatches asynchronously, an op that starts after the next call is
+counted in the next step (the steady-state step time is the same). The windows are written as host-side step markers (``ProfilerStep#k``, category
 ``annotation``, ``annotation`` = ``inferred: <module> execution``), every op gets its step,
 and a warning says they were inferred and how to annotate.
 """
@@ -91,29 +93,37 @@ def _executions(host: pl.DataFrame) -> pl.DataFrame:
         mods = mods.join(first, on="rank").filter(pl.col("pid") == pl.col("first_pid"))
         return mods.select(
             "rank", pl.col("name").str.extract(_MODULE_EVENT.pattern, 1).alias("module"),
-            "start_ns")
+            "start_ns", pl.col("dur_ns").alias("device_ns"))
     calls = host.filter(pl.col("name").str.contains(_DISPATCH.pattern)).sort(["rank", "start_ns"])
     if calls.height == 0:
-        return pl.DataFrame(schema={"rank": pl.Int32, "module": pl.String, "start_ns": pl.Int64})
+        return pl.DataFrame(schema={"rank": pl.Int32, "module": pl.String, "start_ns": pl.Int64,
+                                    "device_ns": pl.Int64})
     # the outermost call where dispatches nest (jax writes two nested rows per call)
     end = (pl.col("start_ns") + pl.col("dur_ns"))
     calls = calls.with_columns(end.cum_max().shift(1).over("rank").alias("_open_until"))
     outer = calls.filter(pl.col("_open_until").is_null() | (pl.col("start_ns") >= pl.col("_open_until")))
     return outer.select(
         "rank", (pl.lit("jit_") + pl.col("name").str.extract(_DISPATCH.pattern, 1)).alias("module"),
-        "start_ns")
+        "start_ns", pl.lit(None, pl.Int64).alias("device_ns"))
 
 
 def _program(ops: pl.DataFrame, execs: pl.DataFrame) -> str | None:
-    """The module with the most device time in ``ops`` among those executed twice or more."""
+    """The module with the most device time among those executed twice or more: the time of
+    its ``XLA Modules`` events, else of its ops in ``ops`` (by ``hlo_module``)."""
     counts = execs.group_by("module").len()
-    repeated = set(counts.filter(pl.col("len") >= 2)["module"].to_list())
-    if not repeated or "hlo_module" not in ops.columns:
+    repeated = sorted(counts.filter(pl.col("len") >= 2)["module"].to_list())
+    if not repeated:
         return None
-    busy = (ops.filter(pl.col("hlo_module").is_in(list(repeated)))
-            .group_by("hlo_module").agg(pl.col("dur_ns").sum())
-            .sort(["dur_ns", "hlo_module"], descending=[True, False]))
-    return busy["hlo_module"][0] if busy.height else None
+    if execs["device_ns"].null_count() == 0:
+        busy = execs.filter(pl.col("module").is_in(repeated)).group_by("module").agg(
+            pl.col("device_ns").sum())
+    elif "hlo_module" in ops.columns:
+        busy = (ops.filter(pl.col("hlo_module").is_in(repeated))
+                .group_by(pl.col("hlo_module").alias("module")).agg(pl.col("dur_ns").sum().alias("device_ns")))
+    else:
+        return None
+    busy = busy.sort(["device_ns", "module"], descending=[True, False])
+    return busy["module"][0] if busy.height else None
 
 
 def _assign(ops: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
