@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from live_helpers import Processes, free_port, kill_group, traceroof
+from live_helpers import JAX_TARGET, Processes, free_port, kill_group, traceroof
 
 from traceroof.parsers import xplane
 
@@ -48,6 +48,11 @@ def test_capture_reports_ops_steps_and_flops_of_the_executions(procs, tmp_path):
     # steps: each annotated step is one execution; the two at the window's edges may be cut
     assert executions - 2 <= report["summary"]["steps"] <= executions
     assert f"{ops.height} ops" in said
+    # each HLO op leads back to the user's line: the target's `return jnp.tanh(x @ x) * 0.5`
+    line = JAX_TARGET.splitlines().index("    return jnp.tanh(x @ x) * 0.5") + 1
+    script = tmp_path / "jax_target.py"
+    assert set(ops["source_location"]) == {f"{script}:{line}"}
+    assert set(ops["hlo_op_name"]) == {"jit(train_step)/dot_general", "jit(train_step)/mul"}
 
 
 def test_no_analyze_keeps_only_the_capture(procs, tmp_path):
@@ -224,3 +229,23 @@ def test_an_idle_target_is_an_empty_capture(procs, tmp_path):
     assert done.returncode == 7
     assert "recorded nothing" in _one_error_line(done)
     assert [p for p in tmp_path.iterdir() if p.name.startswith("traceroof-capture-")] == []
+
+
+def test_steps_of_an_unannotated_program_are_inferred(procs, tmp_path):
+    """No StepTraceAnnotation: --steps counts the executions of jit_train_step (item 5)."""
+    port, flops_per_exec, _ = procs.jax_target("plain")
+    out = tmp_path / "prof"
+    done = traceroof("capture", f"127.0.0.1:{port}", "--duration", "0.3", "--steps", "40",
+                     "-o", str(out), "--chip", "h100", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    last = _xplanes(out)[-1]  # the window analyzed (an earlier, shorter one may be kept too)
+    assert report["trace"]["sources"] == [str(last)]
+    ops = xplane.read(last).ops
+    executions = ops.filter(pl.col("kind") == "matmul").height
+    # n executions start n - 1 steps (the first may have been dispatched before the window)
+    assert executions - 2 <= report["summary"]["steps"] <= executions - 1
+    assert report["summary"]["steps"] >= 40
+    assert report["summary"]["flops_per_step"] == pytest.approx(flops_per_exec)
+    [said] = [w for w in report["warnings"] if "inferred" in w]
+    assert "executions of jit_train_step" in said and "StepTraceAnnotation" in said
