@@ -54,6 +54,29 @@ JAX_TARGET = textwrap.dedent(
 )
 
 
+#: a torch CPU loop profiled with a schedule: every cycle (wait 1, warmup 1, active 2 steps)
+#: tensorboard_trace_handler writes one trace into DIR; `cycles` cycles, a matmul of
+#: 2*128^3 FLOPs per step (argv: DIR, cycles, seconds to sleep per step).
+TORCH_TARGET = textwrap.dedent(
+    """
+    import sys, time
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    out, cycles, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    torch.set_num_threads(1)
+    a = torch.ones(128, 128)
+    sched = schedule(wait=1, warmup=1, active=2, repeat=cycles)
+    with profile(activities=[ProfilerActivity.CPU], schedule=sched,
+                 on_trace_ready=tensorboard_trace_handler(out, worker_name="w")) as prof:
+        for _ in range(4 * cycles):
+            b = a @ a
+            time.sleep(pause)
+            prof.step()
+    print("DONE", flush=True)
+    """
+)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("findings", ("rank_clock", "ranks", "findings.")),
     # the analysis pipeline and what it produces
     ("report", ("report", "report_schema", "accounting", "utilization", "analysis", "gate", "capture",
-                "capture_errors")),
+                "capture_errors", "watch")),
     # the faces: text renderers, dashboard, command line
     ("faces", ("render.", "web.", "cli", "cli_live", "__main__")),
 ]

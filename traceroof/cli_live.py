@@ -1,6 +1,7 @@
 """The live commands of the command line: ``traceroof capture`` (attach to a running jax
 program's profiler server) and ``traceroof watch`` (analyze each trace torch writes into a
-folder). Registered on :data:`traceroof.cli.cli` when :mod:`traceroof.cli` is imported.
+folder). :func:`register` adds them to :data:`traceroof.cli.cli` when :mod:`traceroof.cli`
+is imported.
 
 Exit codes: those of docs/cli.md; the capture failures of :mod:`traceroof.capture_errors`
 (2, 6, 7, 8, 10-13), 1 for ``watch --fail-below`` when a trace falls below the threshold.
@@ -9,6 +10,7 @@ Exit codes: those of docs/cli.md; the capture failures of :mod:`traceroof.captur
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -108,15 +110,100 @@ CAPTURE_PARAMS = [
 ]
 
 
+#: the parameters of ``watch`` that are plain click
+WATCH_PARAMS = [
+    click.argument("folder", metavar="DIR", type=click.Path(path_type=str)),
+    click.option("--every", "every_s", type=click.FloatRange(min=0, min_open=True), default=1.0,
+                 show_default=True, help="Seconds between looks at DIR."),
+    click.option("--count", type=click.IntRange(min=1), help="Stop after N traces."),
+    click.option("--idle-timeout", "idle_timeout_s", type=click.FloatRange(min=0, min_open=True),
+                 help="Stop when no new trace landed for S seconds (default: never)."),
+    click.option("--new-only", is_flag=True, help="Skip the traces already in DIR."),
+    click.option("--min-hfu", type=click.FloatRange(0, 1),
+                 help="Exit 1 at the first trace whose HFU is below this fraction."),
+    click.option("--min-busy", type=click.FloatRange(0, 1),
+                 help="Exit 1 at the first trace whose device busy share is below this fraction."),
+    click.option("--max-step-time-increase", type=click.FloatRange(0),
+                 help="Exit 1 at the first trace whose step time is this fraction (0.05 = 5 %) "
+                 "above the first trace's."),
+    click.option("--format", "fmt", type=click.Choice(["text", "jsonl"]), default="text",
+                 show_default=True, help="A block per trace, or one JSON object per line."),
+]
+
+
 def register(group: click.Group) -> None:
-    """Add ``capture`` (and the other live commands) to ``group``, with the options they share
-    with ``analyze`` (chip, outputs, model, -q, --debug) and its error handling."""
+    """Add ``capture`` and ``watch`` to ``group``, with the options they share with
+    ``analyze`` (chip, outputs, model, -q, --debug) and its error handling."""
     c = _cli()
     shared = [c.chip_option, output_options, c.model_options, c.quiet_option, c.debug_option,
               c._handle_errors]
     fn: Any = capture_command
     for deco in reversed([group.command("capture"), *CAPTURE_PARAMS, *shared]):
         fn = deco(fn)
+    fn = watch_command
+    for deco in reversed([group.command("watch"), *WATCH_PARAMS, c.chip_option, c.jobs_option,
+                          c.quiet_option, c.debug_option, c._handle_errors]):
+        fn = deco(fn)
+
+
+def watch_command(folder: str, every_s: float, count: int | None, idle_timeout_s: float | None,
+                  new_only: bool, min_hfu: float | None, min_busy: float | None,
+                  max_step_time_increase: float | None, fmt: str, chip: str | None,
+                  jobs: int | None) -> None:
+    """Analyze each trace that lands in DIR: the folder torch.profiler's
+    tensorboard_trace_handler(DIR) writes one trace per profiling cycle into (or any
+    *.pt.trace.json[.gz] / *.xplane.pb files). Prints each trace's headline numbers and the
+    history strip of step time, busy share and HFU across the traces.
+
+    A trace is read once its size held still over two looks. One that cannot be read is said
+    (its error line) and the watch goes on. --min-hfu, --min-busy and
+    --max-step-time-increase make it a soak-test gate: exit 1 at the first trace that breaks
+    one. See docs/watch.md.
+
+    \b
+    Examples:
+      traceroof watch ./log --chip h100
+      traceroof watch ./log --chip h100 --count 10 --min-hfu 0.3 --max-step-time-increase 0.1
+    """
+    import json
+
+    from .analysis import load_report
+    from .watch import History, check, watch
+
+    c = _cli()
+    history = History()
+    unreadable = 0
+
+    def analyze(path: Path) -> Any:
+        with c._stage(f"analyzing {path.name}", f"analyzed {path.name}"):
+            return load_report(str(path), chip, jobs=jobs)
+
+    _progress(f"watching {folder} every {every_s:g} s")
+    for landed in watch(folder, analyze, every_s=every_s, count=count,
+                        idle_timeout_s=idle_timeout_s, new_only=new_only):
+        if landed.error is not None:
+            unreadable += 1
+            click.echo(json.dumps({"trace": str(landed.path), "error": landed.error})
+                       if fmt == "jsonl" else f"{landed.path}: error: {landed.error}")
+            continue
+        history.add(landed.path.name, landed.report)
+        broken = check(history, min_hfu=min_hfu, min_busy=min_busy,
+                       max_step_time_increase=max_step_time_increase)
+        click.echo(_watch_text(landed, history) if fmt == "text" else json.dumps(
+            {"trace": str(landed.path), "steps": landed.report.summary.steps,
+             "history": history.to_dict(), "broken": broken}))
+        if broken:
+            for b in broken:
+                click.echo(f"traceroof: watch failed: {b}", err=True)
+            sys.exit(1)
+    if unreadable:
+        _progress(f"{unreadable} of {unreadable + len(history.names)} traces could not be read")
+
+
+def _watch_text(landed: Any, history: Any) -> str:
+    s = landed.report.summary
+    n = len(history.names)
+    return "\n".join([f"[{n}] {landed.path}: {s.steps} steps", *("  " + ln for ln in history.lines())])
 
 
 def capture_command(address: str, duration_s: float, steps: int | None, out_dir: str | None,
