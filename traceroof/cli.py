@@ -457,8 +457,15 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
 
 
 @cli.command()
-@click.argument("trace", type=click.Path(path_type=str))
+@click.argument("trace", type=click.Path(path_type=str), required=False)
 @chip_option
+@click.option("--live", "live_address", metavar="HOST:PORT",
+              help="Instead of TRACE: capture the jax program at HOST:PORT again and again and "
+              "refresh the dashboard (docs/capture.md).")
+@click.option("--every", "every_s", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="With --live: seconds between captures.")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              show_default=True, help="With --live: capture window, seconds.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Anything but loopback exposes the trace to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True, help="Port (0: any free port).")
@@ -467,8 +474,10 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
 @quiet_option
 @debug_option
 @_handle_errors
-def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool, jobs: int | None) -> None:
-    """Open the roofline dashboard of TRACE (or of a report saved with -o report.json).
+def serve(trace: str | None, chip: str | None, live_address: str | None, every_s: float,
+          duration_s: float, host: str, port: int, open_browser: bool, jobs: int | None) -> None:
+    """Open the roofline dashboard of TRACE (or of a report saved with -o report.json), or,
+    with --live HOST:PORT, the live dashboard of a running jax program.
 
     Tabs: roofline, ranked ops, timeline, steps, findings. A trace that cannot be read
     still starts the server, which shows the error line this command prints. Needs the
@@ -479,7 +488,10 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
       traceroof serve trace.json.gz
       traceroof serve report.json --port 8080 --open
       traceroof serve trace.json.gz --chip a100 --host 0.0.0.0
+      traceroof serve --live localhost:9999 --every 5 --chip h100
     """
+    if (trace is None) == (live_address is None):
+        raise click.UsageError("give TRACE or --live HOST:PORT (one of them)")
     try:
         from .web import app as web
     except ImportError as exc:
@@ -487,6 +499,8 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
 
         raise UsageError(f"serve needs the web extra ({exc.name} is missing): pip install 'traceroof[web]'") from exc
 
+    if live_address is not None:
+        return cli_live.serve_live(live_address, chip, every_s, duration_s, host, port, open_browser)
     _progress(f"loading {trace}")
     from .analysis import load_report
 

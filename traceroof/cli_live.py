@@ -264,3 +264,30 @@ def _record(cap: Any, address: str, duration_s: float, steps: int | None, root: 
     _progress(f"parsed {trace.meta.sources[0]}: {trace.ops.height:,} ops, "
               f"{cap.count_steps(trace)} steps")
     return trace
+
+
+def serve_live(address: str, chip: str | None, every_s: float, duration_s: float, host: str,
+               port: int, open_browser: bool) -> None:
+    """``serve --live``: the live dashboard of the jax program at ``address``, capturing
+    ``duration_s`` seconds every ``every_s`` seconds (:mod:`traceroof.web.live`).
+
+    Raises:
+        BadAddressError: ``address`` is not HOST:PORT. Capture failures are shown on the page.
+    """
+    from . import capture as cap
+    from .analysis import analyze
+    from .web import app as web
+    from .web import live
+
+    cap.parse_address(address)
+    c = _cli()
+    state = live.LiveState()
+    worker = live.Capturer(state, address, every_s=every_s, duration_s=duration_s,
+                           capture=cap.capture, analyze=lambda t: analyze(t, chip=chip))
+    _progress(f"capturing {address}: {duration_s:g} s every {every_s:g} s")
+    worker.start()
+    try:
+        web.run(live.create_live_app(state, address), host, port, open_browser=open_browser,
+                echo=click.echo, warn=c._progress)
+    finally:
+        worker.stop()
