@@ -11,6 +11,7 @@ Exit codes (DESIGN §9; also in ``docs/cli.md``):
 5     unknown or ambiguous chip
 6-8   capture: no server / empty capture / timeout
 9     an output (-o) that cannot be written (missing folder, no permission, in the way)
+10-13 capture: not a profiler server / profiler busy / target exited / xprof missing
 70    internal error (a bug: please report it, with --debug output)
 ====  =====================================================
 
