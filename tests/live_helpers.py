@@ -150,3 +150,18 @@ def traceroof(*args: str, timeout_s: float = 180, env: dict | None = None
     return subprocess.run([sys.executable, "-m", "traceroof.cli", *args], capture_output=True,
                           text=True, timeout=timeout_s,
                           env=dict(os.environ, PYTHONPATH=str(REPO), **(env or {})))
+
+
+def gpu_trace(path: Path, idle_ns: int, steps: int = 4) -> Path:
+    """Steps of one 100 µs bf16 GEMM kernel and ``idle_ns`` of host time: the step time is
+    about ``idle_ns`` + 0.1 ms."""
+    from tracegen import Kernel, TraceBuilder  # fixtures/ is on sys.path (conftest)
+
+    b = TraceBuilder()
+    for n in range(steps):
+        b.begin_step(n)
+        b.op("aten::mm", [[1024, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"],
+             [Kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 100_000)])
+        b.idle_host(idle_ns)
+        b.end_step()
+    return b.write(path)

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from live_helpers import TORCH_TARGET, Processes
-from tracegen import Kernel, TraceBuilder
+from live_helpers import TORCH_TARGET, Processes, gpu_trace
 
 from traceroof.watch import History, strip
 
@@ -51,19 +50,6 @@ def test_watch_analyzes_each_trace_a_torch_program_writes(procs, tmp_path):
         assert sum(n.startswith("ProfilerStep#") for n in names) == 2
 
 
-def _gpu_trace(path: Path, idle_ns: int, steps: int = 4) -> Path:
-    """Steps of one 100 µs bf16 GEMM kernel and ``idle_ns`` of host time: the step time is
-    about ``idle_ns`` + 0.1 ms."""
-    b = TraceBuilder()
-    for n in range(steps):
-        b.begin_step(n)
-        b.op("aten::mm", [[1024, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"],
-             [Kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 100_000)])
-        b.idle_host(idle_ns)
-        b.end_step()
-    return b.write(path)
-
-
 def _wait_line(p, timeout_s: float = 120) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -78,9 +64,9 @@ def test_step_time_gate_exits_1_at_the_first_slower_trace(procs, tmp_path):
     folder = tmp_path / "tb"
     folder.mkdir()
     watch = _watch(procs, folder, "--max-step-time-increase", "0.5", "--chip", "h100")
-    _gpu_trace(folder / "w.1.pt.trace.json", idle_ns=1_000_000)  # ~1.1 ms steps
+    gpu_trace(folder / "w.1.pt.trace.json", idle_ns=1_000_000)  # ~1.1 ms steps
     assert "w.1.pt.trace.json: 4 steps" in _wait_line(watch)
-    _gpu_trace(folder / "w.2.pt.trace.json", idle_ns=3_000_000)  # ~3.1 ms: +180 %
+    gpu_trace(folder / "w.2.pt.trace.json", idle_ns=3_000_000)  # ~3.1 ms: +180 %
     out, err = watch.communicate(timeout=120)
     assert watch.returncode == 1
     assert "w.2.pt.trace.json: 4 steps" in out
@@ -93,7 +79,7 @@ def test_an_unreadable_trace_is_said_and_the_watch_goes_on(procs, tmp_path):
     folder = tmp_path / "tb"
     folder.mkdir()
     (folder / "w.1.pt.trace.json").write_text('{"traceEvents": [ {"ph": "X", "na')
-    _gpu_trace(folder / "w.2.pt.trace.json", idle_ns=1_000_000)
+    gpu_trace(folder / "w.2.pt.trace.json", idle_ns=1_000_000)
     watch = _watch(procs, folder, "--count", "2", "--chip", "h100")
     out, err = watch.communicate(timeout=120)
     assert watch.returncode == 0, err

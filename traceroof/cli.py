@@ -463,8 +463,10 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
 @click.option("--live", "live_address", metavar="HOST:PORT",
               help="Instead of TRACE: capture the jax program at HOST:PORT again and again and "
               "refresh the dashboard (docs/capture.md).")
+@click.option("--watch", "watch_dir", metavar="DIR", type=click.Path(path_type=str),
+              help="Instead of TRACE: show each trace that lands in DIR (docs/watch.md).")
 @click.option("--every", "every_s", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="With --live: seconds between captures.")
+              help="With --live: seconds between captures; with --watch: between looks at DIR.")
 @click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=2.0,
               show_default=True, help="With --live: capture window, seconds.")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -475,8 +477,9 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
 @quiet_option
 @debug_option
 @_handle_errors
-def serve(trace: str | None, chip: str | None, live_address: str | None, every_s: float,
-          duration_s: float, host: str, port: int, open_browser: bool, jobs: int | None) -> None:
+def serve(trace: str | None, chip: str | None, live_address: str | None, watch_dir: str | None,
+          every_s: float, duration_s: float, host: str, port: int, open_browser: bool,
+          jobs: int | None) -> None:
     """Open the roofline dashboard of TRACE (or of a report saved with -o report.json), or,
     with --live HOST:PORT, the live dashboard of a running jax program.
 
@@ -490,9 +493,10 @@ def serve(trace: str | None, chip: str | None, live_address: str | None, every_s
       traceroof serve report.json --port 8080 --open
       traceroof serve trace.json.gz --chip a100 --host 0.0.0.0
       traceroof serve --live localhost:9999 --every 5 --chip h100
+      traceroof serve --watch ./log --chip h100
     """
-    if (trace is None) == (live_address is None):
-        raise click.UsageError("give TRACE or --live HOST:PORT (one of them)")
+    if sum(x is not None for x in (trace, live_address, watch_dir)) != 1:
+        raise click.UsageError("give one of TRACE, --live HOST:PORT, --watch DIR")
     try:
         from .web import app as web
     except ImportError as exc:
@@ -500,8 +504,9 @@ def serve(trace: str | None, chip: str | None, live_address: str | None, every_s
 
         raise UsageError(f"serve needs the web extra ({exc.name} is missing): pip install 'traceroof[web]'") from exc
 
-    if live_address is not None:
-        return cli_live.serve_live(live_address, chip, every_s, duration_s, host, port, open_browser)
+    if live_address is not None or watch_dir is not None:
+        return cli_live.serve_live(live_address, watch_dir, chip, every_s, duration_s, host, port,
+                                   open_browser)
     _progress(f"loading {trace}")
     from .analysis import load_report
 

@@ -266,28 +266,39 @@ def _record(cap: Any, address: str, duration_s: float, steps: int | None, root: 
     return trace
 
 
-def serve_live(address: str, chip: str | None, every_s: float, duration_s: float, host: str,
-               port: int, open_browser: bool) -> None:
-    """``serve --live``: the live dashboard of the jax program at ``address``, capturing
-    ``duration_s`` seconds every ``every_s`` seconds (:mod:`traceroof.web.live`).
+def serve_live(address: str | None, folder: str | None, chip: str | None, every_s: float,
+               duration_s: float, host: str, port: int, open_browser: bool) -> None:
+    """``serve --live HOST:PORT``: the live dashboard of the jax program at ``address``,
+    capturing ``duration_s`` seconds every ``every_s`` seconds; ``serve --watch DIR``: of each
+    trace that lands in ``folder`` (:mod:`traceroof.web.live`).
 
     Raises:
-        BadAddressError: ``address`` is not HOST:PORT. Capture failures are shown on the page.
+        BadAddressError: ``address`` is not HOST:PORT. InputNotFoundError: ``folder`` is not a
+        folder. Capture and trace failures are shown on the page.
     """
     from . import capture as cap
-    from .analysis import analyze
+    from .analysis import analyze, load_report
+    from .errors import InputNotFoundError
     from .web import app as web
     from .web import live
 
-    cap.parse_address(address)
     c = _cli()
-    state = live.LiveState()
-    worker = live.Capturer(state, address, every_s=every_s, duration_s=duration_s,
-                           capture=cap.capture, analyze=lambda t: analyze(t, chip=chip))
-    _progress(f"capturing {address}: {duration_s:g} s every {every_s:g} s")
+    state = live.LiveState("captures" if address is not None else "traces")
+    if address is not None:
+        cap.parse_address(address)
+        worker: Any = live.Capturer(state, address, every_s=every_s, duration_s=duration_s,
+                                    capture=cap.capture, analyze=lambda t: analyze(t, chip=chip))
+        _progress(f"capturing {address}: {duration_s:g} s every {every_s:g} s")
+    else:
+        if not Path(folder).is_dir():
+            raise InputNotFoundError(f"{folder}: no such folder to watch")
+        worker = live.Watcher(state, folder, every_s=every_s or 1.0,
+                              analyze=lambda p: load_report(str(p), chip))
+        _progress(f"watching {folder} every {every_s or 1.0:g} s")
     worker.start()
     try:
-        web.run(live.create_live_app(state, address), host, port, open_browser=open_browser,
-                echo=click.echo, warn=c._progress)
+        web.run(live.create_live_app(state, address or folder), host, port,
+                open_browser=open_browser, echo=click.echo, warn=c._progress)
     finally:
-        worker.stop()
+        if hasattr(worker, "stop"):
+            worker.stop()

@@ -1,6 +1,7 @@
-"""The live dashboard behind ``traceroof serve --live HOST:PORT``: capture a running jax
-program again and again, and show the latest capture's roofline, ranking and findings with
-the history strip of step time, busy share and HFU across the captures.
+"""The live dashboard behind ``traceroof serve --live HOST:PORT`` (and ``serve --watch DIR``):
+capture a running jax program again and again (or analyze each trace that lands in a folder),
+and show the latest one's roofline, ranking and findings with the history strip of step
+time, busy share and HFU across them.
 
 A :class:`Capturer` thread captures ``duration_s`` seconds every ``every_s`` seconds
 (:func:`traceroof.capture.capture`) and analyzes it; the page polls :class:`LiveState` once a
@@ -36,7 +37,8 @@ class LiveState:
     (s) a capture in progress started, else None; ``error`` the last failure's line, cleared
     by the next good capture; ``failures`` failed captures so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, noun: str = "captures") -> None:
+        self.noun = noun  # what the status counts: captures (--live) or traces (--watch)
         self.lock = threading.Lock()
         self.generation = 0
         self.report: Any = None
@@ -48,11 +50,11 @@ class LiveState:
     def status(self) -> str:
         """The status line: capturing / last capture / failed, with counts."""
         with self.lock:
-            parts = [f"{self.generation} captures", f"{self.failures} failed"]
+            parts = [f"{self.generation} {self.noun}", f"{self.failures} failed"]
             if self.capturing_since is not None:
                 parts.insert(0, f"capturing… ({time.time() - self.capturing_since:.0f} s)")
             if self.error:
-                parts.append(f"last failed: {self.error} (showing the last good capture)")
+                parts.append(f"last failed: {self.error} (showing the last good one)")
             return " · ".join(parts)
 
 
@@ -95,6 +97,31 @@ class Capturer(threading.Thread):
         while not self._stop.is_set():
             self.once()
             self._stop.wait(self.every_s)
+
+
+class Watcher(threading.Thread):
+    """``serve --watch DIR``: each trace that lands in ``folder``
+    (:func:`traceroof.watch.watch`), analyzed by ``analyze(path)``, into ``state`` as a
+    capture is (an unreadable one is a failure, shown with its error)."""
+
+    def __init__(self, state: LiveState, folder: str, *, every_s: float,
+                 analyze: Callable[[Any], Any], count: int | None = None) -> None:
+        super().__init__(daemon=True, name="traceroof-live-watch")
+        self.state, self.folder, self.every_s = state, folder, every_s
+        self._analyze, self.count = analyze, count
+
+    def run(self) -> None:
+        from ..watch import watch
+
+        for landed in watch(self.folder, self._analyze, every_s=self.every_s, count=self.count):
+            with self.state.lock:
+                if landed.error is not None:
+                    self.state.error = f"{landed.path}: {landed.error}"
+                    self.state.failures += 1
+                    continue
+                self.state.report, self.state.error = landed.report, None
+                self.state.history.add(landed.path.name, landed.report)
+                self.state.generation += 1
 
 
 def history_figure(history: History) -> go.Figure:
