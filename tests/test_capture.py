@@ -267,3 +267,27 @@ def test_documented_lines_work_in_a_fresh_interpreter(line):
     """The lines docs/capture.md shows, each in a new interpreter (nothing imported before)."""
     done = subprocess.run([sys.executable, "-c", line], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_failed_capture_steps_leave_no_temporary_folder(monkeypatch, tmp_path):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(cap.NoServerError):
+        cap.capture_steps(f"127.0.0.1:{_free_port()}", 5, 0.5)
+    with pytest.raises(cap.NoServerError):
+        cap.capture(f"127.0.0.1:{_free_port()}", 0.5)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_capture_steps_grows_the_window_to_the_step_rate(fake_server, monkeypatch, tmp_path):
+    """The fake client writes the CPU fixture (its steps, counted here from the trace) every
+    time: a first 1 s window that holds k steps asks next for 1.5 * N / (k / 1 s) seconds."""
+    from traceroof.parsers import xplane
+
+    k = xplane.read(CPU_XPLANE).ops["step"].drop_nulls().n_unique()
+    monkeypatch.setenv("FAKE_MODE", "data")
+    trace = cap.capture_steps(f"127.0.0.1:{fake_server}", 10 * k, 1.0, tmp_path, attempts=2)
+    calls = json.loads((tmp_path / "calls.json").read_text())
+    assert calls == [1000, round(1000 * 1.5 * 10 * k / k)]  # ms: 1 s, then 15 s
+    assert f"capture: {k} of the {10 * k} steps asked for" in trace.meta.warnings[-1]

@@ -357,6 +357,9 @@ def capture_steps(address: str, steps: int, duration_s: float = 2.0,
     """
     if steps < 1:
         raise BadAddressError(f"--steps must be >= 1, got {steps}")
+    made = out_dir is None
+    if made:  # one kept temporary folder for all the windows (removed if nothing is kept)
+        out_dir = tempfile.mkdtemp(prefix="traceroof-capture-")
     duration = float(duration_s)
     trace: Trace | None = None
     for _ in range(attempts):
@@ -370,6 +373,12 @@ def capture_steps(address: str, steps: int, duration_s: float = 2.0,
                 exc.args = (f"{exc.args[0]}; kept the previous window "
                             f"({trace.meta.sources[0]}): {count_steps(trace)} steps, "
                             f"{trace.ops.height} ops",)
+            elif made:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise
+        except CaptureError:
+            if made:  # nothing kept: no folder left behind
+                shutil.rmtree(out_dir, ignore_errors=True)
             raise
         got = count_steps(trace)
         if got >= steps or duration >= max_duration_s:
