@@ -291,3 +291,35 @@ def test_capture_steps_grows_the_window_to_the_step_rate(fake_server, monkeypatc
     calls = json.loads((tmp_path / "calls.json").read_text())
     assert calls == [1000, round(1000 * 1.5 * 10 * k / k)]  # ms: 1 s, then 15 s
     assert f"capture: {k} of the {10 * k} steps asked for" in trace.meta.warnings[-1]
+
+
+#: xprof's client log lines, as measured on loopback (jax 0.10.2, xprof 2.24.2), one per cause
+MEASURED_LOGS = {
+    "http": "W0000 capture_profile.cc:181] 127.0.0.1:1 returned UNAVAILABLE: failed to connect to "
+            "all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Failed parsing HTTP/2 "
+            "(Expected SETTINGS frame as the first frame, got frame type 79)",
+    "silent": "W0000 capture_profile.cc:181] 127.0.0.1:1 returned UNAVAILABLE: failed to connect "
+              "to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: connection attempt timed "
+              "out before receiving SETTINGS frame",
+    "busy": "W0000 capture_profile.cc:181] 127.0.0.1:1 returned INTERNAL: Another profiling "
+            "session active.",
+    "killed": "W0000 capture_profile.cc:181] 127.0.0.1:1 returned UNAVAILABLE: Stream removed "
+              "(Socket closed)",
+    "idle": "W0000 capture_profile.cc:169] No trace event is collected from 127.0.0.1:1",
+}
+
+
+@pytest.mark.parametrize("cause, error, code", [
+    ("http", cap.NotProfilerServerError, 10), ("silent", cap.CaptureTimeoutError, 8),
+    ("busy", cap.ProfilerBusyError, 11), ("killed", cap.TargetExitedError, 12),
+    ("idle", cap.EmptyCaptureError, 7)])
+def test_the_client_log_names_the_cause(cause, error, code):
+    """xprof raises "No trace event was collected" for all five; its log tells them apart."""
+    from traceroof.capture_errors import classify
+
+    said = "UNAVAILABLE: No trace event was collected because there were no responses"
+    exc = classify("127.0.0.1:1", MEASURED_LOGS[cause], said, 3.0, 1.47)
+    assert type(exc) is error and exc.exit_code == code
+    assert "\n" not in str(exc) and str(exc).startswith("127.0.0.1:1: ")
+    if cause == "killed":
+        assert "1.5 s into the 3.0 s window" in str(exc) and exc.elapsed_s == 1.47
