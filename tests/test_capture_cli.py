@@ -79,6 +79,13 @@ def test_nothing_listening_is_6_at_once(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no temporary folder left behind
 
 
+def test_no_analyze_refuses_the_analysis_options():
+    done = traceroof("capture", f"127.0.0.1:{free_port()}", "--no-analyze", "--steps", "3",
+                     "--chip", "h100")
+    assert done.returncode == 2
+    assert "--no-analyze captures only: --steps, --chip need the analysis" in done.stderr
+
+
 def test_invalid_port_is_a_usage_error():
     done = traceroof("capture", "127.0.0.1:99999")
     assert done.returncode == 2

@@ -227,6 +227,10 @@ def capture_command(address: str, duration_s: float, steps: int | None, out_dir:
     from . import capture as cap
 
     host, port = cap.parse_address(address)
+    analysis = [n for n, v in (("--steps", steps), ("--chip", chip), ("--report", out["report_path"]),
+                               ("--format", out["fmt"])) if v]
+    if no_analyze and analysis:
+        raise click.UsageError(f"--no-analyze captures only: {', '.join(analysis)} need the analysis")
     temporary = out_dir is None and not no_analyze
     root = Path(tempfile.mkdtemp(prefix="traceroof-capture-")) if temporary else out_dir
     try:
