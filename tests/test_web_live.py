@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("dash", reason="the web extra (dash, plotly) is not installed")
 
 import test_web_browser as _wb  # noqa: E402
-from live_helpers import Processes, gpu_trace, kill_group  # noqa: E402
+from live_helpers import JAX_TARGET, Processes, gpu_trace, kill_group  # noqa: E402
 from test_web_app import wait_until_up  # noqa: E402
 
 from traceroof.analysis import load_report  # noqa: E402
@@ -71,6 +71,8 @@ def test_live_dashboard_refreshes_and_keeps_the_last_good_capture(procs, page):
     assert page.locator("#live-roofline .js-plotly-plot").count() == 1
     ranking = page.locator("#live-ranking").inner_text()
     assert "fusion" in ranking  # the jitted step's HLO ops are ranked
+    line = procs.tmp / "jax_target.py"  # each row leads back to the jitted function's line
+    assert f"{line}:{JAX_TARGET.splitlines().index('    return jnp.tanh(x @ x) * 0.5') + 1}" in ranking
     page.screenshot(path="/tmp/v-live.png", full_page=True)
     # the target goes away: the next capture fails, its cause is shown, the last good one stays
     kill_group(target)

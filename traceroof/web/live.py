@@ -149,13 +149,33 @@ def _ranking(report: Any, top: int = 15) -> html.Div:
     by = (report.filters.group_by if report.filters else None) or "kernel"
     groups = views.op_groups(ops, by)
     rows = views.table_records(groups)[:top]
+    sources = _sources(ops, by)
+    for r in rows:
+        r["source"] = sources.get(r.get("label"))
     cols = [("label", by), ("kind", "kind"), ("count", "count"), ("total_us", "total (µs)"),
-            ("gap_us", "gap (µs)"), ("efficiency", "efficiency"), ("bound", "bound")]
+            ("gap_us", "gap (µs)"), ("efficiency", "efficiency"), ("bound", "bound"),
+            ("source", "source")]
     cols = [(k, t) for k, t in cols if rows and k in rows[0]]
     head = html.Tr([html.Th(t) for _k, t in cols])
     body = [html.Tr([html.Td(_cell(r.get(k))) for k, _t in cols]) for r in rows]
     return html.Div([html.P(views.table_summary(groups, ops), className="tr-note"),
                      html.Table([head, *body], id="live-ranking", className="tr-table")])
+
+
+def _sources(ops: Any, by: str) -> dict[str, str]:
+    """The user-code line of each op group (XPlane's ``source_location``: the most common
+    one of the group's ops; groups without one are left out, shown blank)."""
+    if "source_location" not in ops.columns:
+        return {}
+    import polars as pl
+
+    known = ops.filter(pl.col("source_location").is_not_null())
+    if known.height == 0:
+        return {}
+    top = (known.group_by(views.label_expr(by).alias("label"), "source_location").len()
+           .sort(["label", "len", "source_location"], descending=[False, True, False])
+           .unique("label", keep="first"))
+    return dict(zip(top["label"].to_list(), top["source_location"].to_list()))
 
 
 def _cell(v: Any) -> str:
