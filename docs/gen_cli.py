@@ -18,7 +18,8 @@ Generated from `--help` by `docs/gen_cli.py`; do not edit by hand.
 Exit codes: 0 ok, 1 gate failed, 2 usage, 3 input not found, 4 invalid or unsupported trace
 or report, or inputs that are not one job (different formats or devices: they are never merged;
 analyze them one at a time), 5 unknown or ambiguous chip, 6 capture: no server, 7 capture: empty, 8 capture:
-timeout, 9 an output that cannot be written (`-o`, or `gate`'s `$GITHUB_STEP_SUMMARY`; checked before any parsing), 70 internal error (a bug: re-run with `--debug` and report it). Errors are one line
+timeout, 9 an output that cannot be written (`-o`, or `gate`'s `$GITHUB_STEP_SUMMARY`; checked before any parsing), 10 capture: not a profiler server, 11 capture: another
+profiling session is active, 12 capture: the target exited, 13 capture: xprof missing (docs/capture.md), 70 internal error (a bug: re-run with `--debug` and report it). Errors are one line
 on stderr (`traceroof: error: …`); `--debug` shows the traceback.
 
 Terminal output (`analyze`, `chips`, `estimate`) fits the width it is printed at: `COLUMNS`,

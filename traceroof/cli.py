@@ -11,6 +11,7 @@ Exit codes (DESIGN §9; also in ``docs/cli.md``):
 5     unknown or ambiguous chip
 6-8   capture: no server / empty capture / timeout
 9     an output (-o) that cannot be written (missing folder, no permission, in the way)
+10-13 capture: not a profiler server / profiler busy / target exited / xprof missing
 70    internal error (a bug: please report it, with --debug output)
 ====  =====================================================
 
@@ -498,8 +499,17 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
 
 
 @cli.command()
-@click.argument("trace", type=click.Path(path_type=str))
+@click.argument("trace", type=click.Path(path_type=str), required=False)
 @chip_option
+@click.option("--live", "live_address", metavar="HOST:PORT",
+              help="Instead of TRACE: capture the jax program at HOST:PORT again and again and "
+              "refresh the dashboard (docs/capture.md).")
+@click.option("--watch", "watch_dir", metavar="DIR", type=click.Path(path_type=str),
+              help="Instead of TRACE: show each trace that lands in DIR (docs/watch.md).")
+@click.option("--every", "every_s", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="With --live: seconds between captures; with --watch: between looks at DIR.")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              show_default=True, help="With --live: capture window, seconds.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Anything but loopback exposes the trace to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True, help="Port (0: any free port).")
@@ -508,8 +518,11 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
 @quiet_option
 @debug_option
 @_handle_errors
-def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool, jobs: int | None) -> None:
-    """Open the roofline dashboard of TRACE (or of a report saved with -o report.json).
+def serve(trace: str | None, chip: str | None, live_address: str | None, watch_dir: str | None,
+          every_s: float, duration_s: float, host: str, port: int, open_browser: bool,
+          jobs: int | None) -> None:
+    """Open the roofline dashboard of TRACE (or of a report saved with -o report.json), or,
+    with --live HOST:PORT, the live dashboard of a running jax program.
 
     Tabs: roofline, ranked ops, timeline, steps, findings. A trace that cannot be read
     still starts the server, which shows the error line this command prints. Needs the
@@ -520,7 +533,11 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
       traceroof serve trace.json.gz
       traceroof serve report.json --port 8080 --open
       traceroof serve trace.json.gz --chip a100 --host 0.0.0.0
+      traceroof serve --live localhost:9999 --every 5 --chip h100
+      traceroof serve --watch ./log --chip h100
     """
+    if sum(x is not None for x in (trace, live_address, watch_dir)) != 1:
+        raise click.UsageError("give one of TRACE, --live HOST:PORT, --watch DIR")
     try:
         from .web import app as web
     except ImportError as exc:
@@ -528,6 +545,9 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
 
         raise UsageError(f"serve needs the web extra ({exc.name} is missing): pip install 'traceroof[web]'") from exc
 
+    if live_address is not None or watch_dir is not None:
+        return cli_live.serve_live(live_address, watch_dir, chip, every_s, duration_s, host, port,
+                                   open_browser)
     _progress(f"loading {trace}")
     from .analysis import load_report
 
@@ -572,6 +592,10 @@ def mcp() -> None:
 #: ``_RJEM_MALLOC_CONF`` wins; library users choose their own.
 JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
 
+from . import cli_live  # noqa: E402  (the live commands: capture, watch)
+
+cli_live.register(cli)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
@@ -599,4 +623,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m traceroof.cli`: run the imported module's group, on which cli_live registered
+    from traceroof.cli import main as _main
+
+    _main()

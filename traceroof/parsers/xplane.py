@@ -76,9 +76,10 @@ def read_bytes(data: bytes, path: str = "<bytes>", *, rank: int = 0) -> Trace:
     """
     from .xplane_assemble import assemble
     from .xplane_convert import read_parts
+    from .xplane_steps import infer_steps
 
     parts = read_parts(data, path, rank)
-    return assemble([parts], [path])
+    return infer_steps(assemble([parts], [path]))
 
 
 def find_xplanes(path: str | Path) -> tuple[list[Path], list[Path]]:
@@ -115,6 +116,7 @@ def read_dir(path: str | Path, host: str | None = None) -> Trace:
     """
     from .xplane_assemble import assemble
     from .xplane_convert import read_parts
+    from .xplane_steps import infer_steps
 
     root = Path(path)
     if not root.exists():
@@ -138,7 +140,7 @@ def read_dir(path: str | Path, host: str | None = None) -> Trace:
             errors.append(exc)
     if not all_parts:
         raise errors[0]
-    trace = assemble(all_parts, used)
+    trace = infer_steps(assemble(all_parts, used))
     for exc in errors:
         trace.meta.warn(f"skipped unreadable profile {exc}")
     other_runs = [f for f in ignored if f.name.endswith((".xplane.pb", ".xplane.pb.gz"))]

@@ -27,6 +27,7 @@ from .xplane import file_stem
 from .xplane_host import annotation_rows, assign_steps, device_step_spans, host_rows
 from .xplane_ops import cpu_thunk_ops, device_info, device_ops
 from .xplane_planes import Parts, Plane
+from .xplane_source import with_sources
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,7 @@ def _convert_planes(planes, plans, path: str, rank: int, out: Parts, modules: Mo
             "loop as an op")
     for f in modules.failed:
         out.warnings.append(f"HLO module not costed: {f}")
+    op_frames = [with_sources(f, modules) for f in op_frames]  # jax source location columns
     _collect(op_frames, host_frames, step_spans, host_steps, rank, out)
 
 

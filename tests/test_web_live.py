@@ -1,0 +1,125 @@
+"""`traceroof serve --live HOST:PORT` against a real jax program on loopback, in headless
+chromium (Playwright, as tests/test_web_browser.py): at least two refreshes, the history
+strip growing with them, a failed capture shown with its cause while the last good one
+stays. Screenshot: /tmp/v-live.png."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("dash", reason="the web extra (dash, plotly) is not installed")
+
+import test_web_browser as _wb  # noqa: E402
+from live_helpers import JAX_TARGET, Processes, gpu_trace, kill_group  # noqa: E402
+from test_web_app import wait_until_up  # noqa: E402
+
+from traceroof.analysis import load_report  # noqa: E402
+from traceroof.web.live import LiveState, Watcher, history_figure  # noqa: E402
+
+pytestmark = [pytest.mark.browser]
+browser, page = _wb.browser, _wb.page  # the headless chromium fixtures of test_web_browser
+
+#: the status line's text, or null before Dash rendered the page
+STATUS_JS = "(document.querySelector('#live-status') || {}).innerText"
+HISTORY_JS = ("() => { const g = document.querySelector('#live-history .js-plotly-plot');"
+              " return g && g.data ? g.data.map(t => (t.y || []).length) : null; }")
+
+
+@pytest.fixture
+def procs(tmp_path):
+    ps = Processes(tmp_path)
+    yield ps
+    ps.stop_all()
+
+
+def _serve_live(procs: Processes, port: int):
+    p = procs.popen([sys.executable, "-m", "traceroof.cli", "serve", "--live", f"127.0.0.1:{port}",
+                     "--every", "1", "--duration", "0.5", "--chip", "h100", "--port", "0"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        assert line, f"serve ended: {p.stderr.read()}"
+        m = re.search(r"(http://\S+/)", line)
+        if m:
+            wait_until_up(m.group(1), deadline)  # printed just before the server binds
+            return p, m.group(1)
+    raise AssertionError("serve --live printed no URL")
+
+
+def _captures(pg) -> int:
+    text = pg.locator("#live-status").inner_text()
+    m = re.search(r"(\d+) captures", text)
+    return int(m.group(1)) if m else -1
+
+
+def test_live_dashboard_refreshes_and_keeps_the_last_good_capture(procs, page):
+    port, _, target = procs.jax_target("steps")
+    serve, url = _serve_live(procs, port)
+    page.goto(url)
+    # two good captures at least: the status counts them and the strip has a point per capture
+    page.wait_for_function(f"() => {STATUS_JS} && /([2-9]|\\d\\d+) captures/.test({STATUS_JS})",
+                           timeout=120_000)
+    page.wait_for_function(f"() => {{ const n = ({HISTORY_JS})(); return n && n[0] >= 2; }}",
+                           timeout=60_000)
+    n = _captures(page)
+    points = page.evaluate(HISTORY_JS)
+    assert points == [points[0]] * 3 and 2 <= points[0] <= n + 1  # step time, busy, HFU
+    assert page.locator("#live-roofline .js-plotly-plot").count() == 1
+    ranking = page.locator("#live-ranking").inner_text()
+    assert "fusion" in ranking  # the jitted step's HLO ops are ranked
+    line = procs.tmp / "jax_target.py"  # each row leads back to the jitted function's line
+    assert f"{line}:{JAX_TARGET.splitlines().index('    return jnp.tanh(x @ x) * 0.5') + 1}" in ranking
+    page.screenshot(path="/tmp/v-live.png", full_page=True)
+    # the target goes away: the next capture fails, its cause is shown, the last good one stays
+    kill_group(target)
+    page.wait_for_function(f"() => ({STATUS_JS} || '').includes('last failed')", timeout=60_000)
+    status = page.locator("#live-status").inner_text()
+    assert "connection refused" in status or "closed the connection" in status
+    assert "showing the last good one" in status
+    kept, good = page.locator("#live-ranking").inner_text(), _captures(page)
+    assert "fusion" in kept
+    failed = int(re.search(r"(\d+) failed", status).group(1))
+    page.wait_for_function(f"(f) => {{ const m = /(\\d+) failed/.exec({STATUS_JS} || ''); "
+                           "return m && +m[1] > f; }", arg=failed, timeout=60_000)
+    # another capture failed since: the page still shows the same last good capture
+    assert page.locator("#live-ranking").inner_text() == kept and _captures(page) == good
+    page.screenshot(path="/tmp/v-live-failed.png", full_page=True)
+    kill_group(serve)
+
+
+def test_history_figure_has_gaps_for_unknown_numbers():
+    state = LiveState()
+    state.history.names[:] = ["capture 1", "capture 2"]
+    state.history.step_time_ns[:] = [2e6, None]
+    state.history.busy_fraction[:] = [0.5, 0.25]
+    state.history.hfu[:] = [None, None]
+    fig = history_figure(state.history)
+    ys = [list(t.y) for t in fig.data]
+    assert ys == [[2.0, None], [50.0, 25.0], [None, None]]  # ms and %, None stays a gap
+    assert fig.layout.meta == {"captures": 2}
+
+
+def test_serve_watch_feeds_each_landed_trace_to_the_page(tmp_path):
+    """serve --watch's thread: two traces land, the second with steps ~3x longer; a broken
+    one is a failure shown with its error, not a capture."""
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    gpu_trace(folder / "w.1.pt.trace.json", idle_ns=1_000_000)  # ~1.1 ms steps
+    (folder / "w.2.pt.trace.json").write_text('{"traceEvents": [')
+    gpu_trace(folder / "w.3.pt.trace.json", idle_ns=3_000_000)  # ~3.1 ms steps
+    state = LiveState("traces")
+    w = Watcher(state, str(folder), every_s=0.1, count=3,
+                analyze=lambda p: load_report(str(p), "h100"))
+    w.start()
+    w.join(timeout=120)
+    assert not w.is_alive()
+    assert state.generation == 2 and state.failures == 1
+    assert state.history.names == ["w.1.pt.trace.json", "w.3.pt.trace.json"]
+    first, second = state.history.step_time_ns
+    assert 2.5 < second / first < 3.5  # (3.0 + 0.1) / (1.0 + 0.1) = 2.8 by construction
+    assert state.report.trace.sources == [str(folder / "w.3.pt.trace.json")]
+    assert state.status().startswith("2 traces · 1 failed")
