@@ -48,8 +48,9 @@ def _pct(x: float | None) -> str:
 
 def _shapes(d: dict) -> str:
     t = d.get("trace") or {}
+    cov = d.get("coverage") or {}
     if t.get("format") == "xplane":
-        return "HLO" if (d.get("coverage") or {}).get("shapes_share") else "no HLO"
+        return "HLO" if cov.get("shapes_share") else ("costs in trace" if cov.get("trace_share") else "no HLO")
     return {True: "yes", False: "no"}.get(t.get("record_shapes"), "no")
 
 
