@@ -123,3 +123,15 @@ def test_serve_watch_feeds_each_landed_trace_to_the_page(tmp_path):
     assert 2.5 < second / first < 3.5  # (3.0 + 0.1) / (1.0 + 0.1) = 2.8 by construction
     assert state.report.trace.sources == [str(folder / "w.3.pt.trace.json")]
     assert state.status().startswith("2 traces · 1 failed")
+
+
+def test_history_strip_axes_are_plain_decimals_not_si_prefixes():
+    # an HFU of 7.8e-7 (7.8e-5 %) drawn on a plotly axis with SI prefixes read "78µ" (%)
+    from traceroof.watch import History
+    from traceroof.web.live import history_figure
+
+    fig = history_figure(History(names=["a", "b"], step_time_ns=[1e7, 2e7], busy_fraction=[0.003, 0.004],
+                                 hfu=[7.7e-7, 7.8e-7]))
+    ys = [fig.layout[k] for k in ("yaxis", "yaxis2", "yaxis3")]
+    assert [(y.exponentformat, y.tickformat) for y in ys] == [("none", "~r")] * 3
+    assert list(fig.data[2].y) == [7.7e-5, 7.8e-5]  # HFU in %, unknown never 0

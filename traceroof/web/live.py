@@ -25,6 +25,7 @@ from plotly.subplots import make_subplots
 from ..errors import TraceroofError
 from ..watch import History
 from . import figures, layout, views
+from .numbers import LINEAR_AXIS
 
 TICK_MS = 1000  # how often the page asks for news (ms)
 
@@ -139,6 +140,8 @@ def history_figure(history: History) -> go.Figure:
     fig.update_layout(height=200, margin=dict(l=40, r=10, t=30, b=30), showlegend=False,
                       meta={"captures": n})
     fig.update_xaxes(title_text="capture", dtick=1)
+    # plain decimals (an HFU of 7.8e-5 % is not "78µ"): the dashboard's one number format
+    fig.update_yaxes(**LINEAR_AXIS, tickformat="~r")
     return fig
 
 
