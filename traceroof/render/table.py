@@ -10,7 +10,7 @@ from rich.table import Table
 
 from .. import units
 from ..report import Report
-from . import sections, terminal
+from . import light, sections, terminal
 
 #: ranking columns dropped first when the terminal is narrow: at 80 columns the op, its kind,
 #: measured time, gap and efficiency stay; narrower, the kind and then the efficiency go too
@@ -30,7 +30,7 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
     kv = Table.grid(padding=(0, 2))
     kv.add_column(style="bold")
     kv.add_column()
-    for k, v in sections.header(report) + sections.summary(report):
+    for k, v in sections.header(report) + sections.summary(report) + light.headline(report):
         kv.add_row(escape(k), escape(v))
     con.print(kv)
     con.print()
@@ -40,6 +40,7 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
         _tail(con, report, width)
         return terminal.finish(buf.getvalue())
     _ranking(con, report, top, width)
+    _waterfall(con, report, top, width)
     _tail(con, report, width, top)
     return terminal.finish(buf.getvalue())
 
@@ -71,6 +72,21 @@ def _ranking(con: Console, report: Report, top: int, width: int) -> None:
         note = terminal.wrap(f"(left out at {width} columns: {left}; widen the terminal or use "
                              "--format markdown/json)", width, "", "")
         con.print(note.replace("\0", " "))
+
+
+def _waterfall(con: Console, report: Report, top: int, width: int) -> None:
+    """The waterfall from the measured step to its speed of light (:mod:`traceroof.render.light`)."""
+    rows, note = light.waterfall_rows(report, top)
+    if not rows:
+        return
+    t = Table(title="From the measured step to its speed of light", title_justify="left")
+    for h in light.COLUMNS:
+        t.add_column(h, justify="left" if h == "term" else "right", overflow="fold")
+    for row in rows:
+        t.add_row(*(escape(c) for c in row))
+    con.print(t)
+    con.print(escape(terminal.wrap(note or "", width, "", "")))
+    con.print()
 
 
 def _devices(con: Console, report: Report) -> None:
