@@ -457,6 +457,48 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
 
 
 @cli.command()
+@click.argument("a", type=click.Path(path_type=str))
+@click.argument("b", type=click.Path(path_type=str))
+@chip_option
+@click.option("--chip-b", metavar="NAME|FILE.toml", help="B's chip, when it differs from A's (default: --chip).")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True, help="Rows per table.")
+@click.option("--max-step-time-increase", type=click.FloatRange(0),
+              help="Exit 1 when B's step is more than this much slower than A's (0.05 = 5 %).")
+@jobs_option
+@quiet_option
+@debug_option
+@_handle_errors
+def diff(a: str, b: str, chip: str | None, chip_b: str | None, fmt: str, top: int,
+         max_step_time_increase: float | None, jobs: int | None) -> None:
+    """Explain the step-time change from A to B (traces, caches or saved reports).
+
+    Two waterfalls that add up to the change exactly: by op label, and by cause (roofline
+    time of the work, findings that appeared, grew or went away, unclaimed gaps, idle); the
+    per-op table (count, measured, expected, gap, FLOPs) and what changed (chip, format).
+    Exit codes as `gate`: 1 when --max-step-time-increase is exceeded. docs/diff.md.
+
+    \b
+    Examples:
+      traceroof diff main.json pr.json --format markdown
+      traceroof diff before.json.gz after.json.gz --chip a100 --max-step-time-increase 0.05
+    """
+    from .analysis import load_report
+    from .diff import compare
+    from .render.diff import render as render_diff
+
+    def _load(path: str, c: str | None) -> Any:
+        return load_report(path, c, jobs=jobs, progress=_progress_bar(), analyzing=_analyzing)
+
+    d = compare(_load(a, chip), _load(b, chip_b or chip), name_a=a, name_b=b)
+    click.echo(render_diff(d, fmt, top=top), nl=False)
+    if max_step_time_increase is not None and d.b.measured_ns > d.a.measured_ns * (1 + max_step_time_increase):
+        click.echo(f"traceroof: diff: step time +{d.delta_ns / d.a.measured_ns:.1%} > "
+                   f"+{max_step_time_increase:.1%} allowed", err=True)
+        sys.exit(1)
+
+
+@cli.command()
 @click.argument("trace", type=click.Path(path_type=str))
 @chip_option
 @click.option("--host", default="127.0.0.1", show_default=True,
