@@ -505,11 +505,14 @@ def diff(a: str, b: str, chip: str | None, chip_b: str | None, fmt: str, top: in
               help="Address to listen on. Anything but loopback exposes the trace to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True, help="Port (0: any free port).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in the default browser.")
+@click.option("--compare", "compare_with", type=click.Path(path_type=str), metavar="B",
+              help="Show the diff view of TRACE → B (a trace or saved report; docs/diff.md) instead.")
 @jobs_option
 @quiet_option
 @debug_option
 @_handle_errors
-def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool, jobs: int | None) -> None:
+def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool, compare_with: str | None,
+          jobs: int | None) -> None:
     """Open the roofline dashboard of TRACE (or of a report saved with -o report.json).
 
     Tabs: roofline, ranked ops, timeline, steps, findings. A trace that cannot be read
@@ -521,6 +524,7 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
       traceroof serve trace.json.gz
       traceroof serve report.json --port 8080 --open
       traceroof serve trace.json.gz --chip a100 --host 0.0.0.0
+      traceroof serve main.json --compare pr.json
     """
     try:
         from .web import app as web
@@ -533,6 +537,12 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
     from .analysis import load_report
 
     loader = functools.partial(load_report, jobs=jobs, progress=_progress_bar())
+    if compare_with:  # the diff view: both inputs must load (errors exit as for `diff`)
+        from .web.diff_view import create_compare_app
+
+        dash_app = create_compare_app(loader(trace, chip), loader(compare_with, chip), trace, compare_with)
+        web.run(dash_app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
+        return
     dash_app, error = web.load_app(trace, chip, loader, reraise=_State.debug)
     if error:
         click.echo(error, err=True)
