@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("findings", ("rank_clock", "ranks", "findings.")),
     # the analysis pipeline and what it produces
     ("report", ("report", "report_schema", "accounting", "utilization", "speed_of_light", "waterfall", "analysis", "diff",
+                "op_match",
                 "gate", "capture")),
     # the faces: text renderers, dashboard, command line
     ("faces", ("render.", "web.", "cli", "__main__")),

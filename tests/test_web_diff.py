@@ -69,7 +69,11 @@ def test_browser_overview_and_compare_view(page, pair):  # noqa: F811
     proc, url = start_serve(str(CONTROL), "--chip", "a100")
     try:
         page.goto(url)
+        page.locator("#light-overview summary").click()  # folded at first: the roofline stays on screen
         g = wait_graph(page, "waterfall-graph")
+        page.wait_for_timeout(500)
+        box = page.locator("#waterfall-graph").bounding_box()
+        assert box["width"] > 1000 and box["height"] > 400  # sized when unfolded
         assert g["data"][0]["meta"]["role"] == "waterfall"
         assert "of light" in page.locator("#light-overview summary").inner_text()
         ARTIFACTS.mkdir(exist_ok=True)

@@ -116,14 +116,21 @@ class Diff:
     by_op: list[Term]
     by_cause: list[Term]
     notes: list[str] = field(default_factory=list)
+    #: the ops matched by what they compute (:func:`traceroof.op_match.match`), for a diff
+    #: across frameworks or chips, where names differ
+    matching: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (docs/diff.md)."""
         return asdict(self)
 
 
-def _complete_ops(r: Report) -> pl.DataFrame:
-    """The ops of ``r``'s complete steps in the step bucket (those its speed of light stands on)."""
+def complete_ops(r: Report) -> pl.DataFrame:
+    """The ops of ``r``'s complete steps in the step bucket (those its speed of light stands on).
+
+    Raises:
+        UsageError: ``r`` was saved without its op table.
+    """
     if r.ops is None:
         raise UsageError(f"{r.trace.sources[0] if r.trace.sources else 'report'}: saved without its op table; "
                          "diff needs it (save with `analyze -o report.json`)")
@@ -134,7 +141,7 @@ def _complete_ops(r: Report) -> pl.DataFrame:
 
 def _per_label(r: Report, n: int) -> dict[str, dict[str, Any]]:
     by = (r.filters.group_by if r.filters and r.filters.group_by else "op")
-    ops = _complete_ops(r).with_columns(group_label_expr(by).alias("label"), pl.col("kind").cast(pl.String))
+    ops = complete_ops(r).with_columns(group_label_expr(by).alias("label"), pl.col("kind").cast(pl.String))
     exp = pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(
         pl.col("expected_ns").round(0).cast(pl.Int64))
     g = ops.group_by("label").agg(pl.len().alias("count"), pl.col("kind").first(), pl.col("dur_ns").sum().alias("dur"),
@@ -255,8 +262,11 @@ def compare(a: Report, b: Report, *, name_a: str = "A", name_b: str = "B") -> Di
     if sa.group_by != sb.group_by or sa.format != sb.format:
         notes.append("the two sides label ops differently (format or --group-by): labels match only where the "
                      "names agree; the unmatched are listed as appeared / went away")
+    from .op_match import match
+
     return Diff(a=sa, b=sb, delta_ns=sb.measured_ns - sa.measured_ns, changed=changed, ops=ops, findings=found,
-                by_op=[t for t in by_op if t.delta_ns], by_cause=_by_cause(a, b, ops, found), notes=notes)
+                by_op=[t for t in by_op if t.delta_ns], by_cause=_by_cause(a, b, ops, found), notes=notes,
+                matching=match(a, b))
 
 
 def terms_sum_ns(terms: list[Term]) -> float:
@@ -264,4 +274,4 @@ def terms_sum_ns(terms: list[Term]) -> float:
     return float(sum(t.delta_ns for t in terms))
 
 
-__all__ = ["Diff", "FindingChange", "OpChange", "Side", "Term", "compare", "terms_sum_ns"]
+__all__ = ["Diff", "FindingChange", "OpChange", "Side", "Term", "compare", "complete_ops", "terms_sum_ns"]

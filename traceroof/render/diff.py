@@ -69,6 +69,45 @@ def _finding_rows(d: Diff, top: int) -> list[list[str]]:
             for f in d.findings[:top] if f.status != "same"]
 
 
+def _roof_pct(expected: float, measured: float) -> str:
+    return units.pct(expected / measured, 0) if measured else "—"
+
+
+def matching_lines(d: Diff) -> list[str]:
+    """The compute-signature matching's coverage line and notes (docs/diff.md)."""
+    m = d.matching
+    if m is None:
+        return []
+    out = [f"matched by what they compute: {units.pct(m.coverage_a)} of A's FLOPs, {units.pct(m.coverage_b)} of B's "
+           f"({units.flop(m.matched_flops_a)} of {units.flop(m.flops_a)} → {units.flop(m.matched_flops_b)} of "
+           f"{units.flop(m.flops_b)} per step)"]
+    for g in m.groups:
+        out.append(f"{g.kind} left after one-to-one matching: {units.flop(g.flops_a)} → {units.flop(g.flops_b)} "
+                   + ("(matched as a group: fusion boundaries differ)" if g.matched else "(unmatched)"))
+    return out + list(m.notes)
+
+
+def matching_rows(d: Diff, top: int) -> list[list[str]]:
+    """The largest compute signatures: what they compute, A and B time and share of roof."""
+    m = d.matching
+    if m is None:
+        return []
+    out = []
+    for r in m.signatures[:top]:
+        size = ", ".join(x for x in (units.flop(r.flops_per_op) if r.flops_per_op else "",
+                                      units.bytes_binary(r.bytes_per_op) if r.bytes_per_op else "") if x)
+        what = f"{r.kind} {r.dtype or ''} {size}"
+        out.append([what.strip(), f"{r.count_a:.4g} → {r.count_b:.4g}",
+                    f"{units.ns(r.measured_a_ns)} ({_roof_pct(r.expected_a_ns, r.measured_a_ns)} of roof)",
+                    f"{units.ns(r.measured_b_ns)} ({_roof_pct(r.expected_b_ns, r.measured_b_ns)} of roof)",
+                    units.short(", ".join(r.labels_a), 40) or "—", units.short(", ".join(r.labels_b), 40) or "—"])
+    return out
+
+
+#: the compute-signature table's columns
+MATCH_COLUMNS = ("computes", "count", "A per step", "B per step", "A labels", "B labels")
+
+
 def _md_table(headers: list[str] | tuple[str, ...], rows: list[list[str]] | list[tuple[str, str]]) -> list[str]:
     esc = [[c.replace("|", "\\|") for c in r] for r in rows]
     return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + ["| " + " | ".join(r) + " |" for r in esc]
@@ -86,6 +125,10 @@ def markdown(d: Diff, *, top: int = 15) -> str:
     if rows:
         out += ["", "#### Findings that appeared, grew, shrank or went away (recoverable per step)", ""]
         out += _md_table(["detector", "finding", "status", "recoverable", "Δ in the waterfall"], rows)
+    rows = matching_rows(d, top)
+    if rows:
+        out += ["", "#### Matched by what they compute (kind, dtype, FLOPs and bytes; names may differ)", ""]
+        out += [f"- {x}" for x in matching_lines(d)] + [""] + _md_table(MATCH_COLUMNS, rows)
     out += ["", f"Per step: means over each side's complete device-steps ({d.a.device_steps} → {d.b.device_steps}); "
                 "docs/diff.md."]
     return "\n".join(out) + "\n"
@@ -124,6 +167,17 @@ def table(d: Diff, *, top: int = 15, width: int | None = None) -> str:
     if rows:
         t = Table(title="Findings that appeared, grew, shrank or went away (recoverable per step)", title_justify="left")
         for h in ("detector", "finding", "status", "recoverable", "Δ in the waterfall"):
+            t.add_column(h, overflow="fold")
+        for row in rows:
+            t.add_row(*(escape(c) for c in row))
+        con.print(t)
+    rows = matching_rows(d, top)
+    if rows:
+        for line in matching_lines(d):
+            con.print(escape(line))
+        t = Table(title="Matched by what they compute (kind, dtype, FLOPs and bytes; names may differ)",
+                  title_justify="left")
+        for h in MATCH_COLUMNS:
             t.add_column(h, overflow="fold")
         for row in rows:
             t.add_row(*(escape(c) for c in row))

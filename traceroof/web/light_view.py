@@ -59,14 +59,15 @@ def waterfall_figure(report: Report, top: int = TOP_FINDINGS) -> go.Figure:
 
 
 def overview(report: Report) -> list[Any]:
-    """The overview block (nothing when the report has no speed of light): the headline and
-    the waterfall chart, in a section that can be folded."""
+    """The overview block (nothing when the report has no speed of light): the headline, and
+    the waterfall chart folded under it (one click; folded, the roofline keeps its place on
+    the first screen)."""
     if report.speed_of_light is None or report.speed_of_light.measured_ns is None:
         return []
     line = light.headline(report)[0][1]
     _, note = light.waterfall_rows(report)
-    return [html.Details(open=True, className="tr-light", id="light-overview", children=[
-        html.Summary(f"speed of light: {line}"),
+    return [html.Details(open=False, className="tr-light", id="light-overview", children=[
+        html.Summary(f"speed of light: {line} — the waterfall ▸", style={"cursor": "pointer", "fontWeight": 600}),
         dcc.Graph(id="waterfall-graph", figure=waterfall_figure(report), style={"height": "540px"},
                   config={"displaylogo": False}),
         html.P(note or "", className="tr-note"),
