@@ -81,3 +81,19 @@ def test_h100_traces_on_another_chip(path):
     big = max((r for r in m.signatures if r.kind == "matmul"), key=lambda r: r.measured_a_ns)
     assert big.measured_a_ns == big.measured_b_ns
     assert big.expected_b_ns < big.expected_a_ns
+
+
+def test_diff_without_a_complete_step_still_compares_the_ops():
+    # bert-small's one ProfilerStep is cut off (partial): no step time, no waterfall, but the
+    # ops of that step compared; the same trace on the MI300X roofline: nothing moved
+    path = next(p for p in H100 if p.name.startswith("gaunernst_bert-small"))
+    a, b = load_report(path, "h100", jobs=1), load_report(path, "mi300x", jobs=1)
+    assert a.speed_of_light is None and a.steps["partial"].all()
+    d = compare(a, b)
+    assert d.delta_ns is None and d.by_op == [] and d.by_cause == [] and not d.a.complete
+    assert all(o.delta_ns == 0 and o.status == "changed" for o in d.ops)
+    # the op count per step, independently: the op table's step-bucket ops
+    assert sum(o.count_a for o in d.ops) == a.ops.filter(a.ops["bucket"] == "step").height
+    assert "chip: NVIDIA H100 SXM5 80GB → AMD Instinct MI300X" in d.changed
+    text = render_diff(d, "table")
+    assert "no step-time change: no complete step in A and B" in text

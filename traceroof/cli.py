@@ -492,8 +492,12 @@ def diff(a: str, b: str, chip: str | None, chip_b: str | None, fmt: str, top: in
 
     d = compare(_load(a, chip), _load(b, chip_b or chip), name_a=a, name_b=b)
     click.echo(render_diff(d, fmt, top=top), nl=False)
+    if max_step_time_increase is not None and (d.a.measured_ns is None or d.b.measured_ns is None):
+        from .errors import UsageError
+
+        raise UsageError("--max-step-time-increase: a side has no complete step, so no step time to compare")
     if max_step_time_increase is not None and d.b.measured_ns > d.a.measured_ns * (1 + max_step_time_increase):
-        click.echo(f"traceroof: diff: step time +{d.delta_ns / d.a.measured_ns:.1%} > "
+        click.echo(f"traceroof: diff: step time +{(d.b.measured_ns - d.a.measured_ns) / d.a.measured_ns:.1%} > "
                    f"+{max_step_time_increase:.1%} allowed", err=True)
         sys.exit(1)
 

@@ -35,18 +35,21 @@ from .waterfall import waterfall_sum_ns
 
 @dataclass(frozen=True)
 class Side:
-    """One report's per-step figures (ns per complete device-step, over ``device_steps``)."""
+    """One report's per-step figures (ns per complete device-step, over ``device_steps``).
+    Without a complete step (a cut-off single step) ``complete`` is False and the step figures
+    are None; its ops are then compared per device-step of its partial steps."""
 
     name: str
     device_steps: int
-    measured_ns: float
-    speed_of_light_ns: float
-    idle_ns: float
-    concurrency_ns: float
+    measured_ns: float | None
+    speed_of_light_ns: float | None
+    idle_ns: float | None
+    concurrency_ns: float | None
     chip: str | None
     format: str
     devices: list[str]
     group_by: str
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -105,11 +108,12 @@ class Term:
 @dataclass
 class Diff:
     """The comparison of A and B (see the module docstring); ``delta_ns`` = measured B − A per
-    step; ``changed`` lists what differs in chip, format and devices."""
+    step (None, and no waterfalls, when a side has no complete step); ``changed`` lists what
+    differs in chip, format and devices."""
 
     a: Side
     b: Side
-    delta_ns: float
+    delta_ns: float | None
     changed: list[str]
     ops: list[OpChange]
     findings: list[FindingChange]
@@ -139,9 +143,27 @@ def complete_ops(r: Report) -> pl.DataFrame:
     return ops.join(keys, on=["rank", "step"], how="semi", nulls_equal=True)
 
 
-def _per_label(r: Report, n: int) -> dict[str, dict[str, Any]]:
+def compared_ops(r: Report) -> tuple[pl.DataFrame, int, bool]:
+    """The ops a diff compares, the device-steps they are per, and whether they are those of
+    partial steps: the complete steps' ops (:func:`complete_ops`, over the speed of light's
+    device-steps), else, with no complete step, every op in a step bucket (over its distinct
+    (rank, step, device)).
+
+    Raises:
+        UsageError: ``r`` was saved without its op table.
+    """
+    ops = complete_ops(r)
+    n = r.speed_of_light.device_steps if r.speed_of_light else 0
+    if ops.height and n:
+        return ops, n, False
+    assert r.ops is not None  # complete_ops raised otherwise
+    ops = r.ops.filter(pl.col("bucket") == "step") if "bucket" in r.ops.columns else r.ops
+    return ops, max(ops.select("rank", "step", "device").unique().height, 1), True
+
+
+def _per_label(r: Report) -> dict[str, dict[str, Any]]:
     by = (r.filters.group_by if r.filters and r.filters.group_by else "op")
-    ops = complete_ops(r).with_columns(group_label_expr(by).alias("label"), pl.col("kind").cast(pl.String))
+    ops = compared_ops(r)[0].with_columns(group_label_expr(by).alias("label"), pl.col("kind").cast(pl.String))
     exp = pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(
         pl.col("expected_ns").round(0).cast(pl.Int64))
     g = ops.group_by("label").agg(pl.len().alias("count"), pl.col("kind").first(), pl.col("dur_ns").sum().alias("dur"),
@@ -153,16 +175,17 @@ def _per_label(r: Report, n: int) -> dict[str, dict[str, Any]]:
 
 def _side(name: str, r: Report, dur_total: int) -> Side:
     s = r.speed_of_light
+    by = r.filters.group_by if r.filters and r.filters.group_by else "op"
     if s is None:
-        raise UsageError(f"{name}: no complete step with a device window: nothing to compare "
-                         "(docs/speed-of-light.md)")
+        return Side(name=name, device_steps=compared_ops(r)[1], measured_ns=None, speed_of_light_ns=None,
+                    idle_ns=None, concurrency_ns=None, chip=r.chip.name if r.chip else None, format=r.trace.format,
+                    devices=list(r.trace.devices), group_by=by, complete=False)
     n = s.device_steps
     conc = sum(t.total_ns for t in s.waterfall if t.source == "concurrency")
     idle = s.measured_total_ns - dur_total - conc  # wall = busy + idle, busy = Σ dur + concurrency
     return Side(name=name, device_steps=n, measured_ns=s.measured_ns, speed_of_light_ns=s.speed_of_light_ns,
                 idle_ns=idle / n, concurrency_ns=conc / n, chip=r.chip.name if r.chip else None,
-                format=r.trace.format, devices=list(r.trace.devices),
-                group_by=r.filters.group_by if r.filters and r.filters.group_by else "op")
+                format=r.trace.format, devices=list(r.trace.devices), group_by=by)
 
 
 def _ops(la: dict[str, dict[str, Any]], lb: dict[str, dict[str, Any]], na: int, nb: int) -> list[OpChange]:
@@ -179,7 +202,7 @@ def _ops(la: dict[str, dict[str, Any]], lb: dict[str, dict[str, Any]], na: int, 
             flops_a=a["flops"] / na if a["flops"] is not None else None,
             flops_b=b["flops"] / nb if b["flops"] is not None else None,
             delta_ns=b["dur"] / nb - a["dur"] / na, uncosted_a_ns=a["uncosted"] / na, uncosted_b_ns=b["uncosted"] / nb))
-    return sorted(out, key=lambda o: (-abs(o.delta_ns), o.label))
+    return sorted(out, key=lambda o: (-abs(o.delta_ns), -(o.measured_a_ns + o.measured_b_ns), o.label))
 
 
 def _finding_key(kind: str, title: str) -> tuple[str, str]:
@@ -239,34 +262,38 @@ def compare(a: Report, b: Report, *, name_a: str = "A", name_b: str = "B") -> Di
     """The diff of reports ``a`` → ``b`` (see the module docstring).
 
     Raises:
-        UsageError: a report without a complete step, or saved without its op table.
+        UsageError: a report saved without its op table.
     """
     for nm, r in ((name_a, a), (name_b, b)):
         s = r.speed_of_light
         if s is not None and waterfall_sum_ns(s) != s.measured_total_ns - s.speed_of_light_total_ns:
             raise UsageError(f"{nm}: its speed-of-light waterfall does not add up (accounting rule 9)")
-    sa0, sb0 = a.speed_of_light, b.speed_of_light
-    la = _per_label(a, sa0.device_steps if sa0 else 1)
-    lb = _per_label(b, sb0.device_steps if sb0 else 1)
+    la, lb = _per_label(a), _per_label(b)
     sa = _side(name_a, a, sum(v["dur"] for v in la.values()))
     sb = _side(name_b, b, sum(v["dur"] for v in lb.values()))
     ops = _ops(la, lb, sa.device_steps, sb.device_steps)
     found = _findings(a, b)
-    by_op = [Term(o.label, "op", o.delta_ns) for o in ops if o.delta_ns]
-    by_op += [Term("device idle (wall − busy)", "idle", sb.idle_ns - sa.idle_ns),
-              Term("concurrency (busy − Σ op time)", "concurrency", sb.concurrency_ns - sa.concurrency_ns)]
+    whole = sa.complete and sb.complete
+    by_op = [Term(o.label, "op", o.delta_ns) for o in ops if o.delta_ns] if whole else []
+    if whole:
+        assert sa.idle_ns is not None and sb.idle_ns is not None and sa.concurrency_ns is not None
+        assert sb.concurrency_ns is not None
+        by_op += [Term("device idle (wall − busy)", "idle", sb.idle_ns - sa.idle_ns),
+                  Term("concurrency (busy − Σ op time)", "concurrency", sb.concurrency_ns - sa.concurrency_ns)]
     changed = [f"{what}: {x} → {y}" for what, x, y in (("chip", sa.chip, sb.chip), ("format", sa.format, sb.format),
                                                        ("devices", ", ".join(sa.devices), ", ".join(sb.devices)),
                                                        ("ops grouped by", sa.group_by, sb.group_by)) if x != y]
-    notes = []
+    notes = [f"{x.name}: no complete step (a cut-off step): no step time and no waterfall; the ops of its partial "
+             "steps are compared per device-step" for x in (sa, sb) if not x.complete]
     if sa.group_by != sb.group_by or sa.format != sb.format:
         notes.append("the two sides label ops differently (format or --group-by): labels match only where the "
                      "names agree; the unmatched are listed as appeared / went away")
     from .op_match import match
 
-    return Diff(a=sa, b=sb, delta_ns=sb.measured_ns - sa.measured_ns, changed=changed, ops=ops, findings=found,
-                by_op=[t for t in by_op if t.delta_ns], by_cause=_by_cause(a, b, ops, found), notes=notes,
-                matching=match(a, b))
+    delta = sb.measured_ns - sa.measured_ns if sa.measured_ns is not None and sb.measured_ns is not None else None
+    return Diff(a=sa, b=sb, delta_ns=delta, changed=changed, ops=ops, findings=found,
+                by_op=[t for t in by_op if t.delta_ns], by_cause=_by_cause(a, b, ops, found) if whole else [],
+                notes=notes, matching=match(a, b))
 
 
 def terms_sum_ns(terms: list[Term]) -> float:
@@ -274,4 +301,5 @@ def terms_sum_ns(terms: list[Term]) -> float:
     return float(sum(t.delta_ns for t in terms))
 
 
-__all__ = ["Diff", "FindingChange", "OpChange", "Side", "Term", "compare", "complete_ops", "terms_sum_ns"]
+__all__ = ["Diff", "FindingChange", "OpChange", "Side", "Term", "compare", "compared_ops", "complete_ops",
+           "terms_sum_ns"]

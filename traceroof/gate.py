@@ -170,6 +170,8 @@ def explain(baseline: Report, report: Report, top: int = 5) -> list[str]:
     def signed(v: float) -> str:
         return ("+" if v > 0 else "−" if v < 0 else "") + units.ns(abs(v))
 
+    if d.delta_ns is None:
+        return [f"no step-time diff: {'; '.join(d.notes)}"]
     out = [f"step {units.ns(d.a.measured_ns)} → {units.ns(d.b.measured_ns)} ({signed(d.delta_ns)} per step); "
            f"speed of light {units.ns(d.a.speed_of_light_ns)} → {units.ns(d.b.speed_of_light_ns)}"]
     out += [f"changed: {c}" for c in d.changed]

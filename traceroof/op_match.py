@@ -95,17 +95,11 @@ def _sig(col: str) -> pl.Expr:
 
 
 def _sig_table(r: Report) -> tuple[pl.DataFrame, int, bool]:
-    """The signature columns of ``r``'s complete-step ops, their device-steps, and whether it
-    fell back to every step-bucket op (no complete step: a cut-off single step)."""
-    from .diff import complete_ops
+    """The signature columns of the ops a diff compares (:func:`traceroof.diff.compared_ops`),
+    their device-steps, and whether they are a partial step's."""
+    from .diff import compared_ops
 
-    ops = complete_ops(r)
-    n = r.speed_of_light.device_steps if r.speed_of_light else 0
-    fallback = not ops.height or not n
-    if fallback:
-        assert r.ops is not None  # complete_ops raised otherwise
-        ops = r.ops.filter(pl.col("bucket") == "step") if "bucket" in r.ops.columns else r.ops
-        n = max(ops.select("rank", "step", "device").unique().height, 1)
+    ops, n, fallback = compared_ops(r)
     exp = pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(pl.col("expected_ns"))
     by = (r.filters.group_by if r.filters and r.filters.group_by else "op")
     t = ops.select(pl.col("kind").cast(pl.String), "dtype", "flops", "bytes", "dur_ns", exp.alias("exp"),

@@ -16,16 +16,20 @@ def _signed(v: float) -> str:
     return ("+" if v > 0 else "−" if v < 0 else "") + units.ns(abs(v))
 
 
-def _pct(a: float, b: float) -> str:
-    return f"{(b - a) / a:+.1%}".replace("%", " %") if a else "—"
+def _pct(a: float | None, b: float | None) -> str:
+    return f"{(b - a) / a:+.1%}".replace("%", " %") if a and b is not None else "—"
 
 
 def headline(d: Diff) -> list[str]:
     """The top lines: the step-time change, the speed of light on both sides, what changed."""
     a, b = d.a, d.b
-    out = [f"step {units.ns(a.measured_ns)} → {units.ns(b.measured_ns)}: {_signed(d.delta_ns)} "
-           f"({_pct(a.measured_ns, b.measured_ns)}) per step",
-           f"speed of light {units.ns(a.speed_of_light_ns)} → {units.ns(b.speed_of_light_ns)}"]
+    if d.delta_ns is None or a.measured_ns is None or b.measured_ns is None:
+        none = " and ".join(x.name for x in (a, b) if x.measured_ns is None)
+        out = [f"no step-time change: no complete step in {none}"]
+    else:
+        out = [f"step {units.ns(a.measured_ns)} → {units.ns(b.measured_ns)}: {_signed(d.delta_ns)} "
+               f"({_pct(a.measured_ns, b.measured_ns)}) per step",
+               f"speed of light {units.ns(a.speed_of_light_ns)} → {units.ns(b.speed_of_light_ns)}"]
     out += [f"changed: {c}" for c in d.changed]
     out += d.notes
     return out
@@ -116,10 +120,12 @@ def _md_table(headers: list[str] | tuple[str, ...], rows: list[list[str]] | list
 def markdown(d: Diff, *, top: int = 15) -> str:
     """The diff as markdown, ready for a pull-request comment."""
     out = [f"### traceroof diff: `{d.a.name}` → `{d.b.name}`", ""] + [f"- {x}" for x in headline(d)]
-    out += ["", "#### The change, by op (adds up to the step-time change)", ""]
-    out += _md_table(["term", "Δ per step"], _terms(d.by_op, top))
-    out += ["", "#### The change, by cause (roofline time of the work, findings, unclaimed gaps, idle)", ""]
-    out += _md_table(["term", "Δ per step"], _terms(d.by_cause, top))
+    if d.by_op:
+        out += ["", "#### The change, by op (adds up to the step-time change)", ""]
+        out += _md_table(["term", "Δ per step"], _terms(d.by_op, top))
+    if d.by_cause:
+        out += ["", "#### The change, by cause (roofline time of the work, findings, unclaimed gaps, idle)", ""]
+        out += _md_table(["term", "Δ per step"], _terms(d.by_cause, top))
     out += ["", "#### Ops (per step, A → B)", ""] + _md_table(OP_COLUMNS, _op_rows(d, top))
     rows = _finding_rows(d, top)
     if rows:
@@ -129,8 +135,8 @@ def markdown(d: Diff, *, top: int = 15) -> str:
     if rows:
         out += ["", "#### Matched by what they compute (kind, dtype, FLOPs and bytes; names may differ)", ""]
         out += [f"- {x}" for x in matching_lines(d)] + [""] + _md_table(MATCH_COLUMNS, rows)
-    out += ["", f"Per step: means over each side's complete device-steps ({d.a.device_steps} → {d.b.device_steps}); "
-                "docs/diff.md."]
+    out += ["", f"Per step: means over each side's complete device-steps, or its partial ones when it has none "
+                f"({d.a.device_steps} → {d.b.device_steps}); docs/diff.md."]
     return "\n".join(out) + "\n"
 
 
@@ -150,6 +156,8 @@ def table(d: Diff, *, top: int = 15, width: int | None = None) -> str:
         con.print("  " + escape(line))
     for title, terms in (("The change, by op (adds up to the step-time change)", d.by_op),
                          ("The change, by cause (roofline time of the work, findings, unclaimed gaps, idle)", d.by_cause)):
+        if not terms:
+            continue
         t = Table(title=title, title_justify="left")
         t.add_column("term", overflow="fold")
         t.add_column("Δ per step", justify="right")

@@ -26,6 +26,9 @@ TOP = 15
 def waterfall_figure(d: Diff, top: int = TOP) -> go.Figure:
     """A's step, the by-op terms (``top`` largest, one bar for the rest, then idle and
     concurrency), B's step. ``meta``: ``role`` ``diff-waterfall``, Σ of the relative bars (ns)."""
+    if d.delta_ns is None or d.a.measured_ns is None or d.b.measured_ns is None:
+        return go.Figure().add_annotation(text="A side has no complete step: no step-time change to draw.",
+                                          xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
     named = [t for t in d.by_op if t.source == "op"]
     bars = [(f"A: {units.short(d.a.name.rsplit('/', 1)[-1], 30)}", "absolute", d.a.measured_ns)]
     bars += [(units.short(t.term, 40), "relative", t.delta_ns) for t in named[:top]]
