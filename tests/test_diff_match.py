@@ -5,7 +5,7 @@ TraceLens traces against the same traces on another chip (the MI300X roofline)."
 from __future__ import annotations
 
 import pytest
-from conftest import REAL
+from conftest import FIXTURES, REAL
 from tracegen import Kernel, TraceBuilder
 
 from traceroof import read_trace
@@ -97,3 +97,30 @@ def test_diff_without_a_complete_step_still_compares_the_ops():
     assert "chip: NVIDIA H100 SXM5 80GB → AMD Instinct MI300X" in d.changed
     text = render_diff(d, "table")
     assert "no step-time change: no complete step in A and B" in text
+
+
+def test_pytorch_twin_of_the_jax_model(tmp_path):
+    """fixtures/torch_twin.py (the jax_cpu model's aten ops, generated from its definition)
+    against the real jax CPU profile of it: XLA names (dot.24, ynn_fusion.53) and aten names,
+    XLA's own per-op FLOPs and bytes against the Kineto formulas."""
+    import torch_twin
+
+    a = load_report(FIXTURES / "jax_cpu" / "train_step.xplane.pb", FIXTURES / "jax_cpu" / "cpu_chip.toml", jobs=1)
+    b = load_report(torch_twin.write(tmp_path / "twin.json.gz"), "h100", jobs=1)
+    m = match(a, b)
+    mm = [r for r in m.signatures if r.kind == "matmul"]
+    # per step, by hand: per layer forward qkv 2·64·64·192 = 1 572 864, Q·Kᵀ and P·V 2·8·32·32·16
+    # = 262 144 each, wo 2·64·64·64 = 524 288, w1 and w2 2·64·64·256 = 2 097 152 each: 6 815 744;
+    # backward twice that; 2 layers: 3 · 2 · 6 815 744 = 40 894 464 FLOPs, on both sides
+    assert sum(r.flops_per_op * r.count_a for r in mm) == pytest.approx(40_894_464)
+    assert sum(r.flops_per_op * r.count_b for r in mm) == pytest.approx(40_894_464)
+    assert all(r.count_a == r.count_b == r.matched for r in mm)  # every matmul matched one to one
+    assert {lab.split(".")[0] for r in mm for lab in r.labels_a} <= {"dot", "dot_general", "ynn_fusion"}
+    assert {lab for r in mm for lab in r.labels_b} == {"aten::mm", "aten::bmm"}
+    assert m.coverage_b >= 0.95
+    # XLA's elementwise fusions count more FLOPs than the aten formulas of the ops they fuse
+    # (2.05 vs 0.41 MFLOP per step left over): not matched, and listed; that is A's shortfall
+    ew = next(g for g in m.groups if g.kind == "elementwise")
+    assert not ew.matched and ew.flops_a > ew.flops_b
+    assert m.coverage_a == pytest.approx(m.matched_flops_a / m.flops_a)
+    assert m.flops_a - m.matched_flops_a == pytest.approx(sum(g.flops_a for g in m.groups if not g.matched))
