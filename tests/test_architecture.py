@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "op_match",
                 "gate", "capture")),
     # the faces: text renderers, dashboard, command line
-    ("faces", ("render.", "web.", "cli", "__main__")),
+    ("faces", ("render.", "web.", "cli", "cli_diff", "__main__")),
 ]
 
 #: files allowed over 600 lines, with the reason

@@ -123,6 +123,9 @@ def test_saved_report_without_ops_is_refused(pair, tmp_path):
         compare(load_report(bare), b)
     res = _run("diff", str(bare), str(bare), "-q")
     assert res.exit_code == 2 and "op table" in res.output
+    # a chip given with a saved report would be ignored: refused
+    res = _run("diff", str(bare), str(bare), "--chip", "h100", "-q")
+    assert res.exit_code == 2 and "--chip needs a trace" in res.output
 
 
 def test_gate_baseline_failure_prints_the_diff(pair, tmp_path):

@@ -33,7 +33,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from . import __version__, cli_diff
 from .errors import TraceroofError
 
 logger = logging.getLogger("traceroof")
@@ -456,50 +456,20 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
         sys.exit(1)
 
 
-@cli.command()
+@cli.command(help=cli_diff.HELP)
 @click.argument("a", type=click.Path(path_type=str))
 @click.argument("b", type=click.Path(path_type=str))
 @chip_option
-@click.option("--chip-b", metavar="NAME|FILE.toml", help="B's chip, when it differs from A's (default: --chip).")
-@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True, help="Rows per table.")
-@click.option("--max-step-time-increase", type=click.FloatRange(0),
-              help="Exit 1 when B's step is more than this much slower than A's (0.05 = 5 %).")
+@cli_diff.options
 @jobs_option
 @quiet_option
 @debug_option
 @_handle_errors
-def diff(a: str, b: str, chip: str | None, chip_b: str | None, fmt: str, top: int,
-         max_step_time_increase: float | None, jobs: int | None) -> None:
-    """Explain the step-time change from A to B (traces, caches or saved reports).
-
-    Two waterfalls that add up to the change exactly: by op label, and by cause (roofline
-    time of the work, findings that appeared, grew or went away, unclaimed gaps, idle); the
-    per-op table (count, measured, expected, gap, FLOPs) and what changed (chip, format).
-    Exit codes as `gate`: 1 when --max-step-time-increase is exceeded. docs/diff.md.
-
-    \b
-    Examples:
-      traceroof diff main.json pr.json --format markdown
-      traceroof diff before.json.gz after.json.gz --chip a100 --max-step-time-increase 0.05
-    """
+def diff(a: str, b: str, chip: str | None, jobs: int | None, **opts: Any) -> None:
     from .analysis import load_report
-    from .diff import compare
-    from .render.diff import render as render_diff
 
-    def _load(path: str, c: str | None) -> Any:
-        return load_report(path, c, jobs=jobs, progress=_progress_bar(), analyzing=_analyzing)
-
-    d = compare(_load(a, chip), _load(b, chip_b or chip), name_a=a, name_b=b)
-    click.echo(render_diff(d, fmt, top=top), nl=False)
-    if max_step_time_increase is not None and (d.a.measured_ns is None or d.b.measured_ns is None):
-        from .errors import UsageError
-
-        raise UsageError("--max-step-time-increase: a side has no complete step, so no step time to compare")
-    if max_step_time_increase is not None and d.b.measured_ns > d.a.measured_ns * (1 + max_step_time_increase):
-        click.echo(f"traceroof: diff: step time +{(d.b.measured_ns - d.a.measured_ns) / d.a.measured_ns:.1%} > "
-                   f"+{max_step_time_increase:.1%} allowed", err=True)
-        sys.exit(1)
+    load = functools.partial(load_report, jobs=jobs, progress=_progress_bar(), analyzing=_analyzing)
+    sys.exit(cli_diff.run(a, b, load, chip, echo=click.echo, **opts))
 
 
 @cli.command()
@@ -509,8 +479,7 @@ def diff(a: str, b: str, chip: str | None, chip_b: str | None, fmt: str, top: in
               help="Address to listen on. Anything but loopback exposes the trace to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True, help="Port (0: any free port).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in the default browser.")
-@click.option("--compare", "compare_with", type=click.Path(path_type=str), metavar="B",
-              help="Show the diff view of TRACE → B (a trace or saved report; docs/diff.md) instead.")
+@click.option("--compare", "compare_with", metavar="B", help="Show the diff view TRACE → B instead (docs/diff.md).")
 @jobs_option
 @quiet_option
 @debug_option
@@ -528,7 +497,6 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
       traceroof serve trace.json.gz
       traceroof serve report.json --port 8080 --open
       traceroof serve trace.json.gz --chip a100 --host 0.0.0.0
-      traceroof serve main.json --compare pr.json
     """
     try:
         from .web import app as web
@@ -542,11 +510,8 @@ def serve(trace: str, chip: str | None, host: str, port: int, open_browser: bool
 
     loader = functools.partial(load_report, jobs=jobs, progress=_progress_bar())
     if compare_with:  # the diff view: both inputs must load (errors exit as for `diff`)
-        from .web.diff_view import create_compare_app
-
-        dash_app = create_compare_app(loader(trace, chip), loader(compare_with, chip), trace, compare_with)
-        web.run(dash_app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
-        return
+        app = cli_diff.compare_app(trace, compare_with, loader, chip)
+        return web.run(app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
     dash_app, error = web.load_app(trace, chip, loader, reraise=_State.debug)
     if error:
         click.echo(error, err=True)
