@@ -51,25 +51,25 @@ def test_overlapped_collective_hides_behind_compute():
     ds = device_steps(_ops(BASIC), _dev([(0, 1, 0, 1000, 900)]), _steps([(0, 1, 1000, False)]))
     r = ds.table.row(0, named=True)
     # C = 300 + 100 = 400, O = 150, E = 200: light = C + E + max(0, O − C) = 600
-    assert (r["compute"], r["comm_overlapped"], r["comm_alone"]) == (400, 150, 200)
-    assert r["sol_raw"] == 600 and r["sol"] == 600
+    assert (r["compute_ns"], r["comm_overlapped_ns"], r["comm_alone_ns"]) == (400, 150, 200)
+    assert r["sol_raw_ns"] == 600 and r["sol_ns"] == 600
     # the identity: 1000 − 600 = idle 100 + (busy 900 − Σdur 1100) + gaps (100 + 100 + 50 + 100) + min(O, C) 150
-    assert r["idle"] == 100 and r["dur"] == 1100
-    assert (r["gap_matmul"], r["gap_elementwise"], r["gap_collective"]) == (100, 100, 150)
+    assert r["idle_ns"] == 100 and r["ops_dur_ns"] == 1100
+    assert (r["gap_matmul_ns"], r["gap_elementwise_ns"], r["gap_collective_ns"]) == (100, 100, 150)
 
 
 def test_overlapped_comm_beyond_compute_costs_the_rest():
     # the overlapped collective's roof (700) is more than the compute (400): 300 of it shows
     rows = [(*BASIC[0][:7], 300.0), BASIC[1], (*BASIC[2][:7], 700.0), BASIC[3]]
     r = device_steps(_ops(rows), _dev([(0, 1, 0, 1000, 900)]), _steps([(0, 1, 1000, False)])).table.row(0, named=True)
-    assert r["sol_raw"] == 400 + 200 + (700 - 400)  # 900
+    assert r["sol_raw_ns"] == 400 + 200 + (700 - 400)  # 900
 
 
 def test_light_never_above_the_measured_step():
     # a matmul measured at 100 ns whose roof says 500 (above its roof): light held at the wall
     rows = [(0, 1, 0, "step", "matmul", 0, 100, 500.0)]
     r = device_steps(_ops(rows), _dev([(0, 1, 0, 100, 100)]), _steps([(0, 1, 100, False)])).table.row(0, named=True)
-    assert r["sol_raw"] == 500 and r["sol"] == 100 and r["gap_matmul"] == -400
+    assert r["sol_raw_ns"] == 500 and r["sol_ns"] == 100 and r["gap_matmul_ns"] == -400
 
 
 def test_uncosted_op_counts_at_measured_and_partial_steps_are_left_out():
@@ -79,13 +79,13 @@ def test_uncosted_op_counts_at_measured_and_partial_steps_are_left_out():
                       _steps([(0, 1, 400, False), (0, 2, 100, True)]))
     assert ds.table.height == 1  # step 2 is partial
     r = ds.table.row(0, named=True)
-    assert r["uncosted"] == 250 and r["sol"] == 250 + 40 and r["gap_other"] == 0
+    assert r["uncosted_ns"] == 250 and r["sol_ns"] == 250 + 40 and r["gap_other_ns"] == 0
 
 
 def test_ops_outside_the_step_bucket_are_not_counted():
     rows = [*BASIC, (0, 1, 0, "graph_capture", "matmul", 950, 10, 1.0)]
     r = device_steps(_ops(rows), _dev([(0, 1, 0, 1000, 900)]), _steps([(0, 1, 1000, False)])).table.row(0, named=True)
-    assert r["dur"] == 1100 and r["sol"] == 600
+    assert r["ops_dur_ns"] == 1100 and r["sol_ns"] == 600
 
 
 # --------------------------------------------------------------------------- end to end

@@ -166,10 +166,10 @@ def _per_label(r: Report) -> dict[str, dict[str, Any]]:
     ops = compared_ops(r)[0].with_columns(group_label_expr(by).alias("label"), pl.col("kind").cast(pl.String))
     exp = pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(
         pl.col("expected_ns").round(0).cast(pl.Int64))
-    g = ops.group_by("label").agg(pl.len().alias("count"), pl.col("kind").first(), pl.col("dur_ns").sum().alias("dur"),
-                                 exp.sum().alias("exp"), pl.col("flops").sum().alias("flops"),
+    g = ops.group_by("label").agg(pl.len().alias("count"), pl.col("kind").first(), pl.col("dur_ns").sum().alias("dur_ns"),
+                                 exp.sum().alias("exp_ns"), pl.col("flops").sum().alias("flops"),
                                  pl.col("flops").is_not_null().any().alias("has_flops"),
-                                 pl.col("dur_ns").filter(pl.col("expected_ns").is_null()).sum().alias("uncosted"))
+                                 pl.col("dur_ns").filter(pl.col("expected_ns").is_null()).sum().alias("uncosted_ns"))
     return {row["label"]: {**row, "flops": row["flops"] if row["has_flops"] else None} for row in g.iter_rows(named=True)}
 
 
@@ -193,15 +193,15 @@ def _ops(la: dict[str, dict[str, Any]], lb: dict[str, dict[str, Any]], na: int, 
     for label in sorted(la.keys() | lb.keys()):
         a, b = la.get(label), lb.get(label)
         status = "changed" if a and b else ("appeared" if b else "went away")
-        z = {"count": 0, "dur": 0, "exp": 0, "flops": None, "kind": None, "uncosted": 0}
+        z = {"count": 0, "dur_ns": 0, "exp_ns": 0, "flops": None, "kind": None, "uncosted_ns": 0}
         a, b = a or z, b or z
         out.append(OpChange(
             label=label, kind=b["kind"] or a["kind"], status=status, count_a=a["count"] / na, count_b=b["count"] / nb,
-            measured_a_ns=a["dur"] / na, measured_b_ns=b["dur"] / nb, expected_a_ns=a["exp"] / na,
-            expected_b_ns=b["exp"] / nb, gap_a_ns=(a["dur"] - a["exp"]) / na, gap_b_ns=(b["dur"] - b["exp"]) / nb,
+            measured_a_ns=a["dur_ns"] / na, measured_b_ns=b["dur_ns"] / nb, expected_a_ns=a["exp_ns"] / na,
+            expected_b_ns=b["exp_ns"] / nb, gap_a_ns=(a["dur_ns"] - a["exp_ns"]) / na, gap_b_ns=(b["dur_ns"] - b["exp_ns"]) / nb,
             flops_a=a["flops"] / na if a["flops"] is not None else None,
             flops_b=b["flops"] / nb if b["flops"] is not None else None,
-            delta_ns=b["dur"] / nb - a["dur"] / na, uncosted_a_ns=a["uncosted"] / na, uncosted_b_ns=b["uncosted"] / nb))
+            delta_ns=b["dur_ns"] / nb - a["dur_ns"] / na, uncosted_a_ns=a["uncosted_ns"] / na, uncosted_b_ns=b["uncosted_ns"] / nb))
     return sorted(out, key=lambda o: (-abs(o.delta_ns), -(o.measured_a_ns + o.measured_b_ns), o.label))
 
 
@@ -269,8 +269,8 @@ def compare(a: Report, b: Report, *, name_a: str = "A", name_b: str = "B") -> Di
         if s is not None and waterfall_sum_ns(s) != s.measured_total_ns - s.speed_of_light_total_ns:
             raise UsageError(f"{nm}: its speed-of-light waterfall does not add up (accounting rule 9)")
     la, lb = _per_label(a), _per_label(b)
-    sa = _side(name_a, a, sum(v["dur"] for v in la.values()))
-    sb = _side(name_b, b, sum(v["dur"] for v in lb.values()))
+    sa = _side(name_a, a, sum(v["dur_ns"] for v in la.values()))
+    sb = _side(name_b, b, sum(v["dur_ns"] for v in lb.values()))
     ops = _ops(la, lb, sa.device_steps, sb.device_steps)
     found = _findings(a, b)
     whole = sa.complete and sb.complete

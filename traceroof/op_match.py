@@ -102,7 +102,7 @@ def _sig_table(r: Report) -> tuple[pl.DataFrame, int, bool]:
     ops, n, fallback = compared_ops(r)
     exp = pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(pl.col("expected_ns"))
     by = (r.filters.group_by if r.filters and r.filters.group_by else "op")
-    t = ops.select(pl.col("kind").cast(pl.String), "dtype", "flops", "bytes", "dur_ns", exp.alias("exp"),
+    t = ops.select(pl.col("kind").cast(pl.String), "dtype", "flops", "bytes", "dur_ns", exp.alias("exp_ns"),
                    group_label_expr(by).alias("label"))
     return t.with_columns(_sig("flops").alias("f"), _sig("bytes").alias("b")), n, fallback
 
@@ -110,7 +110,7 @@ def _sig_table(r: Report) -> tuple[pl.DataFrame, int, bool]:
 def _per_sig(t: pl.DataFrame) -> dict[tuple[Any, ...], dict[str, Any]]:
     costed = t.filter(pl.col("f").is_not_null() | pl.col("b").is_not_null())
     g = costed.group_by("kind", "dtype", "f", "b").agg(
-        pl.len().alias("count"), pl.col("dur_ns").sum().alias("dur"), pl.col("exp").sum().alias("exp"),
+        pl.len().alias("count"), pl.col("dur_ns").sum().alias("sum_dur_ns"), pl.col("exp_ns").sum().alias("sum_exp_ns"),
         pl.col("flops").sum().alias("flops"), pl.col("bytes").sum().alias("bytes"), pl.col("label").unique().sort().alias("labels"))
     return {(r["kind"], r["dtype"], r["f"], r["b"]): r for r in g.iter_rows(named=True)}
 
@@ -146,13 +146,13 @@ def match(a: Report, b: Report) -> Matching:
         la = left.setdefault(k[0], [0.0, 0.0, 0.0, 0.0])
         la[0] += (ca - m) * fa
         la[1] += (cb - m) * fb
-        la[2] += (ca - m) * (x["dur"] / x["count"] if x else 0.0)
-        la[3] += (cb - m) * (y["dur"] / y["count"] if y else 0.0)
+        la[2] += (ca - m) * (x["sum_dur_ns"] / x["count"] if x else 0.0)
+        la[3] += (cb - m) * (y["sum_dur_ns"] / y["count"] if y else 0.0)
         rows.append(SignatureRow(
             kind=k[0], dtype=k[1], flops_per_op=(fa or fb) if k[2] is not None else None,
             bytes_per_op=_mean(x, y, "bytes") if k[3] is not None else None, count_a=ca, count_b=cb, matched=m,
-            measured_a_ns=x["dur"] / na if x else 0.0, measured_b_ns=y["dur"] / nb if y else 0.0,
-            expected_a_ns=x["exp"] / na if x else 0.0, expected_b_ns=y["exp"] / nb if y else 0.0,
+            measured_a_ns=x["sum_dur_ns"] / na if x else 0.0, measured_b_ns=y["sum_dur_ns"] / nb if y else 0.0,
+            expected_a_ns=x["sum_exp_ns"] / na if x else 0.0, expected_b_ns=y["sum_exp_ns"] / nb if y else 0.0,
             labels_a=list(x["labels"]) if x else [], labels_b=list(y["labels"]) if y else []))
     groups = []
     for kind, (fa, fb, da, db) in sorted(left.items()):

@@ -41,10 +41,11 @@ CONVENTION = ("every op at its roofline time (an op with no cost model at its me
 
 @dataclass(frozen=True)
 class DeviceSteps:
-    """Per (rank, step, device) of the complete steps (int ns): ``wall``, ``busy``, ``idle``,
-    ``dur`` (Σ op durations), ``gap_<kind>`` (Σ dur − expected per op kind), ``compute``
-    (C), ``comm_overlapped`` (O), ``comm_alone`` (E), ``uncosted`` (Σ dur of ops with no
-    cost model), ``sol_raw`` and ``sol``; ``kinds`` lists the kinds with a ``gap_`` column."""
+    """Per (rank, step, device) of the complete steps (int ns): ``wall_ns``, ``busy_ns``,
+    ``idle_ns``, ``ops_dur_ns`` (Σ op durations), ``gap_<kind>_ns`` (Σ dur − expected per op
+    kind), ``compute_ns`` (C), ``comm_overlapped_ns`` (O), ``comm_alone_ns`` (E),
+    ``uncosted_ns`` (Σ dur of ops with no cost model), ``sol_raw_ns`` and ``sol_ns``; ``kinds``
+    lists the kinds with a ``gap_<kind>_ns`` column."""
 
     table: pl.DataFrame
     kinds: tuple[str, ...]
@@ -85,7 +86,7 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
     keys = ["rank", "step", "device"]
     complete = steps.filter(~pl.col("partial").fill_null(False)).select("rank", "step")
     dev = device_steps_table.join(complete, on=["rank", "step"], how="semi", nulls_equal=True).select(
-        *keys, pl.col("wall_ns").alias("wall"), pl.col("busy_ns").alias("busy"))
+        *keys, "wall_ns", "busy_ns")
     stepped = ops.filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.clear()
     stepped = stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")
     stepped = stepped.join(dev.select(keys), on=keys, how="semi", nulls_equal=True)
@@ -98,20 +99,20 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
         pl.col("expected_ns").is_null().alias("_unc"),
         (pl.col("kind") == COMM_KIND).alias("_comm"))
     kinds = tuple(sorted(set(stepped["kind"].drop_nulls().to_list()))) if stepped.height else ()
-    agg = [pl.col("dur_ns").sum().alias("dur"),
-           pl.col("_exp").filter(~pl.col("_comm")).sum().alias("compute"),
-           pl.col("_exp").filter(pl.col("_comm") & pl.col("_ov")).sum().alias("comm_overlapped"),
-           pl.col("_exp").filter(pl.col("_comm") & ~pl.col("_ov")).sum().alias("comm_alone"),
-           pl.col("dur_ns").filter(pl.col("_unc")).sum().alias("uncosted")]
-    agg += [(pl.col("dur_ns") - pl.col("_exp")).filter(pl.col("kind") == k).sum().alias(f"gap_{k}") for k in kinds]
+    agg = [pl.col("dur_ns").sum().alias("ops_dur_ns"),
+           pl.col("_exp").filter(~pl.col("_comm")).sum().alias("compute_ns"),
+           pl.col("_exp").filter(pl.col("_comm") & pl.col("_ov")).sum().alias("comm_overlapped_ns"),
+           pl.col("_exp").filter(pl.col("_comm") & ~pl.col("_ov")).sum().alias("comm_alone_ns"),
+           pl.col("dur_ns").filter(pl.col("_unc")).sum().alias("uncosted_ns")]
+    agg += [(pl.col("dur_ns") - pl.col("_exp")).filter(pl.col("kind") == k).sum().alias(f"gap_{k}_ns") for k in kinds]
     sums = stepped.group_by(keys).agg(agg)
-    cols = ["dur", "compute", "comm_overlapped", "comm_alone", "uncosted", *(f"gap_{k}" for k in kinds)]
+    cols = ["ops_dur_ns", "compute_ns", "comm_overlapped_ns", "comm_alone_ns", "uncosted_ns", *(f"gap_{k}_ns" for k in kinds)]
     t = dev.join(sums, on=keys, how="left", nulls_equal=True).with_columns(
         pl.col(c).fill_null(0).cast(pl.Int64) for c in cols)
-    c, o, e = pl.col("compute"), pl.col("comm_overlapped"), pl.col("comm_alone")
-    t = t.with_columns((pl.col("wall") - pl.col("busy")).alias("idle"),
-                       (c + e + pl.max_horizontal(o - c, pl.lit(0))).alias("sol_raw"))
-    t = t.with_columns(pl.min_horizontal("sol_raw", "wall").alias("sol")).sort(keys, nulls_last=True)
+    c, o, e = pl.col("compute_ns"), pl.col("comm_overlapped_ns"), pl.col("comm_alone_ns")
+    t = t.with_columns((pl.col("wall_ns") - pl.col("busy_ns")).alias("idle_ns"),
+                       (c + e + pl.max_horizontal(o - c, pl.lit(0))).alias("sol_raw_ns"))
+    t = t.with_columns(pl.min_horizontal("sol_raw_ns", "wall_ns").alias("sol_ns")).sort(keys, nulls_last=True)
     return DeviceSteps(t, kinds)
 
 

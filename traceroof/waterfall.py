@@ -48,11 +48,11 @@ _WORDS = {
 def _pools(ds: DeviceSteps) -> dict[str, int]:
     t = ds.table
     s = {c: int(t[c].sum()) for c in t.columns if c not in ("rank", "step", "device")}
-    pools = {f"gap:{k}": s[f"gap_{k}"] for k in ds.kinds}
-    pools["idle"] = s["idle"]
-    pools["concurrency"] = s["busy"] - s["dur"]
-    pools["hidden_comm"] = int(t.select(pl.min_horizontal("comm_overlapped", "compute").sum()).item())
-    pools["cap"] = int(t.select((pl.col("sol_raw") - pl.col("wall")).clip(lower_bound=0).sum()).item())
+    pools = {f"gap:{k}": s[f"gap_{k}_ns"] for k in ds.kinds}
+    pools["idle"] = s["idle_ns"]
+    pools["concurrency"] = s["busy_ns"] - s["ops_dur_ns"]
+    pools["hidden_comm"] = int(t.select(pl.min_horizontal("comm_overlapped_ns", "compute_ns").sum()).item())
+    pools["cap"] = int(t.select((pl.col("sol_raw_ns") - pl.col("wall_ns")).clip(lower_bound=0).sum()).item())
     return pools
 
 
@@ -112,9 +112,9 @@ def build(ds: DeviceSteps, findings: Sequence[Finding], steps: pl.DataFrame, kin
     n = t.height
     if n == 0:
         return None
-    wall, sol = int(t["wall"].sum()), int(t["sol"].sum())
+    wall_ns, sol_ns = int(t["wall_ns"].sum()), int(t["sol_ns"].sum())
     pools = _pools(ds)  # they add up to wall − sol (the identity of traceroof.speed_of_light)
-    left = wall - sol
+    left = wall_ns - sol_ns
     share = _complete_share(steps)
     terms: list[WaterfallTerm] = []
     for f in findings:
@@ -124,7 +124,7 @@ def build(ds: DeviceSteps, findings: Sequence[Finding], steps: pl.DataFrame, kin
         took = _take(f, int(round(full)), pools, left, kind_of)
         left -= took
         terms.append(WaterfallTerm(term=f.title, source="finding", ns=took / n, total_ns=took, finding=f.kind,
-                                   claimed_ns=full / n, what_if_ns=(wall - full) / n))
+                                   claimed_ns=full / n, what_if_ns=(wall_ns - full) / n))
     terms.sort(key=lambda x: -x.total_ns)
     rest = []
     for pool, ns in pools.items():
@@ -133,9 +133,9 @@ def build(ds: DeviceSteps, findings: Sequence[Finding], steps: pl.DataFrame, kin
             rest.append(WaterfallTerm(term=words, source=source, ns=ns / n, total_ns=ns))
     order = {"gap": 0, "idle": 1, "concurrency": 2, "hidden_comm": 3, "cap": 4}
     rest.sort(key=lambda x: (order[x.source], -x.total_ns))
-    per_step = (t.group_by("rank", "step").agg(pl.col("wall").mean(), pl.col("sol").mean())
+    per_step = (t.group_by("rank", "step").agg(pl.col("wall_ns").mean(), pl.col("sol_ns").mean())
                 .sort("rank", "step", nulls_last=True))
-    measured, light = wall / n, sol / n
+    measured, light = wall_ns / n, sol_ns / n
     note = None
     if model_floor_ns is not None and model_floor_ns > light:
         note = model_floor_why or ("the model floor is above the op-level speed of light: the model's FLOPs are "
@@ -143,7 +143,7 @@ def build(ds: DeviceSteps, findings: Sequence[Finding], steps: pl.DataFrame, kin
                                    "ops the trace did not record)")
     return SpeedOfLightInfo(
         device_steps=n, measured_ns=measured, speed_of_light_ns=light, fraction=light / measured if measured else None,
-        measured_total_ns=wall, speed_of_light_total_ns=sol, uncosted_ns=int(t["uncosted"].sum()) / n,
+        measured_total_ns=wall_ns, speed_of_light_total_ns=sol_ns, uncosted_ns=int(t["uncosted_ns"].sum()) / n,
         model_floor_ns=model_floor_ns, model_floor_note=note, convention=CONVENTION, waterfall=terms + rest,
         per_step=[StepLight(rank=r, step=s, measured_ns=w, speed_of_light_ns=x) for r, s, w, x in per_step.iter_rows()],
     )
