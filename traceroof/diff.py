@@ -240,7 +240,14 @@ def _findings(ra: Report, rb: Report) -> list[FindingChange]:
 
 
 def _by_cause(ra: Report, rb: Report, ops: list[OpChange], findings: list[FindingChange]) -> list[Term]:
-    out = [Term(f"{o.label}: roofline time", "roof", o.expected_b_ns - o.expected_a_ns) for o in ops]
+    def roof_words(o: OpChange) -> str:
+        unc = o.uncosted_a_ns + o.uncosted_b_ns
+        if not unc:
+            return f"{o.label}: roofline time"
+        whole = unc >= o.measured_a_ns + o.measured_b_ns
+        return f"{o.label}: roofline time ({'no' if whole else 'partly no'} cost model: counted at measured time)"
+
+    out = [Term(roof_words(o), "roof", o.expected_b_ns - o.expected_a_ns) for o in ops]
     out += [Term(f"{f.kind}: {f.title}", "finding", f.delta_ns) for f in findings]
 
     def rest(r: Report) -> dict[tuple[str, str], float]:
