@@ -38,10 +38,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the detectors and the cross-rank view
     ("findings", ("rank_clock", "ranks", "findings.")),
     # the analysis pipeline and what it produces
-    ("report", ("report", "report_schema", "accounting", "utilization", "analysis", "gate", "capture",
-                "capture_errors", "watch")),
+    ("report", ("report", "report_schema", "accounting", "utilization", "speed_of_light", "waterfall", "analysis",
+                "diff", "op_match", "gate", "capture", "capture_errors", "watch")),
     # the faces: text renderers, dashboard, command line
-    ("faces", ("render.", "web.", "mcp_server", "cli", "cli_common", "cli_perfetto", "cli_estimate", "cli_live", "__main__")),
+    ("faces", ("render.", "web.", "mcp_server", "cli", "cli_common", "cli_perfetto", "cli_estimate", "cli_live",
+               "cli_diff", "__main__")),
 ]
 
 #: files allowed over 600 lines, with the reason

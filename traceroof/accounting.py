@@ -47,7 +47,7 @@ class Violation:
     """One broken accounting rule.
 
     Attributes:
-        rule: the rule number of ``docs/accounting.md`` (1 to 7).
+        rule: the rule number of ``docs/accounting.md`` (1 to 7, 9).
         text: one line: where and the numbers (``step 7 rank 0: busy 12.1 ms > wall 11.8 ms``).
         rank, device, step: where it applies (None when it does not).
         numbers: the numbers compared, unit-suffixed keys (ns, fractions).
@@ -477,8 +477,39 @@ def _ranking_row(r: dict[str, Any]) -> list[Violation]:
 # --------------------------------------------------------------------------- all
 
 
+# --------------------------------------------------------------------------- rule 9
+
+
+def check_light(report: Report) -> list[Violation]:
+    """Rule 9: the waterfall's terms add up exactly (int ns) to measured − speed of light; the
+    speed of light is never above the measured step (per step and on the mean), and the model
+    floor is never above the speed of light unless the report says why."""
+    s = getattr(report, "speed_of_light", None)
+    if s is None:
+        return []
+    out = []
+    terms = sum(int(t.total_ns) for t in s.waterfall)
+    gap = int(s.measured_total_ns) - int(s.speed_of_light_total_ns)
+    if terms != gap:
+        out.append(Violation(9, f"waterfall terms sum to {terms:,} ns, measured − speed of light is {gap:,} ns",
+                             numbers={"terms_ns": terms, "gap_ns": gap}))
+    for p in [*s.per_step, s]:
+        light, measured = p.speed_of_light_ns, p.measured_ns
+        if light is not None and measured is not None and _over(light, measured):
+            where = _where(p.rank, p.step) if hasattr(p, "rank") else "mean step"
+            out.append(Violation(9, f"{where}: speed of light {units.ns(light)} > measured {units.ns(measured)}",
+                                 rank=getattr(p, "rank", None), step=getattr(p, "step", None),
+                                 numbers={"speed_of_light_ns": light, "measured_ns": measured}))
+    if (s.model_floor_ns is not None and s.speed_of_light_ns is not None and not s.model_floor_note
+            and _over(s.model_floor_ns, s.speed_of_light_ns)):
+        out.append(Violation(9, f"model floor {units.ns(s.model_floor_ns)} > speed of light "
+                                f"{units.ns(s.speed_of_light_ns)} with no reason given",
+                             numbers={"model_floor_ns": s.model_floor_ns, "speed_of_light_ns": s.speed_of_light_ns}))
+    return out
+
+
 def check(report: Report) -> list[Violation]:
-    """Every accounting rule the report lets one check (rules 1 to 7), in rule order.
+    """Every accounting rule the report lets one check (rules 1 to 7, and 9), in rule order.
 
     Args:
         report: an analysed report (its ``ops`` may be None: the op-table checks are skipped).
@@ -491,6 +522,7 @@ def check(report: Report) -> list[Violation]:
         *check_windows(report.steps, report.ops, report.summary.timeline), *check_buckets(report),
         *check_steps(report.steps), *check_shares(report),
         *check_step_time(report), *check_findings(report), *check_ranking(report.ranking),
+        *check_light(report),
     ]
 
 

@@ -43,6 +43,7 @@ from .sections import (
     GraphInfo,
     InconsistencyInfo,
     RanksInfo,
+    SpeedOfLightInfo,
     Summary,
     TimelineInfo,
     TraceInfo,
@@ -67,6 +68,7 @@ STAGES = (
     "check_roofs",        # inconsistencies: ops above their roof
     "compare_ranks",      # ranks (cross-rank view)
     "detect_findings",    # findings
+    "light_speed",        # speed of light and the waterfall down to it
     "describe_trace",     # report sections: trace info,
     "describe_chip",      # chip,
     "describe_coverage",  # coverage,
@@ -267,6 +269,22 @@ def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, 
     return run_detectors(ctx, names)
 
 
+def light_speed(ops: pl.DataFrame, seg: Segments, steps: pl.DataFrame, summary: Summary,
+                found: list[Finding], ranking: pl.DataFrame) -> SpeedOfLightInfo | None:
+    """The step's speed of light and the waterfall to it (:mod:`traceroof.waterfall`,
+    docs/speed-of-light.md); the model floor (model FLOPs per step ÷ (devices × the HFU's dense
+    peak), ns) beside it when model FLOPs were given. None without a complete step."""
+    from . import speed_of_light, waterfall
+
+    floor = None
+    m, h = summary.mfu, summary.hfu
+    if m and m.model_flops_per_step and m.devices and h and h.peak_flops_per_s:
+        floor = m.model_flops_per_step / (m.devices * h.peak_flops_per_s) * 1e9
+    kind_of = dict(zip(ranking["label"].to_list(), ranking["kind"].cast(pl.String).to_list())) if ranking.height else {}
+    ds = speed_of_light.device_steps(ops, seg.device_steps, steps)
+    return waterfall.build(ds, found, steps, kind_of, floor)
+
+
 def describe_trace(meta: TraceMeta, ops: pl.DataFrame, host: pl.DataFrame) -> TraceInfo:
     """The trace section: the metadata, and counts of the analysed ops and host events."""
     return TraceInfo(
@@ -422,6 +440,7 @@ def analyze(
     above = check_roofs(ops, spec, group_by)
     ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
     found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings, seg.captures)
+    light = light_speed(ops, seg, util.steps, util.summary, found, ranking)
     return check_accounting(Report(
         trace=describe_trace(meta, ops, costed.host), chip=describe_chip(spec, reason, meta),
         coverage=describe_coverage(costed.coverage, replays.graphs, replays.unlaunched), summary=util.summary,
@@ -432,6 +451,7 @@ def analyze(
         inconsistencies=util.inconsistencies + above, findings=found,
         filters=Filters(rank=rank, step=step, group_by=group_by),
         ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,
+        speed_of_light=light,
     ))
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from . import __version__, cli_perfetto
+from . import __version__, cli_diff, cli_perfetto
 from .cli_common import (  # noqa: F401  (re-exported: cli_live and tests reach them here)
     EXIT_INTERNAL,
     _handle_errors,
@@ -350,6 +350,22 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
         sys.exit(1)
 
 
+@cli.command(help=cli_diff.HELP)
+@click.argument("a", type=click.Path(path_type=str))
+@click.argument("b", type=click.Path(path_type=str))
+@chip_option
+@cli_diff.options
+@jobs_option
+@quiet_option
+@debug_option
+@_handle_errors
+def diff(a: str, b: str, chip: str | None, jobs: int | None, **opts: Any) -> None:
+    from .analysis import load_report
+
+    load = functools.partial(load_report, jobs=jobs, progress=_progress_bar(), analyzing=_analyzing)
+    sys.exit(cli_diff.run(a, b, load, chip, echo=click.echo, **opts))
+
+
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=str), required=False)
 @chip_option
@@ -366,15 +382,17 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
               help="Address to listen on. Anything but loopback exposes the trace to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True, help="Port (0: any free port).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in the default browser.")
+@click.option("--compare", "compare_with", metavar="B", help="Show the diff view TRACE → B instead (docs/diff.md).")
 @jobs_option
 @quiet_option
 @debug_option
 @_handle_errors
 def serve(trace: str | None, chip: str | None, live_address: str | None, watch_dir: str | None,
-          every_s: float, duration_s: float, host: str, port: int, open_browser: bool,
+          every_s: float, duration_s: float, host: str, port: int, open_browser: bool, compare_with: str | None,
           jobs: int | None) -> None:
     """Open the roofline dashboard of TRACE (or of a report saved with -o report.json), or,
-    with --live HOST:PORT, the live dashboard of a running jax program.
+    with --live HOST:PORT, the live dashboard of a running jax program; with --compare B, the
+    diff view TRACE → B.
 
     Tabs: roofline, ranked ops, timeline, steps, findings. A trace that cannot be read
     still starts the server, which shows the error line this command prints. Needs the
@@ -387,9 +405,12 @@ def serve(trace: str | None, chip: str | None, live_address: str | None, watch_d
       traceroof serve trace.json.gz --chip a100 --host 0.0.0.0
       traceroof serve --live localhost:9999 --every 5 --chip h100
       traceroof serve --watch ./log --chip h100
+      traceroof serve before.json.gz --compare after.json.gz
     """
     if sum(x is not None for x in (trace, live_address, watch_dir)) != 1:
         raise click.UsageError("give one of TRACE, --live HOST:PORT, --watch DIR")
+    if compare_with is not None and trace is None:
+        raise click.UsageError("--compare B needs a TRACE to compare it with")
     try:
         from .web import app as web
     except ImportError as exc:
@@ -404,6 +425,9 @@ def serve(trace: str | None, chip: str | None, live_address: str | None, watch_d
     from .analysis import load_report
 
     loader = functools.partial(load_report, jobs=jobs, progress=_progress_bar())
+    if compare_with:  # the diff view: both inputs must load (errors exit as for `diff`)
+        app = cli_diff.compare_app(trace, compare_with, loader, chip)
+        return web.run(app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
     dash_app, error = web.load_app(trace, chip, loader, reraise=_State.debug)
     if error:
         click.echo(error, err=True)

@@ -38,18 +38,24 @@ class GateResult:
     checks: list[Check] = field(default_factory=list)
     candidate: str = ""
     baseline: str | None = None
+    #: when a baseline check failed: the top lines of ``traceroof diff BASELINE CANDIDATE``
+    #: (:func:`explain`), else empty
+    explain: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return all(c.passed for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "passed": self.passed,
             "candidate": self.candidate,
             "baseline": self.baseline,
             "checks": [asdict(c) for c in self.checks],
         }
+        if self.explain:
+            d["diff"] = self.explain
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -61,6 +67,9 @@ class GateResult:
         for c in self.checks:
             v = "unknown" if c.value is None else _fmt(c.metric, c.value)
             lines.append(f"| {c.metric} | {v} | {c.op} {_fmt(c.metric, c.limit)} | {'pass' if c.passed else '**FAIL**'}{(' — ' + c.detail) if c.detail else ''} |")
+        if self.explain:
+            lines += ["", "What changed against the baseline (`traceroof diff BASELINE CANDIDATE`, docs/diff.md):", ""]
+            lines += [f"- {x}" for x in self.explain]
         return "\n".join(lines) + "\n"
 
 
@@ -137,12 +146,41 @@ def check(
                 res.checks.append(Check("step time vs baseline", c, limit, "<=", c is not None and c <= limit,
                                         f"baseline {b / 1e6:.4g} ms, max +{100 * max_step_time_increase:.1f} %"
                                         + ("" if c is not None else f"; {_why_unknown(report, 'step_time_ns')}")))
+    if baseline is not None and not res.passed:
+        res.explain = explain(baseline, report)
     if not res.checks:
         raise UsageError(
             "gate: nothing to check: give --min-mfu/--min-hfu/--min-efficiency, or --baseline with "
             "--max-drop/--max-step-time-increase (a baseline without a comparable metric checks nothing)"
         )
     return res
+
+
+def explain(baseline: Report, report: Report, top: int = 5) -> list[str]:
+    """The top lines of the diff baseline → candidate (:func:`traceroof.diff.compare`): the
+    step-time change and the ``top`` largest terms of the by-op waterfall, and the idle; or
+    one line saying why there is no diff (a report saved without its op table, no step)."""
+    from .diff import compare
+
+    try:
+        d = compare(baseline, report, name_a="baseline", name_b="candidate")
+    except UsageError as exc:
+        return [f"no diff: {exc}"]
+
+    def signed(v: float) -> str:
+        return ("+" if v > 0 else "−" if v < 0 else "") + units.ns(abs(v))
+
+    if d.delta_ns is None:
+        return [f"no step-time diff: {'; '.join(d.notes)}"]
+    out = [f"step {units.ns(d.a.measured_ns)} → {units.ns(d.b.measured_ns)} ({signed(d.delta_ns)} per step); "
+           f"speed of light {units.ns(d.a.speed_of_light_ns)} → {units.ns(d.b.speed_of_light_ns)}"]
+    out += [f"changed: {c}" for c in d.changed]
+    named = [t for t in d.by_op if t.source == "op"][:top]
+    out += [f"{t.term}: {signed(t.delta_ns)}" for t in named]
+    out += [f"{t.term}: {signed(t.delta_ns)}" for t in d.by_op if t.source != "op"]
+    out += [f"finding {f.status}: {f.title} ({signed(f.recoverable_b_ns - f.recoverable_a_ns)} recoverable)"
+            for f in d.findings if f.status in ("appeared", "grew")][:3]
+    return out
 
 
 def _why_unknown(report: Report, key: str) -> str:

@@ -26,6 +26,7 @@ from .sections import (
     Filters,
     InconsistencyInfo,
     RanksInfo,
+    SpeedOfLightInfo,
     Summary,
     TraceInfo,
 )
@@ -87,6 +88,9 @@ class Report:
         ranks: the cross-rank view (:class:`~traceroof.sections.RanksInfo`) when the analysed
             ops span ≥ 2 ranks; None otherwise (and absent from the JSON). Reports saved
             before this key existed load with None.
+        speed_of_light: the step's speed of light and the waterfall down to it
+            (:class:`~traceroof.sections.SpeedOfLightInfo`, docs/speed-of-light.md); None
+            without a complete step (and absent from the JSON), and in older reports.
     """
 
     trace: TraceInfo
@@ -101,6 +105,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     filters: Filters | None = None
     ranks: RanksInfo | None = None
+    speed_of_light: SpeedOfLightInfo | None = None
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     traceroof_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -145,6 +150,8 @@ class Report:
         }
         if self.ranks is not None:
             d["ranks"] = self.ranks.to_dict()
+        if self.speed_of_light is not None:
+            d["speed_of_light"] = self.speed_of_light.to_dict()
         if include_ops and self.ops is not None:
             d["ops"] = _columns(self.ops)
         return _clean(d)
@@ -188,6 +195,8 @@ class Report:
             findings=[Finding.from_dict(f) for f in d.get("findings", [])],
             filters=Filters.from_dict(d["filters"]) if d.get("filters") else None,
             ranks=RanksInfo.from_dict(d["ranks"]) if d.get("ranks") is not None else None,
+            speed_of_light=(SpeedOfLightInfo.from_dict(d["speed_of_light"])
+                            if d.get("speed_of_light") is not None else None),
             created_at=d.get("created_at", ""), traceroof_version=d.get("traceroof_version", ""),
             schema_version=v,
         )

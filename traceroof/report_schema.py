@@ -26,6 +26,7 @@ from .sections import (
     Filters,
     InconsistencyInfo,
     RanksInfo,
+    SpeedOfLightInfo,
     Summary,
     TraceInfo,
 )
@@ -154,6 +155,7 @@ def report_schema() -> dict[str, Any]:
             "ranking": {"type": "array", "items": {"type": "object", "properties": RANKING_COLUMNS,
                                                    "required": list(RANKING_COLUMNS)}},
             "ranks": _section(RanksInfo),
+            "speed_of_light": _section(SpeedOfLightInfo),
             "ops": {"type": "object", "additionalProperties": {"type": "array"}},
         },
         "required": ["schema_version", "traceroof_version", "created_at", "filters", "trace", "chip",

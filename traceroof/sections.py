@@ -380,8 +380,63 @@ class RanksInfo(_Section):
     collectives: dict[str, Any] = field(default_factory=dict)
 
 
+# --------------------------------------------------------------------------- speed of light
+
+
+@dataclass(frozen=True)
+class WaterfallTerm(_Section):
+    """One term of the waterfall from the measured step down to the speed of light
+    (:mod:`traceroof.waterfall`, docs/speed-of-light.md). ``ns``: per step (mean over the
+    complete device-steps); ``total_ns``: over all of them, int ns (the terms' totals add up
+    exactly to measured − speed of light). ``source``: ``finding``, ``gap`` (per-op gaps of one
+    op kind), ``idle``, ``concurrency``, ``hidden_comm`` or ``cap``. For a finding:
+    ``finding`` (its kind), ``claimed_ns`` (its whole recoverable time per step) and
+    ``what_if_ns`` (the step time if that fix alone were made: measured − claimed)."""
+
+    term: str = ""
+    source: str = ""
+    ns: float = 0.0
+    total_ns: int = 0
+    finding: str | None = _opt(omit_none=True)
+    claimed_ns: float | None = _opt(omit_none=True)
+    what_if_ns: float | None = _opt(omit_none=True)
+
+
+@dataclass(frozen=True)
+class StepLight(_Section):
+    """One (rank, step): its measured wall and speed of light (ns, means over its devices)."""
+
+    rank: int = 0
+    step: int | None = None
+    measured_ns: float = 0.0
+    speed_of_light_ns: float = 0.0
+
+
+@dataclass(frozen=True)
+class SpeedOfLightInfo(_Section):
+    """The step's speed of light (:mod:`traceroof.speed_of_light`) and the waterfall down to
+    it, means per complete device-step (ns) over ``device_steps`` of them; ``*_total_ns`` are
+    the int sums. ``fraction`` = speed of light / measured. ``uncosted_ns``: op time with no
+    cost model, counted at its measured time. ``model_floor_ns``: model FLOPs per step ÷
+    (devices × dense peak), when ``--model`` is given; ``model_floor_note`` says when it is
+    above the speed of light, and why."""
+
+    device_steps: int = 0
+    measured_ns: float | None = None
+    speed_of_light_ns: float | None = None
+    fraction: float | None = None
+    measured_total_ns: int = 0
+    speed_of_light_total_ns: int = 0
+    uncosted_ns: float | None = None
+    model_floor_ns: float | None = _opt(omit_none=True)
+    model_floor_note: str | None = _opt(omit_none=True)
+    convention: str = ""
+    waterfall: list[WaterfallTerm] = field(default_factory=list, metadata={"section": WaterfallTerm})
+    per_step: list[StepLight] = field(default_factory=list, metadata={"section": StepLight})
+
+
 __all__ = [
-    "ChipInfo", "CoverageInfo", "DeviceStats", "Filters", "GraphInfo", "HfuInfo", "InconsistencyInfo", "MfuInfo", "RanksInfo",
-    "RooflineInfo", "StepStats", "Summary", "TimelineInfo", "TraceInfo", "TraceSays", "section_from_dict",
-    "section_to_dict",
+    "ChipInfo", "CoverageInfo", "DeviceStats", "Filters", "GraphInfo", "HfuInfo", "InconsistencyInfo", "MfuInfo",
+    "RanksInfo", "RooflineInfo", "SpeedOfLightInfo", "StepLight", "StepStats", "Summary", "TimelineInfo", "TraceInfo",
+    "TraceSays", "UnlaunchedInfo", "WaterfallTerm", "section_from_dict", "section_to_dict",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..report import Report
-from . import sections
+from . import light, sections
 
 #: what the ranking's columns cover (accounting rule 7, docs/accounting.md)
 RANKING_NOTE = ("measured, expected, gap and efficiency cover each row's costed ops (gap = measured − expected, "
@@ -20,7 +20,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def render(report: Report, *, top: int = 20) -> str:
     out = ["# traceroof report", ""]
-    out.append(_table(["", ""], [[f"**{k}**", v] for k, v in sections.header(report) + sections.summary(report)]))
+    out.append(_table(["", ""], [[f"**{k}**", v] for k, v in sections.header(report) + sections.summary(report)
+                                                     + light.headline(report)]))
     devices = sections.device_rows(report)
     if devices:
         out += ["", "## Devices (per device, means per complete step)", ""]
@@ -37,6 +38,10 @@ def render(report: Report, *, top: int = 20) -> str:
         out += ["", f"## Top {min(top, report.ranking.height)} ops by time lost against the roofline", "",
                 RANKING_NOTE, ""]
         out.append(_table([n for n, _ in sections.RANK_COLUMNS], sections.ranking_rows(report, top)))
+    fall, note = light.waterfall_rows(report, top)
+    if fall:
+        out += ["", "## From the measured step to its speed of light", "", note or "", ""]
+        out.append(_table(list(light.COLUMNS), fall))
     if report.findings:
         out += ["", "## Findings", ""]
         out.append(_table(["finding", "severity", "recoverable", "what"], sections.findings_rows(report, top)))

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .. import units
 from ..report import Report
-from . import sections, terminal
+from . import light, sections, terminal
 
 #: ranking columns dropped first when the terminal is narrow: at 80 columns the op, its kind,
 #: measured time, gap and efficiency stay; narrower, the kind and then the efficiency go too
@@ -31,7 +31,7 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
     kv = Table.grid(padding=(0, 2))
     kv.add_column(style="bold")
     kv.add_column()
-    for k, v in sections.header(report) + sections.summary(report):
+    for k, v in sections.header(report) + sections.summary(report) + light.headline(report):
         kv.add_row(escape(k), escape(v))
     con.print(kv)
     con.print()
@@ -41,6 +41,7 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
         _tail(con, report, width)
         return terminal.finish(buf.getvalue())
     _ranking(con, report, top, width)
+    _waterfall(con, report, top, width)
     _tail(con, report, width, top)
     return terminal.finish(buf.getvalue())
 
@@ -143,6 +144,21 @@ def _start(text: str, n: int) -> str | None:
             if len(head) >= 3:
                 return head + "…"
     return None
+
+
+def _waterfall(con: Console, report: Report, top: int, width: int) -> None:
+    """The waterfall from the measured step to its speed of light (:mod:`traceroof.render.light`)."""
+    rows, note = light.waterfall_rows(report, top)
+    if not rows:
+        return
+    t = Table(title="From the measured step to its speed of light", title_justify="left")
+    for h in light.COLUMNS:
+        t.add_column(h, justify="left" if h == "term" else "right", overflow="fold")
+    for row in rows:
+        t.add_row(*(escape(c) for c in row))
+    con.print(t)
+    con.print(escape(terminal.wrap(note or "", width, "", "")))
+    con.print()
 
 
 def _devices(con: Console, report: Report) -> None:

@@ -18,7 +18,7 @@ from dash import Dash, dcc, html
 
 from ..errors import InputNotFoundError, TraceroofError, UsageError
 from ..report import Report
-from . import bandwidth, figures, layout, views
+from . import bandwidth, figures, layout, light_view, views
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def create_app(report: Report, source: str = "") -> Dash:
         dcc.Store(id="focus", data=None),
         dcc.Store(id="timeline-window", data=None),
         layout.header(report, name),
-        html.Div(layout.tabs(report, initial_view(report)), className="tr-body"),
+        html.Div([*light_view.overview(report), layout.tabs(report, initial_view(report))], className="tr-body"),
     ])
     if has_ops:
         callbacks.register(app, report)

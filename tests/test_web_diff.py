@@ -1,0 +1,143 @@
+"""The dashboard's speed-of-light waterfall and the diff view (``serve A --compare B``): the
+figures' numbers against the report and the diff, then in headless chromium (screenshots to
+test-artifacts/ and, for the issue note, /tmp/u-overview.png and /tmp/u-diff.png)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+
+import pytest
+from conftest import REAL
+
+pytest.importorskip("dash", reason="the web extra (dash, plotly) is not installed")
+
+from test_web_app import start_serve, stop  # noqa: E402
+from test_web_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _missing, wait_graph  # noqa: E402
+
+from traceroof.analysis import load_report  # noqa: E402
+from traceroof.diff import compare  # noqa: E402
+from traceroof.web import diff_view, light_view  # noqa: E402
+from traceroof.web.app import create_app  # noqa: E402
+
+HTA = REAL / "HolisticTraceAnalysis" / "tests" / "data" / "trace_diff"
+CONTROL, TEST = HTA / "control" / "control.json.gz", HTA / "test" / "test.json.gz"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_report(CONTROL, "a100", jobs=1), load_report(TEST, "a100", jobs=1)
+
+
+def test_waterfall_figure_steps_down_to_the_speed_of_light(pair):
+    a, _ = pair
+    s = a.speed_of_light
+    fig = light_view.waterfall_figure(a)
+    t = fig.data[0]
+    assert t.meta["role"] == "waterfall"
+    assert t.measure[0] == "absolute" and t.measure[-1] == "total"
+    # the steps down add up to speed of light − measured (ns; float sums of the per-step terms)
+    assert t.meta["down_ns"] == pytest.approx(s.speed_of_light_ns - s.measured_ns, abs=1e-3)
+    # every term is a bar, except the findings past the top 12, summed in one that says how many
+    n_found = sum(1 for x in s.waterfall if x.source == "finding")
+    assert len(t.x) == 2 + len(s.waterfall) - max(n_found - light_view.TOP_FINDINGS, 0) + (n_found > 12)
+    assert f"{n_found - 12} more findings" in t.x
+
+
+def test_diff_view_figures(pair):
+    a, b = pair
+    d = compare(a, b)
+    w = diff_view.waterfall_figure(d).data[0]
+    assert w.meta["delta_ns"] == pytest.approx(d.delta_ns, abs=1e-3)
+    assert w.y[0] * 1e6 == pytest.approx(d.a.measured_ns) and w.y[-1] * 1e6 == pytest.approx(d.b.measured_ns)
+    roles = [(t.meta or {}).get("role") for t in diff_view.roofline_figure(a, b).data]
+    assert "ops" in roles and "ops-b" in roles  # A's and B's op groups in one chart
+    assert len(diff_view.table_rows(d)) == len(d.ops)
+    moved = diff_view.moved_figure(d).data[0]
+    assert moved.meta["ops"] == min(diff_view.TOP, len(d.ops))
+    assert moved.y[-1] == "CompiledFunctionBackward"  # the largest move, drawn on top
+
+
+def test_overview_is_on_the_dashboard(pair):
+    a, _ = pair
+    html = create_app(a, str(CONTROL)).server.test_client().get("/_dash-layout").get_data(as_text=True)
+    assert "waterfall-graph" in html and "light-overview" in html
+
+
+def _in_own_browser(check):
+    """Run ``check(page)`` in a chromium of its own, on a thread of its own: Playwright's sync
+    API refuses to start while another one (test_web_browser's session browser) runs its loop
+    on this thread. Raises what ``check`` raised; fails when the page logged an error."""
+    why = _missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"browser tests must run in CI: {why}")
+        pytest.skip(why)
+    errors: list[BaseException] = []
+
+    def run():
+        from playwright.sync_api import sync_playwright
+
+        try:
+            with sync_playwright() as pw:
+                b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                pg = b.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+                pg.set_default_timeout(60_000)
+                logged: list[str] = []
+                pg.on("console", lambda m: logged.append(m.text) if m.type == "error" else None)
+                pg.on("pageerror", lambda e: logged.append(str(e)))
+                check(pg)
+                assert logged == [], logged
+                b.close()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.browser
+def test_browser_overview_and_compare_view(pair):
+    a, b = pair
+    d = compare(a, b)
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    def overview(page):
+        page.goto(url)
+        page.locator("#light-overview summary").click()  # folded at first: the roofline stays on screen
+        g = wait_graph(page, "waterfall-graph")
+        page.wait_for_timeout(500)
+        box = page.locator("#waterfall-graph").bounding_box()
+        assert box["width"] > 1000 and box["height"] > 400  # sized when unfolded
+        assert g["data"][0]["meta"]["role"] == "waterfall"
+        assert "of light" in page.locator("#light-overview summary").inner_text()
+        page.locator("#light-overview").screenshot(path=str(ARTIFACTS / "dashboard-light.png"))
+
+    def compare_view(page):
+        page.goto(url)
+        w = wait_graph(page, "diff-waterfall-graph")
+        assert w["data"][0]["meta"]["delta_ns"] == pytest.approx(d.delta_ns, abs=1e-3)
+        r = wait_graph(page, "compare-roofline-graph")
+        assert {"ops", "ops-b"} <= {(t["meta"] or {}).get("role") for t in r["data"]}
+        wait_graph(page, "moved-graph")
+        page.wait_for_selector("#compare-table td[data-dash-column='op']")
+        assert page.locator("#compare-table td[data-dash-column='op']").first.inner_text() == d.ops[0].label
+        assert "step 77.4 ms → 124 ms" in page.locator("#diff-headline").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-diff.png"), full_page=True)
+
+    proc, url = start_serve(str(CONTROL), "--chip", "a100")
+    try:
+        _in_own_browser(overview)
+    finally:
+        stop(proc)
+    shutil.copy(ARTIFACTS / "dashboard-light.png", "/tmp/u-overview.png")
+    proc, url = start_serve(str(CONTROL), "--chip", "a100", "--compare", str(TEST))
+    try:
+        _in_own_browser(compare_view)
+    finally:
+        stop(proc)
+    shutil.copy(ARTIFACTS / "dashboard-diff.png", "/tmp/u-diff.png")

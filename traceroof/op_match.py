@@ -1,0 +1,176 @@
+"""Matching ops across frameworks and chips by what they compute, not by name (docs/diff.md,
+"Across frameworks and chips").
+
+An op's **compute signature** is its kind, its dtype, its FLOPs and its bytes (each to
+:data:`DIGITS` significant digits). Both are what the cost formulas derive from the op's
+shapes with one meaning on every side (docs/costs.md: a matmul (M×K)·(K×N) is 2·M·N·K FLOPs
+and its operands' and result's bytes, whichever framework launched it and whatever its
+kernel is called), so two ops with one signature did the same work. Ops without FLOPs match on
+bytes; ops with neither (no cost model) are left unmatched and counted.
+
+Per signature, per complete device-step, ``min(count A, count B)`` ops are matched one to one.
+What is left is then matched **by kind, as a group**, when the two sides' remaining FLOPs of
+that kind agree within :data:`GROUP_TOLERANCE` (fusion boundaries differ: one XLA fusion may
+do the work of several PyTorch kernels); the rest stays unmatched, listed by kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+
+from .report import Report
+from .roofline import group_label_expr
+
+#: significant digits of FLOPs and bytes in a signature
+DIGITS = 4
+#: two sides' leftover FLOPs of one kind match as a group within this relative difference
+GROUP_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class SignatureRow:
+    """One compute signature: FLOPs and bytes of one op (A's mean, else B's; the signature
+    holds them to :data:`DIGITS` digits), and per step (means over each side's complete
+    device-steps) its op count, measured time (ns) and roofline time (ns) on A and B;
+    ``matched`` ops per step (min of the counts); the labels it goes by on each side."""
+
+    kind: str
+    dtype: str | None
+    flops_per_op: float | None
+    bytes_per_op: float | None
+    count_a: float
+    count_b: float
+    matched: float
+    measured_a_ns: float
+    measured_b_ns: float
+    expected_a_ns: float
+    expected_b_ns: float
+    labels_a: list[str]
+    labels_b: list[str]
+
+
+@dataclass(frozen=True)
+class KindGroup:
+    """The leftover ops of one kind after signature matching, per step: FLOPs and time on each
+    side, and whether they matched as a group (FLOPs within :data:`GROUP_TOLERANCE`)."""
+
+    kind: str
+    flops_a: float
+    flops_b: float
+    measured_a_ns: float
+    measured_b_ns: float
+    matched: bool
+
+
+@dataclass
+class Matching:
+    """Ops of A and B matched by compute signature, then by kind group. ``flops_*``: FLOPs
+    per step of each side's costed ops; ``matched_flops_*``: the part matched (one to one
+    or as a group); ``coverage_*`` = matched / total (None without FLOPs); ``uncosted_*_ns``:
+    time per step of ops with neither FLOPs nor bytes (never matched)."""
+
+    signatures: list[SignatureRow]
+    groups: list[KindGroup]
+    flops_a: float
+    flops_b: float
+    matched_flops_a: float
+    matched_flops_b: float
+    coverage_a: float | None
+    coverage_b: float | None
+    uncosted_a_ns: float
+    uncosted_b_ns: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sig(col: str) -> pl.Expr:
+    """``col`` to :data:`DIGITS` significant digits; null when unknown or not positive."""
+    c = pl.col(col)
+    return pl.when(c > 0).then(c.round_sig_figs(DIGITS)).otherwise(None)
+
+
+def _sig_table(r: Report) -> tuple[pl.DataFrame, int, bool]:
+    """The signature columns of the ops a diff compares (:func:`traceroof.diff.compared_ops`),
+    their device-steps, and whether they are a partial step's."""
+    from .diff import compared_ops
+
+    ops, n, fallback = compared_ops(r)
+    exp = pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(pl.col("expected_ns"))
+    by = (r.filters.group_by if r.filters and r.filters.group_by else "op")
+    t = ops.select(pl.col("kind").cast(pl.String), "dtype", "flops", "bytes", "dur_ns", exp.alias("exp_ns"),
+                   group_label_expr(by).alias("label"))
+    return t.with_columns(_sig("flops").alias("f"), _sig("bytes").alias("b")), n, fallback
+
+
+def _per_sig(t: pl.DataFrame) -> dict[tuple[Any, ...], dict[str, Any]]:
+    costed = t.filter(pl.col("f").is_not_null() | pl.col("b").is_not_null())
+    g = costed.group_by("kind", "dtype", "f", "b").agg(
+        pl.len().alias("count"), pl.col("dur_ns").sum().alias("sum_dur_ns"), pl.col("exp_ns").sum().alias("sum_exp_ns"),
+        pl.col("flops").sum().alias("flops"), pl.col("bytes").sum().alias("bytes"), pl.col("label").unique().sort().alias("labels"))
+    return {(r["kind"], r["dtype"], r["f"], r["b"]): r for r in g.iter_rows(named=True)}
+
+
+def _mean(x: dict[str, Any] | None, y: dict[str, Any] | None, col: str) -> float:
+    """The per-op mean of ``col`` on A's side of a signature, else on B's."""
+    r = x or y
+    assert r is not None
+    return float(r[col] or 0.0) / r["count"]
+
+
+def match(a: Report, b: Report) -> Matching:
+    """Match the ops of ``a`` and ``b`` (see the module docstring).
+
+    Raises:
+        UsageError: a report without its op table (from :func:`traceroof.diff.complete_ops`).
+    """
+    ta, na, fa_ = _sig_table(a)
+    tb, nb, fb_ = _sig_table(b)
+    notes = [f"{side}: no complete step; its ops in partial steps are matched instead"
+             for side, f in (("A", fa_), ("B", fb_)) if f]
+    sa, sb = _per_sig(ta), _per_sig(tb)
+    rows, left = [], {}
+    mf_a = mf_b = 0.0
+    for k in sorted(sa.keys() | sb.keys(), key=lambda k: tuple(str(x) for x in k)):
+        x, y = sa.get(k), sb.get(k)
+        ca, cb = (x["count"] / na if x else 0.0), (y["count"] / nb if y else 0.0)
+        m = min(ca, cb)
+        fa = (x["flops"] or 0.0) / x["count"] if x else 0.0
+        fb = (y["flops"] or 0.0) / y["count"] if y else 0.0
+        mf_a += m * fa
+        mf_b += m * fb
+        la = left.setdefault(k[0], [0.0, 0.0, 0.0, 0.0])
+        la[0] += (ca - m) * fa
+        la[1] += (cb - m) * fb
+        la[2] += (ca - m) * (x["sum_dur_ns"] / x["count"] if x else 0.0)
+        la[3] += (cb - m) * (y["sum_dur_ns"] / y["count"] if y else 0.0)
+        rows.append(SignatureRow(
+            kind=k[0], dtype=k[1], flops_per_op=(fa or fb) if k[2] is not None else None,
+            bytes_per_op=_mean(x, y, "bytes") if k[3] is not None else None, count_a=ca, count_b=cb, matched=m,
+            measured_a_ns=x["sum_dur_ns"] / na if x else 0.0, measured_b_ns=y["sum_dur_ns"] / nb if y else 0.0,
+            expected_a_ns=x["sum_exp_ns"] / na if x else 0.0, expected_b_ns=y["sum_exp_ns"] / nb if y else 0.0,
+            labels_a=list(x["labels"]) if x else [], labels_b=list(y["labels"]) if y else []))
+    groups = []
+    for kind, (fa, fb, da, db) in sorted(left.items()):
+        if fa <= 0 and fb <= 0 and da <= 0 and db <= 0:
+            continue
+        ok = fa > 0 and fb > 0 and abs(fa - fb) <= GROUP_TOLERANCE * max(fa, fb)
+        if ok:
+            mf_a, mf_b = mf_a + fa, mf_b + fb
+        groups.append(KindGroup(kind=kind, flops_a=fa, flops_b=fb, measured_a_ns=da, measured_b_ns=db, matched=ok))
+    tot_a = float(ta["flops"].sum() or 0.0) / na
+    tot_b = float(tb["flops"].sum() or 0.0) / nb
+    unc = pl.col("f").is_null() & pl.col("b").is_null()
+    rows.sort(key=lambda r: -(r.measured_a_ns + r.measured_b_ns))
+    return Matching(
+        signatures=rows, groups=groups, flops_a=tot_a, flops_b=tot_b, matched_flops_a=mf_a, matched_flops_b=mf_b,
+        coverage_a=mf_a / tot_a if tot_a else None, coverage_b=mf_b / tot_b if tot_b else None,
+        uncosted_a_ns=float(ta.filter(unc)["dur_ns"].sum() or 0) / na,
+        uncosted_b_ns=float(tb.filter(unc)["dur_ns"].sum() or 0) / nb, notes=notes)
+
+
+__all__ = ["DIGITS", "GROUP_TOLERANCE", "KindGroup", "Matching", "SignatureRow", "match"]

@@ -1,0 +1,119 @@
+"""The step's speed of light: the time a step would take if every device op ran at its own
+roof, communication hid behind compute wherever the trace shows it can, and the device never
+idled (docs/speed-of-light.md).
+
+Everything is computed per (rank, step, device) of the complete steps, in whole ns:
+
+* ``expected_i`` = ``round(expected_ns)`` of op *i* (roofline time: max of compute, memory and
+  link terms, with the kernel floor; :mod:`traceroof.roofline`); an op with no cost model
+  (``expected_ns`` null) counts at its measured ``dur_ns``: nothing is claimed for it, and
+  its time is reported (``uncosted_ns``).
+* ``C`` = Σ expected of the non-collective ops; collectives split into ``O`` (those that ran
+  beside a non-collective op of the same device in the measured step: the program did not
+  make them wait) and ``E`` (the others, which ran alone: taken to be waited for).
+* ``sol_raw = C + E + max(0, O − C)``: the overlapped collectives hide behind compute up to
+  the compute time there is; ``sol = min(sol_raw, wall)``: never above the measured step.
+
+The exact identity the waterfall (:mod:`traceroof.waterfall`) is built on, per device-step
+(all terms int ns):
+
+    wall − sol = idle + (busy − Σ dur) + Σ (dur − expected) + min(O, C) + max(0, sol_raw − wall)
+
+with ``idle = wall − busy`` (accounting rule 3) and ``busy`` the clipped interval union of the
+device's ops in the step (:mod:`traceroof.steps`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+#: the kind of ops that may hide behind compute
+COMM_KIND = "collective"
+
+#: the overlap convention, as printed in every output
+CONVENTION = ("every op at its roofline time (an op with no cost model at its measured time); a collective that "
+              "ran beside compute on its device hides behind compute up to the compute time there is, a "
+              "collective that ran alone costs its link roofline; no idle time")
+
+
+@dataclass(frozen=True)
+class DeviceSteps:
+    """Per (rank, step, device) of the complete steps (int ns): ``wall_ns``, ``busy_ns``,
+    ``idle_ns``, ``ops_dur_ns`` (Σ op durations), ``gap_<kind>_ns`` (Σ dur − expected per op
+    kind), ``compute_ns`` (C), ``comm_overlapped_ns`` (O), ``comm_alone_ns`` (E),
+    ``uncosted_ns`` (Σ dur of ops with no cost model), ``sol_raw_ns`` and ``sol_ns``; ``kinds``
+    lists the kinds with a ``gap_<kind>_ns`` column."""
+
+    table: pl.DataFrame
+    kinds: tuple[str, ...]
+
+
+def _overlapped(ops: pl.DataFrame) -> pl.Series:
+    """Per op of ``ops`` (one (rank, step, device)'s), whether it is a collective that ran beside
+    a non-collective op: some non-collective op starts before it ends and ends after it starts."""
+    comm = (ops["kind"].cast(pl.String) == COMM_KIND).to_numpy()
+    out = np.zeros(ops.height, dtype=bool)
+    if not comm.any() or comm.all():
+        return pl.Series(out)
+    s = ops["start_ns"].to_numpy()
+    e = s + ops["dur_ns"].to_numpy()
+    cs, ce = s[~comm], e[~comm]
+    order = np.argsort(cs, kind="stable")
+    cs, ce = cs[order], np.maximum.accumulate(ce[order])
+    idx = np.searchsorted(cs, e[comm], side="left") - 1  # last compute op starting before the end
+    ok = idx >= 0
+    hit = np.zeros(idx.shape, dtype=bool)
+    hit[ok] = ce[idx[ok]] > s[comm][ok]
+    out[comm] = hit
+    return pl.Series(out)
+
+
+def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.DataFrame) -> DeviceSteps:
+    """The per-device-step terms of the speed of light (see the module docstring).
+
+    Args:
+        ops: the op table with ``bucket``, ``step``, ``device``, ``kind``, ``start_ns``,
+            ``dur_ns`` and ``expected_ns`` (:func:`traceroof.analysis.segment_steps`).
+        device_steps_table: ``steps.DEVICE_STEP_SCHEMA`` rows (``wall_ns``, ``busy_ns``, int ns).
+        steps: the per-step table (``partial``): partial steps are left out, as in the summary.
+
+    Returns:
+        :class:`DeviceSteps` (an empty table when no complete step has a device window).
+    """
+    keys = ["rank", "step", "device"]
+    complete = steps.filter(~pl.col("partial").fill_null(False)).select("rank", "step")
+    dev = device_steps_table.join(complete, on=["rank", "step"], how="semi", nulls_equal=True).select(
+        *keys, "wall_ns", "busy_ns")
+    stepped = ops.filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.clear()
+    stepped = stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")
+    stepped = stepped.join(dev.select(keys), on=keys, how="semi", nulls_equal=True)
+    parts = [g.with_columns(_overlapped(g).alias("_ov"))
+             for _, g in stepped.group_by(keys, maintain_order=True)] if stepped.height else []
+    stepped = pl.concat(parts) if parts else stepped.with_columns(pl.lit(False).alias("_ov"))
+    exp = pl.col("expected_ns").round(0).cast(pl.Int64)
+    stepped = stepped.with_columns(
+        pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(exp).alias("_exp"),
+        pl.col("expected_ns").is_null().alias("_unc"),
+        (pl.col("kind") == COMM_KIND).alias("_comm"))
+    kinds = tuple(sorted(set(stepped["kind"].drop_nulls().to_list()))) if stepped.height else ()
+    agg = [pl.col("dur_ns").sum().alias("ops_dur_ns"),
+           pl.col("_exp").filter(~pl.col("_comm")).sum().alias("compute_ns"),
+           pl.col("_exp").filter(pl.col("_comm") & pl.col("_ov")).sum().alias("comm_overlapped_ns"),
+           pl.col("_exp").filter(pl.col("_comm") & ~pl.col("_ov")).sum().alias("comm_alone_ns"),
+           pl.col("dur_ns").filter(pl.col("_unc")).sum().alias("uncosted_ns")]
+    agg += [(pl.col("dur_ns") - pl.col("_exp")).filter(pl.col("kind") == k).sum().alias(f"gap_{k}_ns") for k in kinds]
+    sums = stepped.group_by(keys).agg(agg)
+    cols = ["ops_dur_ns", "compute_ns", "comm_overlapped_ns", "comm_alone_ns", "uncosted_ns", *(f"gap_{k}_ns" for k in kinds)]
+    t = dev.join(sums, on=keys, how="left", nulls_equal=True).with_columns(
+        pl.col(c).fill_null(0).cast(pl.Int64) for c in cols)
+    c, o, e = pl.col("compute_ns"), pl.col("comm_overlapped_ns"), pl.col("comm_alone_ns")
+    t = t.with_columns((pl.col("wall_ns") - pl.col("busy_ns")).alias("idle_ns"),
+                       (c + e + pl.max_horizontal(o - c, pl.lit(0))).alias("sol_raw_ns"))
+    t = t.with_columns(pl.min_horizontal("sol_raw_ns", "wall_ns").alias("sol_ns")).sort(keys, nulls_last=True)
+    return DeviceSteps(t, kinds)
+
+
+__all__ = ["COMM_KIND", "CONVENTION", "DeviceSteps", "device_steps"]
