@@ -50,7 +50,7 @@ def _ranking(report: Report, top: int) -> str:
 
     n = min(top, report.ranking.height)
     left = report.ranking.height - n
-    more = f" ({left:,} more rows in the JSON report)" if left else ""
+    more = f" ({left:,} more row{'s' if left != 1 else ''} in the JSON report)" if left else ""
     return (f"<h2>Top {n} ops by time lost against the roofline</h2><p class=\"note\">{escape(RANKING_NOTE)}{more}</p>"
             + _table([h for h, _ in sections.RANK_COLUMNS], sections.ranking_rows(report, top)))
 

@@ -295,11 +295,18 @@ def _step_events(report: Report, ops: pl.DataFrame, out: PerfettoExport) -> None
         out.events.append(_meta("process_name", pid, 0, f"rank {rank} · steps"))
         out.events.append(_meta("thread_name", pid, 0, "steps"))
         last_end = None
-        for r in rows.filter(pl.col("rank") == rank).iter_rows(named=True):
+        mine = rows.filter(pl.col("rank") == rank)
+        # a rank's step spans its devices' windows: on a multi-chip rank whose chips start the
+        # next step before the last one ends them, consecutive steps overlap: lanes, so every
+        # track's slices nest
+        lanes = _lanes(mine["start_ns"].to_list(), mine["end_ns"].to_list())
+        for lane in sorted(set(lanes) - {0}):
+            out.events.append(_meta("thread_name", pid, lane, f"steps · lane {lane}"))
+        for lane, r in zip(lanes, mine.iter_rows(named=True)):
             s, e = int(r["start_ns"]), int(r["end_ns"])
             n_ops, n_unknown = r["ops"] or 0, r["ops_without_cost"] or 0
             exp = float(r["sum_expected_ns"] or 0.0)
-            out.events.append({"ph": "X", "cat": "traceroof_step", "name": f"step {r['step']}", "pid": pid, "tid": 0,
+            out.events.append({"ph": "X", "cat": "traceroof_step", "name": f"step {r['step']}", "pid": pid, "tid": lane,
                                "ts": _us(s), "dur": _us(e - s),
                                # unknown when none of the step's ops has a cost (never 0)
                                "args": {"step": r["step"], "wall_ns": e - s,
