@@ -14,7 +14,14 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES
-from make_graph_replay import ADD, BF16, GEMM1, annotated_replays, capture_trace_of, three_ops
+from make_graph_replay import (
+    ADD,
+    BF16,
+    GEMM1,
+    annotated_replays,
+    capture_trace_of,
+    three_ops,
+)
 from tracegen import Kernel, TraceBuilder
 
 from traceroof import read_trace

@@ -216,7 +216,7 @@ def _split_by_batch(rank: int, names: list[str], replays: list[tuple[list[int], 
         if len(parts) > 1:
             said = f"annotated batch size {bs}" if bs is not None else "whose annotations give no batch size"
             prefix = (f"its {len(items)} replay{'s' if len(items) != 1 else ''} {said} (of {len(per)} replays of "
-                      f"these kernels, annotated batch sizes {', '.join(map(str, sizes))})")
+                      f"these kernels, annotated {_sizes(sizes)})")
         ask = _Ask(rank, names, items[0][2], sizes, max(s for _, s, _ in items))
         out.append((ask, [rows for rows, _, _ in items], prefix))
     return out
@@ -225,6 +225,8 @@ def _split_by_batch(rank: int, names: list[str], replays: list[tuple[list[int], 
 #: a batch size in a serving framework's step annotation: SGLang ``step[DECODE bs=32]``, vLLM
 #: ``execute_32_context_0(…)_generation_32(…)`` (the tokens scheduled: a decode's batch size)
 _ANNOTATION_BS_RE = re.compile(r"(?i)\bbs\s*=\s*(\d+)|^execute_(\d+)_")
+
+
 def batch_hints(host: pl.DataFrame) -> Callable[[int, int | None], tuple[int, str] | None]:
     """A function ``(rank, launch_ns) → (batch size, annotation)`` or None: the innermost host
     annotation of ``host`` on ``rank`` around the graph launch at ``launch_ns`` (ns) that
@@ -249,6 +251,11 @@ def batch_hints(host: pl.DataFrame) -> Callable[[int, int | None], tuple[int, st
         return None
 
     return at
+
+
+def _sizes(sizes: tuple[int, ...]) -> str:
+    """``batch size 32`` or ``batch sizes 32, 64``."""
+    return f"batch size{'s' if len(sizes) != 1 else ''} {', '.join(map(str, sizes))}"
 
 
 def _from_captures(ask: _Ask, srcs: list[Source], method: str, unreadable: int = 0) -> tuple:
@@ -339,7 +346,7 @@ def _by_batch(fits: list[tuple], ask: _Ask) -> tuple[list[tuple], str | None]:
         if not ask.strict:
             return fits, None
         return [], (f"no batch size in the annotation around the launch, while these kernels are replayed at "
-                    f"batch sizes {', '.join(map(str, ask.sizes))}: which capture it is is unknown")
+                    f"{_sizes(ask.sizes)}: which capture it replays is unknown")
     bs, ann = ask.hint
     said = f"the annotation {ann[:60]!r} around the launch says"
     sized = [(f, capture_batch(f[1], f[2])) for f in fits]
@@ -405,8 +412,8 @@ def _eager_batch_refusal(ask: _Ask, s: Source, m: Match) -> str | None:
         return None
     b = ops_batch(s, m.lenders)
     if ask.hint is None:
-        return (f"no batch size in the annotation around the launch, while these kernels are replayed at batch "
-                f"sizes {', '.join(map(str, ask.sizes))}: the eager ops' batch size cannot be checked")
+        return (f"no batch size in the annotation around the launch, while these kernels are replayed at "
+                f"{_sizes(ask.sizes)}: the eager ops' batch size cannot be checked")
     bs, ann = ask.hint
     if b is None:
         return None if not ask.strict else (
