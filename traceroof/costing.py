@@ -159,7 +159,8 @@ COST_COLUMNS = ("kind", "dtype", "flops", "bytes", "cost_source", "comm_bytes", 
 def cost_model_id() -> str:
     """An identifier of this cost model: a hash of the sources that decide an op's costs
     (this module and its ``costing_*`` parts, the graph-replay attribution
-    (:mod:`traceroof.graph_replay`, :mod:`traceroof.graph_match`), :mod:`traceroof.host`,
+    (:mod:`traceroof.graph_replay`, :mod:`traceroof.graph_match`, :mod:`traceroof.graph_sources`),
+    :mod:`traceroof.host`,
     :mod:`traceroof.dtypes`, every :mod:`traceroof.costs`
     module -- the formulas, the kind rules, the HLO cost model -- and
     :mod:`traceroof.parsers.hlo_modules`, which finds the HLO an XLA op is costed from).
@@ -168,7 +169,8 @@ def cost_model_id() -> str:
     identifier, so a changed formula never meets costs computed by the old one.
     """
     here = Path(__file__).parent
-    files = [Path(__file__), *sorted(here.glob("costing_*.py")), here / "graph_replay.py", here / "graph_match.py", here / "unlaunched.py",
+    files = [Path(__file__), *sorted(here.glob("costing_*.py")), here / "graph_replay.py", here / "graph_match.py", here / "graph_sources.py",
+             here / "unlaunched.py",
              here / "host.py", here / "dtypes.py", here / "parsers" / "hlo_modules.py",
              *sorted((here / "costs").glob("*.py"))]
     h = hashlib.sha256()

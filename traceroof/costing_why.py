@@ -9,6 +9,10 @@ from . import costs
 #: framework-op names of a torch.compile'd region (AOTAutograd's autograd.Function and the
 #: dynamo region marker): its kernels are launched without per-op events
 COMPILED_REGION = re.compile(r"^(?:CompiledFunction(?:Backward)?|Torch-Compiled Region\b)")
+#: the host op a graph launch is recorded inside (``CUDAGraph::replay``, the name of torch's
+#: C++ replay method, as fixtures/tracegen.py models it; ``HIPGraph::replay`` alike): a
+#: replayed kernel linked to it has no framework op of its own
+GRAPH_REPLAY_OP = re.compile(r"(?i)^(?:CUDA|HIP)Graph::replay$")
 
 
 def why(op: str | None, kind: str, has_dims: bool, tensorlist: bool, graph: bool = False,
@@ -20,10 +24,14 @@ def why(op: str | None, kind: str, has_dims: bool, tensorlist: bool, graph: bool
         op: the framework op's name (None: no op linked); kind: the op's kind; has_dims:
             its arguments' shapes were recorded; tensorlist: an argument is a ``Tensor[]``;
             graph: replayed by a CUDA/HIP graph; launched: its launch is in the trace.
+
+    A replayed kernel with no op, or linked only to the graph launch's host op
+    (:data:`GRAPH_REPLAY_OP`), is said to be replayed before any op-based reason; one
+    :mod:`traceroof.graph_replay` lent a framework op gets that op's reasons.
     """
     if kind in ("memcpy", "memset"):
         return "no byte count in the trace"
-    if op is None and graph:
+    if graph and (op is None or GRAPH_REPLAY_OP.search(op)):
         return "replayed by a CUDA/HIP graph, no framework op"
     if op is None and not launched:
         return "no launch in the trace, so no framework op"

@@ -67,6 +67,29 @@ def whole(seq: Sequence) -> Match:
     return Match(list(seq.lenders), groups, len(ids))
 
 
+def leading_batch(first_dims: list[int | None]) -> int | None:
+    """The batch size a run of ops says: the leading dimension of their first inputs
+    (``[batch, …]``) that more than half of the ops with a recorded first-input shape share;
+    None when none is shared by more than half, or nothing is recorded. ``first_dims``: one
+    entry per op instance (None: no shape recorded)."""
+    known = [d for d in first_dims if d is not None]
+    if not known:
+        return None
+    top = max(set(known), key=known.count)
+    return top if 2 * known.count(top) > len(known) else None
+
+
+def kind_clash(replay_kinds: list[str | None], seq: Sequence, op_kinds: list[str | None]) -> int | None:
+    """The first position ``p`` of a capture of the replay's length whose kernel name the
+    capture does not know (``seq.names[p]`` None) and whose replayed kernel's kind
+    (``replay_kinds[p]``) and lent op's kind (``op_kinds[p]``) are both known (not None) and
+    differ; None when there is none. The lists are as long as ``seq``."""
+    for p, (known, kk, ko) in enumerate(zip(seq.names, replay_kinds, op_kinds)):
+        if known is None and kk is not None and ko is not None and kk != ko:
+            return p
+    return None
+
+
 def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -> Match:
     """Longest exact runs of ``replay``'s kernel names in ``eager`` (greedy, left to right):
     at each position the longest run of equal names (every one with a lender) starting
@@ -120,4 +143,5 @@ def _drop_partial(lenders: list[int | None], groups: list[int | None], op_kernel
             lenders[p], groups[p] = None, None
 
 
-__all__ = ["MIN_DISTINCT", "MIN_RUN", "Match", "Sequence", "eager_runs", "name_check", "whole"]
+__all__ = ["MIN_DISTINCT", "MIN_RUN", "Match", "Sequence", "eager_runs", "kind_clash", "leading_batch", "name_check",
+           "whole"]

@@ -3,80 +3,85 @@
 A ``cudaGraphLaunch``/``hipGraphLaunch`` runs a recorded graph: its kernels carry the
 launch's correlation but no framework op (``graph``, :mod:`traceroof.parsers.kineto_link`),
 so nothing costs them. :func:`attribute` lends each replayed kernel the op (name, shapes,
-dtypes) that launched it when the graph was recorded, from, in this order:
+dtypes) that launched it when the graph was recorded, from, in this order
+(:mod:`traceroof.graph_sources` builds what each trace offers):
 
 a. ``capture_window``: a capture window of the same trace (:mod:`traceroof.graph_capture`):
    its launch runtime calls, in order, against the replay's kernels, in device order; the
    counts must be equal, and where the same op with the same shapes ran eagerly in the trace
    its kernel names must agree with the replayed ones (a launch with no framework op leaves
-   its kernel unattributed; a graph's kernels are taken in device order, start then stream,
-   so the branches of a multi-stream graph are told apart only by their names);
+   its kernel unattributed). A graph's kernels are taken in device order, start then stream,
+   so the branches of a multi-stream graph are told apart only by their names: on a replay
+   that runs on several streams, a position whose name is not known must at least have a
+   kernel of the op's kind (:func:`traceroof.costs.kind_of_kernel` against
+   :func:`traceroof.costs.kind_of_op`, where both are known), else the capture is refused;
 b. ``capture_trace``: the same, from a capture trace: one given (``capture_traces``, the
    CLI's ``--capture-trace``) or, when none is given, the ``capture_traces/`` /
    ``graph_capture_profile/`` folders (:data:`traceroof.io.CAPTURE_DIRS`) beside the trace's
-   files, which vLLM and SGLang write while they capture (one per batch size: when several
-   fit, the one whose file name says the batch size that the step annotation around the
-   launch says, :func:`batch_hint`);
+   files, which vLLM and SGLang write while they capture (one per batch size);
 c. ``eager_match``: the longest exact runs (of at least :data:`~traceroof.graph_match.MIN_RUN`
-   kernels, :data:`~traceroof.graph_match.MIN_DISTINCT` distinct names) of the replayed kernel names in an eager run of the same trace, else of a capture
-   trace (its warm-up): each matched kernel takes its eager twin's op
-   (:func:`traceroof.graph_match.eager_runs`).
+   kernels, :data:`~traceroof.graph_match.MIN_DISTINCT` distinct names) of the replayed
+   kernel names in an eager run of the same trace, else of a capture trace (its warm-up):
+   each matched kernel takes its eager twin's op (:func:`traceroof.graph_match.eager_runs`).
 
-A graph is one distinct sequence of kernel names on a rank; its replays are its launches.
-Each replay gets cost groups of its own: one per op instance, with a negative External id
-(never a Kineto one) and a copy of the lending op's host row under that id, so the costing
-(:mod:`traceroof.costing`) costs each replay of an op once, in full, split over that
-replay's kernels of the op only. Nothing is guessed: a graph no source fits, or several
-captures fit with different ops (ambiguous), stays unattributed, and is said.
+**Batch size.** Where the step annotation around a launch names a batch size
+(:func:`batch_hints`: SGLang ``step[DECODE bs=32]``, vLLM ``execute_32_…``), a source of
+another batch size is never lent (a capture trace's batch size: its file name; else its
+ops' leading dimension, :func:`traceroof.graph_sources.capture_batch`), and among several
+captures that fit, the one of that batch size is taken. Replays of one sequence of kernel
+names whose annotations give different batch sizes are different graphs (one per batch
+size, vLLM and SGLang capture one per size), and then each must find a source shown to be
+of its batch size, else it stays unattributed.
+
+A graph is one distinct sequence of kernel names on a rank (and batch size, as above); its
+replays are its launches. Each replay gets cost groups of its own: one per op instance,
+with a negative External id (never a Kineto one) and a copy of the lending op's host row
+under that id, so the costing (:mod:`traceroof.costing`) costs each replay of an op once,
+in full, split over that replay's kernels of the op only. Nothing is guessed: a graph no
+source fits, or several captures fit with different ops (ambiguous), stays unattributed,
+and its note says why.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import polars as pl
 
-from . import graph_capture
-from .errors import TraceroofError
+from . import costs
 from .graph_match import (
     MIN_DISTINCT,
     MIN_RUN,
     Match,
     Sequence,
     eager_runs,
+    kind_clash,
     name_check,
     whole,
 )
-from .host import innermost_cpu_ops
+from .graph_sources import (
+    Source,
+    build_source,
+    capture_batch,
+    capture_sources,
+    capture_traces_beside,
+    key,
+    ops_batch,
+    resolve_given,
+)
 from .schema import HOST_SCHEMA, empty
 from .sections import GraphInfo, UnlaunchedInfo
 
 #: launch runtime calls a capture records as graph kernels (a graph launch inside a capture,
 #: or a host-function node, ``cudaLaunchHostFunc``, is not one)
-_LAUNCH_RE = r"(?i)launch"
-_GRAPH_LAUNCH_RE = r"(?i)graphlaunch|launchhostfunc"
 #: the parse warning this stage replaces (kineto_link._warn_links)
 _PARSE_WARNING = "were replayed from CUDA/HIP graphs: their per-op attribution and shapes are unavailable"
 ADVICE = ("record the capture (profile the graph-capture phase: vLLM "
           "--profiler-config.capture_torch_profiler_dir, SGLang's capture_traces/) and pass it with "
           "--capture-trace PATH, or profile an eager warm-up step with the same shapes")
-
-
-@dataclass
-class Source:
-    """What one trace offers to attribute replays from: ``rows``, the framework ops it can
-    lend (HOST_SCHEMA; a lender is a row index); ``captures``, per rank, the launch
-    sequences of its capture windows; ``eager``, per rank, its eager kernels in device
-    order; ``op_kernels``, lender → kernels it launched eagerly."""
-
-    label: str
-    same_trace: bool
-    rows: pl.DataFrame
-    captures: dict[int, list[Sequence]] = field(default_factory=dict)
-    eager: dict[int, Sequence] = field(default_factory=dict)
-    op_kernels: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,36 +114,60 @@ def attribute(ops: pl.DataFrame, host: pl.DataFrame, sources: list[str],
         ops: the op table (OP_SCHEMA); host: its host table (HOST_SCHEMA).
         sources: the trace's files (``meta.sources``): where capture traces are looked for.
         capture_traces: capture-trace files or folders to use instead of those found beside
-            ``sources``; ``[]``: none.
+            ``sources``; ``[]``: none. Resolved first, whether or not one is needed.
 
     Returns:
         :class:`Replays`; ``ops`` unchanged (and no graph rows) when nothing is replayed.
 
     Raises:
-        InputNotFoundError: a given capture trace does not exist. A capture trace that
-            cannot be read is not an error: a warning names it and it is not used.
+        InputNotFoundError: a given capture trace does not exist (or a given folder holds
+            none); one line naming it. A capture trace that cannot be read is not an error:
+            a warning names it and it is not used.
     """
+    given = resolve_given(capture_traces)
     kern = ops.with_row_index("_r").filter(pl.col("graph").fill_null(False),
                                            ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
     if kern.height == 0:
         return Replays(ops, empty(HOST_SCHEMA), [], [])
-    graphs = _graphs(kern)
     own = build_source(ops, host, "capture window", same_trace=True)
-    others: list[Source] | None = None
+    found: tuple[list[Source], int] | None = None
     warnings: list[str] = []
     plan = []
     launch_at = dict(zip(kern["_r"].to_list(), kern["launch_start_ns"].to_list()))
-    for (rank, names), replays in graphs.items():
-        how = _from_captures(rank, list(names), [own], "capture_window")
-        if how[0] is None:
-            if others is None:
-                others = _capture_sources(sources, capture_traces, warnings)
-            hint = batch_hint(host, rank, launch_at.get(replays[0][0]))
-            how = _first(how, _from_captures(rank, list(names), others, "capture_trace", hint))
-        if how[0] is None:
-            how = _first(how, _from_eager(rank, list(names), [own, *others]))
-        plan.append((rank, names, replays, how))
+    hints = batch_hints(host)
+    for (rank, names), replays in _graphs(kern).items():
+        for ask, reps, prefix in _split_by_batch(rank, list(names), replays, hints, launch_at):
+            how = _from_captures(ask, [own], "capture_window")
+            if how[0] is None:
+                if found is None:
+                    found = capture_sources(sources, given, warnings)
+                others, unreadable = found
+                how = _first(how, _from_captures(ask, others, "capture_trace", unreadable))
+                if how[0] is None:
+                    how = _first(how, _from_eager(ask, [own, *others]))
+            plan.append((rank, names, reps, _with_prefix(how, prefix)))
     return _apply(ops, kern, plan, warnings)
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What one graph asks of the sources: its ``rank``; its kernel ``names`` (device
+    order); ``hint``, ``(batch size, annotation)`` from the step annotation around its
+    launches (:func:`batch_hints`), or None; ``sizes``, the distinct batch sizes the
+    annotations give over every replay of these kernel names on the rank (more than one:
+    a source must be shown to be of ``hint``'s batch size); ``streams``, the most streams
+    one of its replays runs on."""
+
+    rank: int
+    names: list[str]
+    hint: tuple[int, str] | None = None
+    sizes: tuple[int, ...] = ()
+    streams: int = 1
+
+    @property
+    def strict(self) -> bool:
+        """Whether these kernels are replayed at several batch sizes."""
+        return len(self.sizes) > 1
 
 
 def _first(a: tuple, b: tuple) -> tuple:
@@ -148,208 +177,252 @@ def _first(a: tuple, b: tuple) -> tuple:
     return (None, None, None, "; ".join(x for x in (a[3], b[3]) if x))
 
 
-def _graphs(kern: pl.DataFrame) -> dict[tuple[int, tuple[str, ...]], list[list[int]]]:
-    """The graphs: ``(rank, kernel names in device order) → [row indices of each replay]``,
-    a replay being one (rank, correlation), in order of first replay."""
+def _with_prefix(how: tuple, prefix: str | None) -> tuple:
+    """``how`` with ``prefix`` (which replays the graph holds) before its note."""
+    if prefix is None:
+        return how
+    return (*how[:3], prefix + (f": {how[3]}" if how[3] else ""))
+
+
+def _graphs(kern: pl.DataFrame) -> dict[tuple[int, tuple[str, ...]], list[tuple[list[int], int]]]:
+    """The graphs: ``(rank, kernel names in device order) → [(row indices, streams) of each
+    replay]``, a replay being one (rank, correlation), in order of first replay."""
     per = (kern.sort("rank", "correlation", "start_ns", "stream")
            .group_by("rank", "correlation", maintain_order=True)
-           .agg(pl.col("name").fill_null(""), pl.col("_r"), pl.col("start_ns").min().alias("_t"))
+           .agg(pl.col("name").fill_null(""), pl.col("_r"), pl.col("start_ns").min().alias("_t"),
+                pl.col("stream").n_unique().alias("_s"))
            .sort("_t"))
-    out: dict[tuple[int, tuple[str, ...]], list[list[int]]] = {}
-    for rank, _c, names, rows, _t in per.iter_rows():
-        out.setdefault((int(rank), tuple(names)), []).append(list(rows))
+    out: dict[tuple[int, tuple[str, ...]], list[tuple[list[int], int]]] = {}
+    for rank, _c, names, rows, _t, streams in per.iter_rows():
+        out.setdefault((int(rank), tuple(names)), []).append((list(rows), int(streams)))
     return out
 
 
-def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trace: bool) -> Source:
-    """The :class:`Source` of one trace (its op and host tables)."""
-    if host.height == 0:
-        return Source(label, same_trace, empty(HOST_SCHEMA))
-    rows = host[innermost_cpu_ops(host, ["rank", "external_id"])]
-    lender = rows.select("rank", "external_id").with_row_index("_l")
-    eager = (ops.filter(~pl.col("graph").fill_null(False), pl.col("external_id").is_not_null(),
-                        ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
-             .sort("rank", "start_ns", "stream")
-             .join(lender, on=["rank", "external_id"], how="left", maintain_order="left"))
-    src = Source(label, same_trace, rows)
-    for (rank,), g in eager.group_by("rank", maintain_order=True):
-        src.eager[int(rank)] = Sequence(g["name"].to_list(), g["_l"].to_list())
-    counts = eager.filter(pl.col("_l").is_not_null()).group_by("_l").len()
-    src.op_kernels = {int(a): int(b) for a, b in counts.iter_rows()}
-    src.captures = _window_sequences(host, lender, _key(rows), _eager_names(eager, rows))
-    return src
-
-
-def _key(rows: pl.DataFrame) -> list[tuple]:
-    """Per lender row: what identifies the op and its shapes (name, dims, types, concrete inputs)."""
-    return list(rows.select("name", "input_dims", "input_types", "concrete_inputs").iter_rows())
-
-
-def _eager_names(eager: pl.DataFrame, rows: pl.DataFrame) -> dict[tuple, list[str]]:
-    """(op, shapes) → the kernel names its first eager instance launched, in order."""
-    keys = _key(rows)
-    out: dict[tuple, list[str]] = {}
-    seen: dict[tuple, int] = {}
-    for name, lend in eager.filter(pl.col("_l").is_not_null()).select("name", "_l").iter_rows():
-        k = keys[lend]
-        if seen.setdefault(k, lend) == lend:
-            out.setdefault(k, []).append(name)
-    return out
-
-
-def _window_sequences(host: pl.DataFrame, lender: pl.DataFrame, rows_keys: list[tuple],
-                      names: dict[tuple, list[str]]) -> dict[int, list[Sequence]]:
-    """Per rank, the launch sequence of each capture window: its launch runtime calls on the
-    capturing thread, in order, each lent the op of its External id; a launch's kernel name
-    where the op ran eagerly with the same shapes (its j-th launch: the eager j-th kernel)."""
-    win = graph_capture.windows(host)
-    if win.height == 0:
-        return {}
-    calls = host.filter(pl.col("cat") == "runtime", pl.col("name").str.contains(_LAUNCH_RE),
-                        ~pl.col("name").str.contains(_GRAPH_LAUNCH_RE)).sort("start_ns")
-    calls = calls.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
-    out: dict[int, list[Sequence]] = {}
-    for rank, thread, s, e in win.select("rank", "thread", "start_ns", "end_ns").iter_rows():
-        inside = calls.filter(pl.col("rank") == rank, pl.col("thread") == thread,
-                              pl.col("start_ns") >= s, pl.col("start_ns") < e)
-        lenders = inside["_l"].to_list()
-        nth: dict[int, int] = {}
-        known: list[str | None] = []
-        for lend in lenders:
-            if lend is None:
-                known.append(None)
-                continue
-            j = nth.get(lend, 0)
-            nth[lend] = j + 1
-            eager = names.get(rows_keys[lend], [])
-            known.append(eager[j] if j < len(eager) else None)
-        out.setdefault(int(rank), []).append(Sequence(known, lenders))
-    return out
-
-
-def _capture_sources(sources: list[str], given: list[str] | None, warnings: list[str]) -> list[Source]:
-    """The capture traces, read: those ``given``, else those beside ``sources``. One that
-    cannot be read is named in ``warnings`` and left out."""
-    from .io import read_one, resolve_inputs
-
-    paths = resolve_inputs(given) if given else (capture_traces_beside(sources) if given is None else [])
+def _split_by_batch(rank: int, names: list[str], replays: list[tuple[list[int], int]],
+                    hints: Callable[[int, int | None], tuple[int, str] | None],
+                    launch_at: dict[int, int | None]) -> list[tuple[_Ask, list[list[int]], str | None]]:
+    """The replays of one sequence of kernel names split by the batch size their step
+    annotations give (one part when they all give the same, or none): per part, what it
+    asks (:class:`_Ask`), its replays' rows, and the words that say which replays it holds
+    (None when it holds them all)."""
+    per = [(rows, streams, hints(rank, launch_at.get(rows[0]))) for rows, streams in replays]
+    parts: dict[int | None, list[tuple[list[int], int, tuple[int, str] | None]]] = {}
+    for item in per:
+        parts.setdefault(item[2][0] if item[2] else None, []).append(item)
+    sizes = tuple(sorted(k for k in parts if k is not None))
     out = []
-    for p in paths:
-        try:
-            t = read_one(p)
-        except TraceroofError as exc:
-            warnings.append(f"capture trace {p} not used: {exc}")
-            continue
-        out.append(build_source(t.ops, t.host, p, same_trace=False))
+    for bs, items in parts.items():
+        prefix = None
+        if len(parts) > 1:
+            said = f"annotated batch size {bs}" if bs is not None else "whose annotations give no batch size"
+            prefix = (f"its {len(items)} replay{'s' if len(items) != 1 else ''} {said} (of {len(per)} replays of "
+                      f"these kernels, annotated {_sizes(sizes)})")
+        ask = _Ask(rank, names, items[0][2], sizes, max(s for _, s, _ in items))
+        out.append((ask, [rows for rows, _, _ in items], prefix))
     return out
-
-
-def capture_traces_beside(sources: list[str]) -> list[str]:
-    """The trace files in the capture folders (:data:`traceroof.io.CAPTURE_DIRS`) of the
-    folders holding ``sources``, sorted, without repeats."""
-    from .io import CAPTURE_DIRS
-    from .parsers import registry
-
-    suffixes = registry.folder_suffixes()
-    found: set[str] = set()
-    for s in sources:
-        for d in CAPTURE_DIRS:
-            folder = Path(s).parent / d
-            if folder.is_dir():
-                found.update(str(p) for p in folder.rglob("*") if p.is_file() and p.name.endswith(suffixes))
-    return sorted(found)
 
 
 #: a batch size in a serving framework's step annotation: SGLang ``step[DECODE bs=32]``, vLLM
 #: ``execute_32_context_0(…)_generation_32(…)`` (the tokens scheduled: a decode's batch size)
 _ANNOTATION_BS_RE = re.compile(r"(?i)\bbs\s*=\s*(\d+)|^execute_(\d+)_")
-#: the batch size in a capture trace's file name: SGLang ``bs_<bs>_rank<r>.json.gz``, vLLM
-#: ``capture_<size>_FULL….json.gz``
-_FILE_BS_RE = re.compile(r"(?i)(?:^|[_-])(?:bs|capture)_(\d+)(?=[_.-])")
 
 
-def batch_hint(host: pl.DataFrame, rank: int, launch_ns: int | None) -> tuple[int, str] | None:
-    """``(batch size, annotation)`` from the innermost host annotation on ``rank`` around
-    the graph launch at ``launch_ns`` that names one (:data:`_ANNOTATION_BS_RE`), else None."""
-    if launch_ns is None or host.height == 0:
+def batch_hints(host: pl.DataFrame) -> Callable[[int, int | None], tuple[int, str] | None]:
+    """A function ``(rank, launch_ns) → (batch size, annotation)`` or None: the innermost host
+    annotation of ``host`` on ``rank`` around the graph launch at ``launch_ns`` (ns) that
+    names a batch size (:data:`_ANNOTATION_BS_RE`), its batch size and name; None when none
+    does (or ``launch_ns`` is None). The annotations are read once."""
+    spans: dict[int, list[tuple[int, int, int, str]]] = {}
+    if host.height:
+        ann = host.filter(pl.col("cat") == "annotation", pl.col("dur_ns").is_not_null()).sort("start_ns")
+        for rank, start, dur, name in ann.select("rank", "start_ns", "dur_ns", "name").iter_rows():
+            m = _ANNOTATION_BS_RE.search(name or "")
+            if m:
+                spans.setdefault(int(rank), []).append((start, start + dur, int(m.group(1) or m.group(2)), name))
+    starts = {r: [x[0] for x in v] for r, v in spans.items()}
+
+    def at(rank: int, launch_ns: int | None) -> tuple[int, str] | None:
+        if launch_ns is None or rank not in spans:
+            return None
+        for i in range(bisect.bisect_right(starts[rank], launch_ns) - 1, -1, -1):
+            _start, end, bs, name = spans[rank][i]
+            if end > launch_ns:  # the latest-starting one around the launch: the innermost
+                return bs, name
         return None
-    around = host.filter(pl.col("cat") == "annotation", pl.col("rank") == rank, pl.col("start_ns") <= launch_ns,
-                         (pl.col("start_ns") + pl.col("dur_ns")) > launch_ns).sort("start_ns", descending=True)
-    for name in around["name"].to_list():
-        m = _ANNOTATION_BS_RE.search(name or "")
-        if m:
-            return int(m.group(1) or m.group(2)), name
-    return None
+
+    return at
 
 
-def _file_batch(label: str) -> int | None:
-    """The batch size a capture trace's file name says (:data:`_FILE_BS_RE`), else None."""
-    m = _FILE_BS_RE.search(Path(label).name)
-    return int(m.group(1)) if m else None
+def _sizes(sizes: tuple[int, ...]) -> str:
+    """``batch size 32`` or ``batch sizes 32, 64``."""
+    return f"batch size{'s' if len(sizes) != 1 else ''} {', '.join(map(str, sizes))}"
 
 
-def _from_captures(rank: int, replay: list[str], srcs: list[Source], method: str,
-                   hint: tuple[int, str] | None = None) -> tuple:
+def _from_captures(ask: _Ask, srcs: list[Source], method: str, unreadable: int = 0) -> tuple:
     """``(method, match, source, note)`` from the capture windows of ``srcs`` (of the same
     rank in the same trace; of any rank in a capture trace, which records one rank's capture
-    of graphs every rank captures alike), or ``(None, None, None, why not)``."""
-    n = len(replay)
-    every = [(s, q) for s in srcs for r, qs in s.captures.items() for q in qs if s.same_trace is False or r == rank]
+    of graphs every rank captures alike), or ``(None, None, None, why not)``. A capture fits
+    when it holds as many launches as a replay has kernels, its known kernel names agree, on
+    a replay that runs on several streams its ops' kinds agree with the kernels' where the
+    names are unknown (:func:`~traceroof.graph_match.kind_clash`), and its batch size agrees
+    with the annotation's (:func:`_by_batch`). ``unreadable``: capture traces found but not
+    read."""
+    n = len(ask.names)
+    label = method.replace("_", " ")
+    every = [(s, q) for s in srcs for r, qs in s.captures.items() for q in qs if s.same_trace is False or r == ask.rank]
     if not every:
-        return (None, None, None, "no capture window in the trace" if method == "capture_window"
-                else "no capture trace" if not srcs else "no capture window in the capture traces")
+        return (None, None, None, _no_capture(method, srcs, unreadable))
     same = [(s, q) for s, q in every if len(q.lenders) == n and any(x is not None for x in q.lenders)]
     fits = []
+    clash = None
     for s, q in same:
-        agree, disagree = name_check(replay, q)
-        if not disagree:
+        agree, disagree = name_check(ask.names, q)
+        if disagree:
+            continue
+        why = _kind_clash(ask, s, q)
+        if why is None:
             fits.append((agree, s, q))
+        elif clash is None:
+            clash = why
     if not fits:
         sizes = sorted({len(q.lenders) for _, q in every})
-        why = (f"captures of {n} launches, but their kernel names differ" if same else
+        why = (clash if clash is not None else f"captures of {n} launches, but their kernel names differ" if same else
                f"no capture of {n} kernel launches (captures hold {', '.join(map(str, sizes[:6]))})")
-        return (None, None, None, f"{method.replace('_', ' ')}: {why}")
+        return (None, None, None, f"{label}: {why}")
     best = max(a for a, _, _ in fits)
-    fits = [(a, s, q) for a, s, q in fits if a == best]
-    ops_of = {tuple(_lent_keys(s, q)) for _, s, q in fits}
-    note = None
-    if len(ops_of) > 1 and hint is not None:
-        picked = [(a, s, q) for a, s, q in fits if not s.same_trace and _file_batch(s.label) == hint[0]]
-        if picked and len({tuple(_lent_keys(s, q)) for _, s, q in picked}) == 1:
-            note = (f"{len(fits)} captures of {n} launches fit; the capture trace of batch size {hint[0]} "
-                    f"(its file name) was taken, as the annotation {hint[1][:60]!r} around the launch says")
-            fits, ops_of = picked, {0}  # type: ignore[assignment]
-    if len(ops_of) > 1:
-        return (None, None, None, f"{method.replace('_', ' ')}: ambiguous: {len(fits)} captures of {n} launches "
+    fits, note = _by_batch([(a, s, q) for a, s, q in fits if a == best], ask)
+    if not fits:
+        return (None, None, None, f"{label}: {note}")
+    if len({tuple(_lent_keys(s, q)) for _, s, q in fits}) > 1:
+        return (None, None, None, f"{label}: ambiguous: {len(fits)} captures of {n} launches "
                                   "with different ops or shapes fit")
     _, s, q = fits[-1]
     return (method, whole(q), s, note)
 
 
+def _no_capture(method: str, srcs: list[Source], unreadable: int) -> str:
+    """Why no capture window is there to take: none in the trace, no capture trace (or
+    ``unreadable`` found and not read), or none in the capture traces."""
+    if method == "capture_window":
+        return "no capture window in the trace"
+    s = "s" if unreadable != 1 else ""
+    if not srcs:
+        return (f"{unreadable} capture trace{s} found, none could be read (the warnings say why)" if unreadable
+                else "no capture trace")
+    return "no capture window in the capture traces" + (
+        f" ({unreadable} more capture trace{s} could not be read)" if unreadable else "")
+
+
+def _kind_clash(ask: _Ask, s: Source, q: Sequence) -> str | None:
+    """Why capture ``q`` of ``s`` cannot be lent position by position to a replay that runs
+    on several streams (its kernels' device order need not be the capture's launch order):
+    a kernel whose name ``q`` does not know is of another kind than the op it would take
+    (:func:`traceroof.costs.kind_of_kernel`, :func:`traceroof.costs.kind_of_op`, both
+    known). None when the replay runs on one stream, or every such position agrees."""
+    if ask.streams <= 1:
+        return None
+    kernel_kinds = [None if k == "other" else k for k in map(costs.kind_of_kernel, ask.names)]
+    op_names = s.rows["name"]
+    ops = [None if x is None else op_names[x] for x in q.lenders]
+    p = kind_clash(kernel_kinds, q, [None if o is None else costs.kind_of_op(o) for o in ops])
+    if p is None:
+        return None
+    return (f"the replay runs on {ask.streams} streams, so its kernels' device order need not be the capture's "
+            f"launch order, and its kernel {p + 1} ({_short(ask.names[p])}, {kernel_kinds[p]}) would take "
+            f"{ops[p]} ({costs.kind_of_op(ops[p] or '')}): refused, as no kernel name tells the branches apart")
+
+
+def _short(name: str, n: int = 48) -> str:
+    """``name`` cut to ``n`` characters (an ellipsis where cut)."""
+    return name if len(name) <= n else name[:n - 1] + "…"
+
+
+def _by_batch(fits: list[tuple], ask: _Ask) -> tuple[list[tuple], str | None]:
+    """The fits ``(agree, source, capture)`` the annotation's batch size allows, and a note
+    (which was taken, or why none). With a hint: those of its batch size, else those of an
+    unknown one (none when the kernels are replayed at several batch sizes, ``ask.strict``);
+    one of another batch size never. Without one: all, unless ``ask.strict``."""
+    if ask.hint is None:
+        if not ask.strict:
+            return fits, None
+        return [], (f"no batch size in the annotation around the launch, while these kernels are replayed at "
+                    f"{_sizes(ask.sizes)}: which capture it replays is unknown")
+    bs, ann = ask.hint
+    said = f"the annotation {ann[:60]!r} around the launch says"
+    sized = [(f, capture_batch(f[1], f[2])) for f in fits]
+    match = [f for f, b in sized if b is not None and b[0] == bs]
+    if match:
+        if len(match) == len(fits):
+            return match, None
+        how = next(b[1] for f, b in sized if f is match[0] and b is not None)
+        what = "capture" if match[0][1].same_trace else "capture trace"
+        return match, (f"{len(fits)} captures of {len(ask.names)} launches fit; the {what} of batch size {bs} "
+                       f"({how}) was taken, as {said}")
+    unknown = [f for f, b in sized if b is None]
+    if unknown and not ask.strict:
+        return unknown, None
+    if unknown:
+        return [], (f"these kernels are replayed at batch sizes {', '.join(map(str, ask.sizes))}, and no capture "
+                    f"that fits is known to be of batch size {bs}, which {said}")
+    other = ", ".join(f"{b[0]} ({b[1]})" for b in dict.fromkeys(b for _, b in sized if b is not None))
+    one = len(fits) == 1
+    return [], (f"{said} batch size {bs}, but the capture{'' if one else 's'} that fit{'s' if one else ''} "
+                f"{'is' if one else 'are'} of batch size {other}")
+
+
 def _lent_keys(s: Source, q: Sequence) -> list[tuple | None]:
     """The (op, shapes) each position of ``q`` lends (None: a launch with no op)."""
-    keys = _key(s.rows[[x for x in q.lenders if x is not None]])
+    keys = key(s.rows[[x for x in q.lenders if x is not None]])
     it = iter(keys)
     return [None if x is None else next(it) for x in q.lenders]
 
 
-def _from_eager(rank: int, replay: list[str], srcs: list[Source]) -> tuple:
+def _from_eager(ask: _Ask, srcs: list[Source]) -> tuple:
     """``('eager_match', match, source, None)`` from the best eager run (same rank of the
-    same trace first), or ``(None, None, None, why not)``."""
+    same trace first) whose ops' batch size does not contradict the annotation's
+    (:func:`_eager_batch_refusal`), or ``(None, None, None, why not)``."""
     best: tuple[int, Match | None, Source | None] = (0, None, None)
+    refused = None
     for s in srcs:
         for r, seq in s.eager.items():
-            if s.same_trace and r != rank:
+            if s.same_trace and r != ask.rank:
                 continue
-            m = eager_runs(replay, seq, s.op_kernels)
-            if m.matched > best[0]:
+            m = eager_runs(ask.names, seq, s.op_kernels)
+            if m.matched <= best[0]:
+                continue
+            why = _eager_batch_refusal(ask, s, m)
+            if why is None:
                 best = (m.matched, m, s)
+            elif refused is None:
+                refused = why
         if best[1] is not None and s.same_trace:
             break
     if best[1] is None:
-        return (None, None, None, f"no run of {MIN_RUN} or more of its kernel names ({MIN_DISTINCT} distinct) "
-                                  "in an eager run")
+        return (None, None, None, f"eager match: {refused}" if refused else
+                f"no run of {MIN_RUN} or more of its kernel names ({MIN_DISTINCT} distinct) in an eager run")
     return ("eager_match", best[1], best[2], None)
+
+
+def _eager_batch_refusal(ask: _Ask, s: Source, m: Match) -> str | None:
+    """Why eager match ``m`` (of ``s``) is not lent: its ops are of another batch size
+    (their leading dimension, :func:`~traceroof.graph_sources.ops_batch`) than the annotation says, or, when the
+    kernels are replayed at several batch sizes (``ask.strict``), not known to be of it.
+    None when nothing speaks against it."""
+    if ask.hint is None and not ask.strict:
+        return None
+    b = ops_batch(s, m.lenders)
+    if ask.hint is None:
+        return (f"no batch size in the annotation around the launch, while these kernels are replayed at "
+                f"{_sizes(ask.sizes)}: the eager ops' batch size cannot be checked")
+    bs, ann = ask.hint
+    if b is None:
+        return None if not ask.strict else (
+            f"these kernels are replayed at batch sizes {', '.join(map(str, ask.sizes))}, and the eager ops they "
+            f"match are not known to be of batch size {bs}, which the annotation {ann[:60]!r} says")
+    if b == bs:
+        return None
+    return (f"the annotation {ann[:60]!r} around the launch says batch size {bs}, but the eager ops its kernels "
+            f"match are of batch size {b} (their ops' leading dimension)")
 
 
 def _apply(ops: pl.DataFrame, kern: pl.DataFrame, plan: list, warnings: list[str]) -> Replays:

@@ -1,0 +1,208 @@
+"""Graph-replay sources: what one trace offers to attribute CUDA/HIP graph replays from.
+
+:mod:`traceroof.graph_replay` asks every source it has (the trace itself, then its capture
+traces) for the framework ops of each replayed graph. Here: a :class:`Source` built from one
+trace's op and host tables (:func:`build_source`: its capture windows' launch sequences, its
+eager kernels in device order), the capture traces found or given (:func:`capture_sources`),
+and the batch size a capture is of (:func:`capture_batch`: a capture trace's file name, else
+its ops' leading dimension).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from . import graph_capture
+from .errors import InputNotFoundError, TraceroofError
+from .graph_match import Sequence, leading_batch
+from .host import innermost_cpu_ops
+from .schema import HOST_SCHEMA, empty
+
+#: launch runtime calls a capture records as graph kernels (a graph launch inside a capture,
+#: or a host-function node, ``cudaLaunchHostFunc``, is not one)
+_LAUNCH_RE = r"(?i)launch"
+_GRAPH_LAUNCH_RE = r"(?i)graphlaunch|launchhostfunc"
+
+
+@dataclass
+class Source:
+    """What one trace offers to attribute replays from: ``rows``, the framework ops it can
+    lend (HOST_SCHEMA; a lender is a row index); ``captures``, per rank, the launch
+    sequences of its capture windows; ``eager``, per rank, its eager kernels in device
+    order; ``op_kernels``, lender → kernels it launched eagerly."""
+
+    label: str
+    same_trace: bool
+    rows: pl.DataFrame
+    captures: dict[int, list[Sequence]] = field(default_factory=dict)
+    eager: dict[int, Sequence] = field(default_factory=dict)
+    op_kernels: dict[int, int] = field(default_factory=dict)
+    #: lender → the leading dimension of its first input (:func:`lead`'s cache)
+    lead_dims: dict[int, int | None] = field(default_factory=dict)
+
+
+def resolve_given(given: list[str] | None) -> list[str] | None:
+    """The capture-trace files ``given`` names (None: look beside the trace; ``[]``: none).
+
+    Raises:
+        InputNotFoundError: one does not exist, or a given folder holds none.
+    """
+    from .io import resolve_inputs
+
+    if not given:
+        return given
+    try:
+        return resolve_inputs(given)
+    except InputNotFoundError as exc:
+        raise InputNotFoundError(f"capture trace {exc}") from None
+
+
+def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trace: bool) -> Source:
+    """The :class:`Source` of one trace (its op and host tables)."""
+    if host.height == 0:
+        return Source(label, same_trace, empty(HOST_SCHEMA))
+    rows = host[innermost_cpu_ops(host, ["rank", "external_id"])]
+    lender = rows.select("rank", "external_id").with_row_index("_l")
+    eager = (ops.filter(~pl.col("graph").fill_null(False), pl.col("external_id").is_not_null(),
+                        ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
+             .sort("rank", "start_ns", "stream")
+             .join(lender, on=["rank", "external_id"], how="left", maintain_order="left"))
+    src = Source(label, same_trace, rows)
+    for (rank,), g in eager.group_by("rank", maintain_order=True):
+        src.eager[int(rank)] = Sequence(g["name"].to_list(), g["_l"].to_list())
+    counts = eager.filter(pl.col("_l").is_not_null()).group_by("_l").len()
+    src.op_kernels = {int(a): int(b) for a, b in counts.iter_rows()}
+    src.captures = _window_sequences(host, lender, key(rows), _eager_names(eager, rows))
+    return src
+
+
+def key(rows: pl.DataFrame) -> list[tuple]:
+    """Per lender row: what identifies the op and its shapes (name, dims, types, concrete inputs)."""
+    return list(rows.select("name", "input_dims", "input_types", "concrete_inputs").iter_rows())
+
+
+def _eager_names(eager: pl.DataFrame, rows: pl.DataFrame) -> dict[tuple, list[str]]:
+    """(op, shapes) → the kernel names its first eager instance launched, in order."""
+    keys = key(rows)
+    out: dict[tuple, list[str]] = {}
+    seen: dict[tuple, int] = {}
+    for name, lend in eager.filter(pl.col("_l").is_not_null()).select("name", "_l").iter_rows():
+        k = keys[lend]
+        if seen.setdefault(k, lend) == lend:
+            out.setdefault(k, []).append(name)
+    return out
+
+
+def _window_sequences(host: pl.DataFrame, lender: pl.DataFrame, rows_keys: list[tuple],
+                      names: dict[tuple, list[str]]) -> dict[int, list[Sequence]]:
+    """Per rank, the launch sequence of each capture window: its launch runtime calls on the
+    capturing thread, in order, each lent the op of its External id; a launch's kernel name
+    where the op ran eagerly with the same shapes (its j-th launch: the eager j-th kernel)."""
+    win = graph_capture.windows(host)
+    if win.height == 0:
+        return {}
+    calls = host.filter(pl.col("cat") == "runtime", pl.col("name").str.contains(_LAUNCH_RE),
+                        ~pl.col("name").str.contains(_GRAPH_LAUNCH_RE)).sort("start_ns")
+    calls = calls.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
+    out: dict[int, list[Sequence]] = {}
+    for rank, thread, s, e in win.select("rank", "thread", "start_ns", "end_ns").iter_rows():
+        inside = calls.filter(pl.col("rank") == rank, pl.col("thread") == thread,
+                              pl.col("start_ns") >= s, pl.col("start_ns") < e)
+        lenders = inside["_l"].to_list()
+        nth: dict[int, int] = {}
+        known: list[str | None] = []
+        for lend in lenders:
+            if lend is None:
+                known.append(None)
+                continue
+            j = nth.get(lend, 0)
+            nth[lend] = j + 1
+            eager = names.get(rows_keys[lend], [])
+            known.append(eager[j] if j < len(eager) else None)
+        out.setdefault(int(rank), []).append(Sequence(known, lenders))
+    return out
+
+
+def capture_sources(sources: list[str], given: list[str] | None,
+                     warnings: list[str]) -> tuple[list[Source], int]:
+    """The capture traces, read, and how many could not be: those ``given`` (resolved,
+    :func:`resolve_given`), else those beside ``sources``. One that cannot be read is named
+    in ``warnings`` and left out."""
+    from .io import read_one
+
+    paths = given if given is not None else capture_traces_beside(sources)
+    out = []
+    for p in paths:
+        try:
+            t = read_one(p)
+        except TraceroofError as exc:
+            warnings.append(f"capture trace {p} not used: {exc}")
+            continue
+        out.append(build_source(t.ops, t.host, p, same_trace=False))
+    return out, len(paths) - len(out)
+
+
+def capture_traces_beside(sources: list[str]) -> list[str]:
+    """The trace files in the capture folders (:data:`traceroof.io.CAPTURE_DIRS`) of the
+    folders holding ``sources``, sorted, without repeats."""
+    from .io import CAPTURE_DIRS
+    from .parsers import registry
+
+    suffixes = registry.folder_suffixes()
+    found: set[str] = set()
+    for s in sources:
+        for d in CAPTURE_DIRS:
+            folder = Path(s).parent / d
+            if folder.is_dir():
+                found.update(str(p) for p in folder.rglob("*") if p.is_file() and p.name.endswith(suffixes))
+    return sorted(found)
+
+
+#: the batch size in a capture trace's file name: SGLang ``bs_<bs>_rank<r>.json.gz``, vLLM
+#: ``capture_<size>_FULL….json.gz``
+_FILE_BS_RE = re.compile(r"(?i)(?:^|[_-])(?:bs|capture)_(\d+)(?=[_.-])")
+
+
+def file_batch(label: str) -> int | None:
+    """The batch size a capture trace's file name says (:data:`_FILE_BS_RE`), else None."""
+    m = _FILE_BS_RE.search(Path(label).name)
+    return int(m.group(1)) if m else None
+
+
+def lead(s: Source, lender: int) -> int | None:
+    """The leading dimension of lender ``lender``'s first input (``Input Dims[0][0]``), None
+    when not recorded."""
+    if lender not in s.lead_dims:
+        try:
+            dims = json.loads(s.rows["input_dims"][lender] or "null")
+            first = dims[0] if isinstance(dims, list) and dims else None
+            s.lead_dims[lender] = int(first[0]) if isinstance(first, list) and first and isinstance(first[0], int) else None
+        except (ValueError, TypeError):
+            s.lead_dims[lender] = None
+    return s.lead_dims[lender]
+
+
+def ops_batch(s: Source, lenders: list[int | None]) -> int | None:
+    """The batch size the ops of ``lenders`` say (:func:`~traceroof.graph_match.leading_batch`
+    over each op instance once)."""
+    return leading_batch([lead(s, x) for x in dict.fromkeys(x for x in lenders if x is not None)])
+
+
+def capture_batch(s: Source, q: Sequence) -> tuple[int, str] | None:
+    """``(batch size, how it is known)`` of capture ``q`` of ``s``: a capture trace's file
+    name (:func:`file_batch`), else its ops' leading dimension (:func:`ops_batch`); None:
+    unknown."""
+    b = None if s.same_trace else file_batch(s.label)
+    if b is not None:
+        return b, "its file name"
+    b = ops_batch(s, q.lenders)
+    return None if b is None else (b, "its ops' leading dimension")
+
+
+__all__ = ["Source", "build_source", "capture_batch", "capture_sources", "capture_traces_beside", "file_batch",
+           "key", "lead", "ops_batch", "resolve_given"]
