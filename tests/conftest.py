@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,39 @@ def gqa8():
     from traceroof.model import load_model_config
 
     return load_model_config(MODELS / "llama2-7b-gqa8.json")
+
+
+# --------------------------------------------------------------------------- headless chromium
+# One browser for the whole session, here so that every module shares it: a session fixture
+# defined (or imported) in two test modules starts Playwright twice, and the second start
+# fails inside the first one's event loop.
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from test_web_browser import CHROMIUM, CHROMIUM_ARGS, _missing
+
+    why = _missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"browser tests must run in CI: {why}")
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page; ``page.errors`` collects console errors and uncaught exceptions."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.set_default_timeout(60_000)  # a loaded CI machine with software WebGL is slow
+    pg.errors = []
+    pg.on("console", lambda m: pg.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+    pg.on("pageerror", lambda e: pg.errors.append(f"pageerror: {e}"))
+    yield pg
+    ctx.close()

@@ -13,7 +13,6 @@ import pytest
 
 pytest.importorskip("dash", reason="the web extra (dash, plotly) is not installed")
 
-import test_web_browser as _wb  # noqa: E402
 from live_helpers import JAX_TARGET, Processes, gpu_trace, kill_group  # noqa: E402
 from test_web_app import wait_until_up  # noqa: E402
 
@@ -21,7 +20,6 @@ from traceroof.analysis import load_report  # noqa: E402
 from traceroof.web.live import LiveState, Watcher, history_figure  # noqa: E402
 
 pytestmark = [pytest.mark.browser]
-browser, page = _wb.browser, _wb.page  # the headless chromium fixtures of test_web_browser
 
 #: the status line's text, or null before Dash rendered the page
 STATUS_JS = "(document.querySelector('#live-status') || {}).innerText"
