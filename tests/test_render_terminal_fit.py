@@ -140,3 +140,20 @@ def test_real_tensile_gemms_show_their_macro_tile():
     for label, cell in zip(labels, cells):
         if label in tiles:
             assert tiles[label] in cell, (tiles[label], cell)
+
+
+def test_hfu_line_says_why_it_is_unknown_or_only_a_lower_bound():
+    from traceroof import analyze, read_trace
+    from traceroof.render import sections
+
+    # every step of the Falconsai trace is partial: HFU unknown for that reason (it has FLOPs)
+    r = analyze(read_trace(real("TraceLens/tests/traces/h100/Falconsai_nsfw_image_detection__1016002.json.gz")))
+    assert r.coverage.costed_share == 1.0 and r.steps["partial"].all()
+    hfu = dict(sections.summary(r))["HFU"]
+    assert hfu == "unknown: no complete step, every step is partial (accounting rule 5)"
+    # SGLang's graph-replayed decode: 1.1 % costed, so the HFU is a lower bound and says so
+    r = analyze(read_trace(real("TraceLens/tests/traces/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")))
+    unknown = 1 - r.coverage.costed_share + (r.coverage.bytes_only_share or 0)
+    assert unknown > 0.9
+    assert dict(sections.summary(r))["HFU"].endswith(
+        f"; a lower bound: the FLOPs of {100 * unknown:.1f} % of device time are unknown (cost coverage)")

@@ -225,7 +225,7 @@ def test_keys_present_only_sometimes_stay_absent_and_hfu_above_100_is_an_inconsi
     assert list(hfu_inc) == ["what", "value", "suspects"] and hfu_inc["what"] == "HFU above 100 %"
     assert list(mfu_inc) == ["what", "value", "suspects"] and mfu_inc["what"] == "MFU" and mfu_inc["value"] > 1
     validate_report(json.loads(r.to_json()))
-    assert "not shown: above 100 %" in render(r, "markdown")
+    assert "HFU came out above 100 %, an inconsistency" in render(r, "markdown")
     empty = analysis.analyze(read_trace(real("HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))).to_dict()
     assert empty["summary"] == {"steps": 0} and empty["chip"] == {} and empty["filters"] == {}
     assert list(empty["coverage"]) == ["device_time_ns", "costed_share", "shapes_share", "trace_share"]

@@ -127,7 +127,7 @@ def check(
         if floor is None:
             continue
         v = _metric(report, key)
-        detail = "" if v is not None else _why_unknown(report, key)
+        detail = "" if v is not None else why_unknown(report, key)
         res.checks.append(Check(label, v, floor, ">=", v is not None and v >= floor, detail))
     if baseline is not None:
         if max_drop is not None:
@@ -138,14 +138,14 @@ def check(
                 limit = b - max_drop
                 res.checks.append(Check(f"{label} vs baseline", c, limit, ">=", c is not None and c >= limit,
                                         f"baseline {100 * b:.2f} %, max drop {100 * max_drop:.2f} pp"
-                                        + ("" if c is not None else f"; {_why_unknown(report, key)}")))
+                                        + ("" if c is not None else f"; {why_unknown(report, key)}")))
         if max_step_time_increase is not None:
             b, c = _metric(baseline, "step_time_ns"), _metric(report, "step_time_ns")
             if b is not None:
                 limit = b * (1 + max_step_time_increase)
                 res.checks.append(Check("step time vs baseline", c, limit, "<=", c is not None and c <= limit,
                                         f"baseline {b / 1e6:.4g} ms, max +{100 * max_step_time_increase:.1f} %"
-                                        + ("" if c is not None else f"; {_why_unknown(report, 'step_time_ns')}")))
+                                        + ("" if c is not None else f"; {why_unknown(report, 'step_time_ns')}")))
     if baseline is not None and not res.passed:
         res.explain = explain(baseline, report)
     if not res.checks:
@@ -183,7 +183,7 @@ def explain(baseline: Report, report: Report, top: int = 5) -> list[str]:
     return out
 
 
-def _why_unknown(report: Report, key: str) -> str:
+def why_unknown(report: Report, key: str) -> str:
     """Why metric ``key`` is unknown in ``report``: no complete step (accounting rule 5), a
     value above 100 % (an inconsistency), no model FLOPs for MFU, else no cost."""
     st = report.summary.step

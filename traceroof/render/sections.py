@@ -163,6 +163,23 @@ _BUCKET_WORDS = {"before_first_step": "before the first step", "after_last_step"
                  "graph_capture": "under graph capture", "outside_recording": "outside the recording"}
 
 
+#: above this share of device time with unknown FLOPs, the HFU line says it is a lower bound
+HFU_BOUND_SHARE = 0.05
+
+
+def _hfu_bound(report: Report) -> str:
+    """``"; a lower bound: …"`` when the FLOPs of more than :data:`HFU_BOUND_SHARE` of the
+    device time are unknown (no cost model, or costed by bytes alone: the HFU leaves them
+    out, never counts them as 0); else ``""``."""
+    c = report.coverage
+    if c is None or c.costed_share is None:
+        return ""
+    unknown = (1.0 - c.costed_share) + (c.bytes_only_share or 0.0)
+    if unknown <= HFU_BOUND_SHARE:
+        return ""
+    return f"; a lower bound: the FLOPs of {units.pct(unknown)} of device time are unknown (cost coverage)"
+
+
 def _bucket_rows(tl: Any) -> list[tuple[str, str]]:
     """One line for the device time outside the steps (rule 2): per bucket, its time and
     ops, summed over the devices; none when all the recorded time is in steps."""
@@ -216,12 +233,13 @@ def summary(report: Report) -> list[tuple[str, str]]:
             f"{units.pct(h.value)}: {units.flops_per_s(h.achieved_flops_per_s)} achieved of "
             f"{units.flops_per_s(h.peak_flops_per_s)} {h.peak_dtype} dense peak "
             + ("(hardware FLOPs from the op table)" if per_dev is None else
-               f"per device (op-table FLOPs / (step time × {per_dev['n']} devices × peak); {per_dev['hfu']})"),
+               f"per device (op-table FLOPs / (step time × {per_dev['n']} devices × peak); {per_dev['hfu']})")
+            + _hfu_bound(report),
         ))
-    elif any("HFU" in i.what for i in report.inconsistencies):
-        rows.append(("HFU", "not shown: above 100 % (see inconsistencies)"))
     else:
-        rows.append(("HFU", "unknown (no costed FLOPs)"))
+        from ..gate import why_unknown
+
+        rows.append(("HFU", why_unknown(report, "hfu").replace(" in this report", "")))
     if s.mfu is not None and s.mfu.value is not None:
         rows.append(("MFU", f"{units.pct(s.mfu.value)} (model FLOPs, {s.mfu.note or ''})"))
     return rows
