@@ -127,3 +127,18 @@ def test_batch_too_small_for_the_layout(ref7b, h100) -> None:
     with pytest.raises(UsageError, match="fewer than one micro-batch"):
         plan_layout(ref7b, h100, Layout(dp=8), peak_flops_per_s=PEAK,
                     global_batch_tokens=4096, seq_len=4096)
+
+
+def test_a_layout_does_not_tell_the_user_to_shard_what_it_shards():
+    from traceroof.chips import get_chip
+    from traceroof.estimate_plan import plan_estimate
+    from traceroof.model_config import load_model_config
+
+    cfg = load_model_config(MODELS / "llama3-70b.json")
+    alone = plan_estimate(cfg, get_chip("h100"))
+    # 70B in bf16 (141 GB) does not fit one 80 GB H100: without a layout, shard them
+    assert any(n.endswith(": shard them") for n in alone.to_dict()["notes"])
+    laid = plan_estimate(cfg, get_chip("h100"), layout={"tp": 8, "pp": 4, "fsdp": 32}, global_batch_tokens=4e6)
+    notes = laid.to_dict()["notes"]
+    assert not any(n.endswith(": shard them") for n in notes)
+    assert any("the parallel section gives the memory per device of the layout" in n for n in notes)

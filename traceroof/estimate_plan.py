@@ -7,6 +7,8 @@ searched) and the serving plan. Pure: no printing, no files.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,6 +183,14 @@ def plan_estimate(cfg: ModelConfig, chip: Any, *, seq_len: int = 4096, batch: in
             hbm_bytes=est.hbm_bytes, tp=lay.tp, hbm_utilization=hbm_utilization,
             kv_budget_bytes=kv_budget_bytes, tpot_target_s=tpot_target_s,
             price_per_chip_hour_usd=price_per_chip_hour_usd)
+    if parallel is not None or found:
+        # the single-device note ("... do not fit in one device's HBM: shard them") is about
+        # the per-token numbers; with a layout, the memory per device under it says what fits
+        est = dataclasses.replace(est, notes=tuple(
+            n if not n.endswith(": shard them") else
+            n.replace(": shard them", ": the single-device numbers (KV budget, sequences that fit) assume "
+                      "them unsharded; the parallel section gives the memory per device of the layout")
+            for n in est.notes))
     return EstimatePlan(estimate=est, training_memory=tmem, inference_memory=imem,
                         training=train, parallel=parallel, layouts=tuple(found),
                         search_tried=tried, search_rejected=rejected, serving=serving)
