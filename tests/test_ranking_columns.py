@@ -221,3 +221,19 @@ def test_every_real_ranking_row_covers_the_same_ops(path: Path):
         if meas:
             assert r["efficiency"] == pytest.approx(exp / meas, rel=1e-9)
         assert r["costed"] == pytest.approx(meas / total if total else 0.0, rel=1e-9)
+
+
+def test_above_roof_suspects_name_the_roof_the_ops_were_judged_against():
+    import polars as pl
+
+    from traceroof import analyze, read_trace
+
+    r = analyze(read_trace(real("HolisticTraceAnalysis/tests/data/trace_diff/control/control.json.gz")), "a100")
+    above = [i for i in r.inconsistencies if i.what.startswith("op above its roof")]
+    assert above
+    for inc in above:
+        ops = r.ops.filter((pl.col("op") == inc.op) | (pl.col("name") == inc.op)).filter(pl.col("efficiency") > 1)
+        compute = (ops["bound"].cast(pl.String) == "compute").any()
+        # elementwise ops and copies (memory-bound) beat the HBM roof, not a FLOP peak
+        bw = f"bandwidth roof: {r.chip.hbm_bytes_per_s / 1e12:.3f} TB/s HBM"  # 2.039 TB/s: --chip a100 is the 80 GB SXM
+        assert inc.suspects[0].startswith("peak taken" if compute else bw), inc

@@ -217,21 +217,29 @@ def check_roofs(ops: pl.DataFrame, spec: ChipSpec, group_by: str = "op") -> list
     top = (
         above.group_by(group_label_expr(group_by).alias("label"))
         .agg(pl.len().alias("count"), pl.col("efficiency").max().alias("max_efficiency"),
-             pl.col("peak_dtype").first(), pl.col("cost_source").first())
+             pl.col("peak_dtype").first(), pl.col("cost_source").first(),
+             # the roof the ops were judged against: compute (a FLOP peak) or memory (bandwidth)
+             (pl.col("bound").cast(pl.String) == "compute").any().alias("_compute"))
         .sort(["count", "label"], descending=[True, False])
     )
     return [
         InconsistencyInfo(
             what="op above its roof (>100 % of roofline)",
             op=label, count=count, max_efficiency=eff,
-            suspects=[
-                f"peak taken: {pdt} on {spec.name}",
-                f"FLOP/byte formula ({src})",
-                "kernel duration clipped or concurrent-kernel timing",
-            ],
+            suspects=_roof_suspects(spec, pdt, src, compute),
         )
-        for label, count, eff, pdt, src in top.iter_rows()
+        for label, count, eff, pdt, src, compute in top.iter_rows()
     ]
+
+
+def _roof_suspects(spec: ChipSpec, peak_dtype: str | None, source: str, compute: bool) -> list[str]:
+    """What may be wrong when ops ran above their roof: for compute-bound ops the FLOP peak
+    taken; for memory-bound ones (and copies: no FLOPs) the bandwidth roof, which traffic
+    served from on-chip cache (L2 reuse, a small working set) beats."""
+    roof = (f"peak taken: {peak_dtype} on {spec.name}" if compute else
+            f"bandwidth roof: {units.bytes_per_s(spec.hbm_bytes_per_s)} HBM on {spec.name}, or a copy's link "
+            "(traffic served from L2 / on-chip cache is faster)")
+    return [roof, f"FLOP/byte formula ({source})", "kernel duration clipped or concurrent-kernel timing"]
 
 
 def compare_ranks(ops: pl.DataFrame, steps: pl.DataFrame, meta: TraceMeta,
