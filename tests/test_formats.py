@@ -173,13 +173,13 @@ def test_not_a_trace_messages_are_unchanged(tmp_path):
     zipped.write_bytes(b"PK\x03\x04\x14\x00\x00\x00\x08\x00" + b"\x00" * 40)
     with pytest.raises(TraceFormatError) as ei:
         detect_format(zipped)
-    assert str(ei.value) == (f"{zipped}: byte 0: a Kineto JSON trace (.json/.json.gz), an XSpace "
+    assert str(ei.value) == (f"{zipped}: byte 0: not a trace: expected a Kineto JSON trace (.json/.json.gz), an XSpace "
                              "(.xplane.pb) or a .tar.gz of traces")
     gz = tmp_path / "t.gz"
     gz.write_bytes(gzip.compress(b"PK\x03\x04 not a trace"))
     with pytest.raises(TraceFormatError) as ei:
         detect_format(gz)
-    assert str(ei.value) == f"{gz}: byte 0: gzip of a Kineto JSON trace or of a tar of traces"
+    assert str(ei.value) == f"{gz}: byte 0: not a trace: expected gzip of a Kineto JSON trace or of a tar of traces"
     # an empty file named as an XSpace goes to its reader, which says so
     ex = tmp_path / "empty.xplane.pb"
     ex.write_bytes(b"")

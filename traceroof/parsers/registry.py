@@ -238,10 +238,11 @@ def detect(path: str | os.PathLike[str], head: bytes | None = None) -> InputForm
         return best
     if h.gzip:
         kinds = [f.gzip_describe for f in _formats.values() if f.gzip_describe]
-        raise TraceFormatError(h.path, "byte 0", "gzip of " + " or of ".join(kinds))
+        raise TraceFormatError(h.path, "byte 0", "not a trace: expected gzip of " + " or of ".join(kinds))
     if not h.raw:
         raise TraceFormatError(h.path, "byte 0", "a trace, found an empty file")
-    raise TraceFormatError(h.path, "byte 0", _either([f.describe for f in _formats.values() if f.describe]))
+    raise TraceFormatError(h.path, "byte 0",
+                           "not a trace: expected " + _either([f.describe for f in _formats.values() if f.describe]))
 
 
 def unit_format(path: Path) -> InputFormat | None:
