@@ -203,7 +203,9 @@ def watch_command(folder: str, every_s: float, count: int | None, idle_timeout_s
 def _watch_text(landed: Any, history: Any) -> str:
     s = landed.report.summary
     n = len(history.names)
-    return "\n".join([f"[{n}] {landed.path}: {s.steps} steps", *("  " + ln for ln in history.lines())])
+    from .units import plural
+
+    return "\n".join([f"[{n}] {landed.path}: {plural(s.steps, 'step')}", *("  " + ln for ln in history.lines())])
 
 
 def capture_command(address: str, duration_s: float, steps: int | None, out_dir: str | None,
@@ -265,8 +267,10 @@ def _record(cap: Any, address: str, duration_s: float, steps: int | None, root: 
     else:
         trace = cap.capture_steps(address, steps, duration_s, root, timeout_s=timeout_s,
                                   on_attempt=recording)
-    _progress(f"parsed {trace.meta.sources[0]}: {trace.ops.height:,} ops, "
-              f"{cap.count_steps(trace)} steps")
+    from .units import plural
+
+    _progress(f"parsed {trace.meta.sources[0]}: {plural(trace.ops.height, 'op')}, "
+              f"{plural(cap.count_steps(trace), 'step')}")
     return trace
 
 
