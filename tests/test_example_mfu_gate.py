@@ -160,3 +160,17 @@ def test_gate_names_why_a_metric_is_unknown(tmp_path):
     res = check(r, min_hfu=0.01)
     (c,) = res.checks
     assert not c.passed and "no complete step" in c.detail and "rule 5" in c.detail
+
+
+def test_mfu_above_hfu_is_warned_and_below_it_is_not():
+    trace = read_trace(FIXTURES / "example_h100_decoder.json.gz")
+    base = analyze(trace, "h100")
+    hfu, flops = base.summary.hfu.value, base.summary.step.flops_per_step
+    assert 0 < hfu < 0.6 and base.coverage.costed_share == 1.0  # so 1.5 × HFU stays below 100 %
+    # model FLOPs 1.5× what the op table counted: MFU = 1.5 × HFU, a config that does not fit
+    over = analyze(trace, "h100", model_flops_per_step=1.5 * flops)
+    assert abs(over.summary.mfu.value - 1.5 * hfu) < 1e-9
+    (w,) = [x for x in over.warnings if x.startswith("MFU (")]
+    assert w.startswith(f"MFU ({1.5 * hfu:.1%}) is above HFU ({hfu:.1%})") and "are unknown for" not in w
+    under = analyze(trace, "h100", model_flops_per_step=0.5 * flops)
+    assert not [x for x in under.warnings if x.startswith("MFU (")]

@@ -376,6 +376,22 @@ def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[
     return warnings
 
 
+def mfu_above_hfu(summary: Summary, cov: Coverage) -> list[str]:
+    """A warning when MFU (model FLOPs) is above HFU (the FLOPs the op table counted): the
+    model config or tokens per step do not match the trace (MFU counts a subset of the work
+    HFU counts: no recomputation, no extra ops), unless the op table leaves FLOPs unknown
+    (ops without a cost model, or costed by bytes alone), which the warning says."""
+    mfu = summary.mfu.value if summary.mfu is not None else None
+    hfu = summary.hfu.value if summary.hfu is not None else None
+    if mfu is None or hfu is None or mfu <= hfu:
+        return []
+    unknown = (1.0 - cov.costed_share) + cov.bytes_only_share if cov.device_ns else 0.0
+    why = (f"; or the op table's FLOPs are short: they are unknown for {unknown:.1%} of device time"
+           if unknown > 0.01 else "")
+    return [f"MFU ({mfu:.1%}) is above HFU ({hfu:.1%}): the model FLOPs per step (--model, --tokens-per-step, "
+            f"--mode) do not match the trace, which ran fewer FLOPs than the model config says{why}"]
+
+
 def check_accounting(report: Report) -> Report:
     """``report`` with one warning per accounting violation (:func:`traceroof.accounting.check`,
     a few lines per rule with a count; docs/accounting.md) appended to its warnings."""
@@ -455,7 +471,8 @@ def analyze(
         steps=util.steps,
         ranking=ranking, ops=ops,
         warnings=unlaunched.replace_warning(graph_replay.replace_warning(
-            collect_warnings(meta, ops, costed.coverage), replays), replays, costed.coverage.device_ns),
+            collect_warnings(meta, ops, costed.coverage), replays), replays, costed.coverage.device_ns)
+        + mfu_above_hfu(util.summary, costed.coverage),
         inconsistencies=util.inconsistencies + above, findings=found,
         filters=Filters(rank=rank, step=step, group_by=group_by),
         ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,

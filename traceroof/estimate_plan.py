@@ -8,7 +8,6 @@ searched) and the serving plan. Pure: no printing, no files.
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass, field
 from typing import Any
 
