@@ -157,3 +157,16 @@ def test_hfu_line_says_why_it_is_unknown_or_only_a_lower_bound():
     assert unknown > 0.9
     assert dict(sections.summary(r))["HFU"].endswith(
         f"; a lower bound: the FLOPs of {100 * unknown:.1f} % of device time are unknown (cost coverage)")
+
+
+@pytest.mark.parametrize("cols", [80, 120])
+def test_a_number_stays_on_the_line_of_its_unit(cols):
+    from traceroof import analyze, read_trace
+    from traceroof.render.table import render as render_table
+
+    out = render_table(analyze(read_trace(real("TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"))),
+                       width=cols)
+    # no line (after its indent) starts with a unit whose number ended the line before
+    units_re = re.compile(r"^\s+(%|[kMGTPµmn]?(FLOP/s|B/s|s)|[KMGT]iB)(\s|$|[),;])")
+    assert not [ln for ln in out.splitlines() if units_re.match(ln)]
+    assert max(len(ln) for ln in out.splitlines()) <= cols

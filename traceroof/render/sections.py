@@ -67,6 +67,9 @@ def header(report: Report) -> list[tuple[str, str]]:
         whose = f"kernel time ({units.ns(kern_ns)})" if cov.kernel_time_ns else "device time"
         cov_line += (f"; {units.pct(linked_share)} of {whose} linked to a framework op, "
                      f"{units.pct(cov.linked_costed_share)} of that linked time costed")
+    f = report.filters
+    if f is not None and (f.step is not None or f.rank is not None):
+        cov_line += " (of the whole trace: --step/--rank narrow the ops shown, not the costing)"
     rows.append(("cost coverage", cov_line))
     if cov.graphs:
         rows.append(("graph replays", _graphs_line(cov.graphs)))

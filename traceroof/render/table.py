@@ -31,8 +31,11 @@ def render(report: Report, *, top: int = 20, width: int | None = None) -> str:
     kv = Table.grid(padding=(0, 2))
     kv.add_column(style="bold")
     kv.add_column()
-    for k, v in sections.header(report) + sections.summary(report) + light.headline(report):
-        kv.add_row(escape(k), escape(v))
+    rows = sections.header(report) + sections.summary(report) + light.headline(report)
+    # wrapped here, not by rich: a number never on another line than its unit (terminal.wrap)
+    room = max(20, width - max((len(k) for k, _ in rows), default=0) - 2)
+    for k, v in rows:
+        kv.add_row(escape(k), escape(terminal.wrap(v, room, "", "")))
     con.print(kv)
     con.print()
     _devices(con, report)

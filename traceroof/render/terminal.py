@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -59,11 +60,18 @@ def finish(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.split("\n"))
 
 
+#: a number and the unit after it (``243 µs``, ``0.5 %``, ``3.35 TB/s``): never split by a wrap
+_NUMBER_UNIT = re.compile(r"(\d) (?=%|[kMGTPµmn]?(?:FLOP/s|FLOP|B/s|B|s)\b|[KMGT]iB\b)")
+
+
 def wrap(text: str, cols: int, first: str = "  - ", rest: str = "    ") -> str:
     """``text`` wrapped at word boundaries to ``cols`` columns, the first line behind
-    ``first``, the others behind ``rest`` (long words, e.g. paths, are not broken)."""
-    return "\n".join(textwrap.wrap(text, width=cols, initial_indent=first, subsequent_indent=rest,
-                                   break_long_words=False, break_on_hyphens=False)) or first.rstrip()
+    ``first``, the others behind ``rest`` (long words, e.g. paths, are not broken, nor a
+    number from its unit)."""
+    held = _NUMBER_UNIT.sub("\\1\u00a0", text)  # textwrap breaks only at ASCII whitespace
+    lines = textwrap.wrap(held, width=cols, initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False)
+    return "\n".join(line.replace("\u00a0", " ") for line in lines) or first.rstrip()
 
 
 def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], cols: int, *,
