@@ -46,7 +46,7 @@ def render_chips(chips: Sequence[Any], fmt_name: str = "table", *, width: int | 
     rows = [_row(c) for c in chips]
     if fmt_name == "json":
         return json.dumps(rows, indent=2)
-    headers = ["key", "name"] + [f"{d} (TFLOP/s)" for d in CHIP_TABLE_DTYPES] + ["HBM (GB)", "HBM (TB/s)", "ridge bf16 (FLOP/B)"]
+    headers = ["key", "name"] + [f"{d} (TFLOP/s)" for d in CHIP_TABLE_DTYPES] + ["HBM (GB)", "HBM (TB/s)", "ridge bf16 (FLOP/B)"]  # fp16 where no bf16, marked
     body = []
     for r in rows:
         p = r["peak_flops_per_s"]
@@ -54,7 +54,9 @@ def render_chips(chips: Sequence[Any], fmt_name: str = "table", *, width: int | 
             [r["key"], r["name"]]
             + [f"{p[d] / 1e12:.4g}" if p.get(d) else "—" for d in CHIP_TABLE_DTYPES]
             + [f"{r['hbm_bytes'] / 1e9:.4g}", f"{r['hbm_bytes_per_s'] / 1e12:.4g}",
-               units.ratio(r["ridge_point_flops_per_byte"])]
+               # a chip without bf16 (V100, T4) shows its fp16 ridge, marked so
+               units.ratio(r["ridge_point_flops_per_byte"]) + ("" if p.get("bf16") or not p.get("fp16")
+                                                               or r["ridge_point_flops_per_byte"] is None else " fp16")]
         )
     if fmt_name == "markdown":
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
