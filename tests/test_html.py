@@ -72,7 +72,7 @@ def test_page_holds_headline_ranked_ops_findings_and_figures(qwen, page_html):
     for w in qwen.warnings:
         assert f"<li>{escape(w)}</li>" in page_html
     titles = re.findall(r'<div class="fig" data-figure="([^"]+)">', page_html)
-    assert titles == ["Roofline", "Timeline (rank 0 · step 6)", "Steps", "Waterfall (rank 0 · step 6)"]
+    assert titles == ["Roofline", "Timeline (rank 0 · step 6)", "Steps", "From the measured step to its speed of light"]
 
 
 def test_cli_picks_html_from_the_suffix(example_trace, tmp_path):
@@ -155,6 +155,8 @@ def test_page_renders_in_chromium_with_every_chart_drawn(qwen, page_html, tmp_pa
     assert roof["points"] == len(placeable) == 16
     assert "bars" in timeline["roles"] and timeline["bars"] > 0
     assert "breakdown" in steps["roles"]
-    # waterfall: wall, idle, uncosted, one gap bar per kind in step 6, the total
-    kinds = {str(o["kind"]) for o in qwen.ops.to_dicts() if o["step"] == 6}
-    assert waterfall["roles"] == ["waterfall"] and waterfall["bars"] == 3 + len(kinds) + 1
+    # the speed-of-light waterfall: the measured step, one bar per term (findings past the
+    # dashboard's top summed into one), the speed of light
+    from traceroof.web.light_view import bars
+
+    assert waterfall["roles"] == ["waterfall"] and waterfall["bars"] == len(bars(qwen.speed_of_light)) > 2

@@ -134,3 +134,13 @@ def test_notebook_figures_draw_in_chromium(executed, tmp_path):
         b.close()
     assert errors == []
     assert len(drawn) == 4 and all(n > 0 for n in drawn)
+
+
+def test_light_is_the_speed_of_light_waterfall_and_its_steps_add_up(example):
+    s = example.speed_of_light
+    fig = example.figures.light()
+    (w,) = fig.data
+    # the steps down sum to speed of light − measured, exactly as the report's waterfall terms
+    assert w.meta["down_ns"] == pytest.approx(s.speed_of_light_ns - s.measured_ns, abs=1e-6)
+    assert list(w.measure)[0] == "absolute" and list(w.measure)[-1] == "total"
+    assert w.y[0] == pytest.approx(s.measured_ns / 1e6) and w.y[-1] == pytest.approx(s.speed_of_light_ns / 1e6)

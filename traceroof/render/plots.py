@@ -191,8 +191,17 @@ class ReportFigures:
                   "step": name})
         return fig
 
+    def light(self) -> go.Figure:
+        """The waterfall from the measured step to its speed of light, as the dashboard and the
+        terminal show it (:func:`traceroof.web.light_view.waterfall_figure`; docs/speed-of-light.md):
+        its steps down add up to measured − speed of light."""
+        from ..web.light_view import waterfall_figure
+
+        return waterfall_figure(self.report)
+
     def _repr_html_(self) -> str:  # pragma: no cover - what Jupyter shows for ``report.figures``
-        return "<p>report.figures: roofline(), timeline(), steps(), waterfall() — each a plotly figure</p>"
+        return ("<p>report.figures: roofline(), timeline(), steps(), light() (measured step → speed of "
+                "light), waterfall() (one step's wall → Σ expected op times) — each a plotly figure</p>")
 
 
 def figure_list(report: Report) -> list[tuple[str, Any]]:
@@ -204,6 +213,14 @@ def figure_list(report: Report) -> list[tuple[str, Any]]:
         row = report.steps.filter((pl.col("rank") == rank) & (pl.col("step") == step)) if step is not None else None
         partial = ", partial" if row is not None and row.height and row["partial"][0] else ""
         which = f"rank {rank} · step {step}{partial}" if step is not None else f"rank {rank} · ops outside any step"
-        out = [("Roofline", figs.roofline()), (f"Timeline ({which})", figs.timeline()), *out,
-               (f"Waterfall ({which})", figs.waterfall())]
+        # the waterfall the terminal and the dashboard show: measured step → speed of light
+        # (traceroof.waterfall); the one-step wall → Σ expected waterfall where there is none
+        last = (("From the measured step to its speed of light", figs.light()) if _has_light(report)
+                else (f"Waterfall ({which})", figs.waterfall()))
+        out = [("Roofline", figs.roofline()), (f"Timeline ({which})", figs.timeline()), *out, last]
     return out
+
+
+def _has_light(report: Report) -> bool:
+    s = report.speed_of_light
+    return s is not None and s.measured_ns is not None
