@@ -133,3 +133,19 @@ def test_history_strip_axes_are_plain_decimals_not_si_prefixes():
     ys = [fig.layout[k] for k in ("yaxis", "yaxis2", "yaxis3")]
     assert [(y.exponentformat, y.tickformat) for y in ys] == [("none", "~r")] * 3
     assert list(fig.data[2].y) == [7.7e-5, 7.8e-5]  # HFU in %, unknown never 0
+
+
+def test_each_capture_shows_its_speed_of_light_waterfall():
+    from conftest import FIXTURES
+
+    from traceroof import analyze, read_trace
+    from traceroof.web.live import body
+
+    r = analyze(read_trace(FIXTURES / "example_h100_decoder.json.gz"), "h100")
+    blocks = body(r)
+    (overview,) = [b for b in blocks if getattr(b, "id", None) == "light-overview"]
+    graph = overview.children[1]
+    # the waterfall's steps down add up to speed of light − measured (traceroof.waterfall)
+    (w,) = graph.figure.data
+    s = r.speed_of_light
+    assert w.meta["down_ns"] == pytest.approx(s.speed_of_light_ns - s.measured_ns, abs=1e-6)

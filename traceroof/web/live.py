@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 
 from ..errors import TraceroofError
 from ..watch import History
-from . import figures, layout, views
+from . import figures, layout, light_view, views
 from .numbers import LINEAR_AXIS
 
 TICK_MS = 1000  # how often the page asks for news (ms)
@@ -188,11 +188,13 @@ def _cell(v: Any) -> str:
 
 
 def body(report: Any) -> list[Any]:
-    """The latest good capture: roofline, ranking, findings."""
+    """The latest good capture: the speed of light and its waterfall (folded; none without a
+    complete step), roofline, ranking, findings."""
     ops = report.ops
     by = (report.filters.group_by if report.filters else None) or "kernel"
     roof = figures.roofline_figure(ops, report.chip, by=by) if ops is not None and ops.height else None
     return [
+        *light_view.overview(report),
         html.H3("Roofline"), dcc.Graph(id="live-roofline", figure=roof) if roof else html.P("—"),
         html.H3("Ranking"), _ranking(report),
         html.H3("Findings"), layout.findings_list(report),
