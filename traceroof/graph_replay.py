@@ -47,7 +47,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -425,15 +425,61 @@ def _eager_batch_refusal(ask: _Ask, s: Source, m: Match) -> str | None:
             f"match are of batch size {b} (their ops' leading dimension)")
 
 
+@dataclass
+class Lending:
+    """What an attribution lends kernels before it is written: per op-table row its op name
+    and new External id, and the host rows the costing costs them by. ``next_id`` is the
+    next negative External id (never a Kineto one): every instance an op is lent to (a
+    replay, a run of unlaunched kernels) gets ids of its own, so it is costed once, in full."""
+
+    next_id: int = -1
+    rows: list[int] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    ext: list[int] = field(default_factory=list)
+    parts: list[pl.DataFrame] = field(default_factory=list)
+
+    def lend(self, src: Source, match: Match, rows: list[int], rank: int, names: list[str]) -> list[int]:
+        """Lend one instance its ops: ``rows`` are its kernels' op-table rows (position ``p``
+        as ``match`` numbers them), ``names`` ``src.rows``' op names; one new id per matched
+        group. Returns the rows given an op."""
+        used = sorted({g for g in match.groups if g is not None})
+        ids = {g: self.next_id - i for i, g in enumerate(used)}
+        self.next_id -= len(used)
+        lender_of = {g: match.lenders[p] for p, g in enumerate(match.groups) if g is not None}
+        lent = []
+        for p, r in enumerate(rows):
+            g = match.groups[p]
+            if g is None:
+                continue
+            self.rows.append(r)
+            self.ops.append(names[match.lenders[p]])
+            self.ext.append(ids[g])
+            lent.append(r)
+        if used:
+            self.parts.append(_shape_rows(src, [lender_of[g] for g in used], [ids[g] for g in used], rank))
+        return lent
+
+    def write(self, ops: pl.DataFrame) -> pl.DataFrame:
+        """``ops`` with the lent ``op`` and ``external_id`` set on the lent rows."""
+        if not self.rows:
+            return ops
+        upd = pl.DataFrame({"_r": self.rows, "_op": self.ops, "_ext": self.ext},
+                           schema={"_r": pl.UInt32, "_op": pl.String, "_ext": pl.Int64})
+        return (ops.with_row_index("_r").join(upd, on="_r", how="left", maintain_order="left")
+                .with_columns(pl.coalesce("_op", "op").alias("op"),
+                              pl.coalesce("_ext", "external_id").alias("external_id"))
+                .drop("_r", "_op", "_ext"))
+
+    def shape_rows(self) -> pl.DataFrame:
+        """The host rows under the new ids (HOST_SCHEMA), for the costing only."""
+        return pl.concat(self.parts) if self.parts else empty(HOST_SCHEMA)
+
+
 def _apply(ops: pl.DataFrame, kern: pl.DataFrame, plan: list, warnings: list[str]) -> Replays:
     """Write the plan into the op table, make the host rows under the new ids, describe it."""
-    rows_r: list[int] = []
-    ops_new: list[str] = []
-    ext_new: list[int] = []
-    shape_parts: list[pl.DataFrame] = []
+    lending = Lending()
     infos: list[GraphInfo] = []
     dur = dict(zip(kern["_r"].to_list(), kern["dur_ns"].to_list()))
-    next_id = -1
     per_rank: dict[int, int] = {}
     for rank, names, replays, (method, match, src, note) in plan:
         per_rank[rank] = per_rank.get(rank, 0) + 1
@@ -444,35 +490,15 @@ def _apply(ops: pl.DataFrame, kern: pl.DataFrame, plan: list, warnings: list[str
                                    kernels_matched=0, device_time_ns=total_ns, attributed_ns=0, note=note or None))
             continue
         lend_names = src.rows["name"].to_list()
-        used = sorted({g for g in match.groups if g is not None})
-        lender_of = {g: match.lenders[p] for p, g in enumerate(match.groups) if g is not None}
-        attributed = 0
-        for rep in replays:
-            ids = {g: next_id - i for i, g in enumerate(used)}
-            next_id -= len(used)
-            for p, r in enumerate(rep):
-                g = match.groups[p]
-                if g is None:
-                    continue
-                rows_r.append(r)
-                ops_new.append(lend_names[match.lenders[p]])
-                ext_new.append(ids[g])
-                attributed += dur[r] or 0
-            shape_parts.append(_shape_rows(src, [lender_of[g] for g in used], [ids[g] for g in used], rank))
+        attributed = sum(dur[r] or 0 for rep in replays for r in lending.lend(src, match, rep, rank, lend_names))
         infos.append(GraphInfo(rank=rank, graph=per_rank[rank], launches=len(replays),
                                kernels_per_replay=len(names), method=method,
                                source=None if src.same_trace else src.label,
                                kernels_matched=match.matched, device_time_ns=total_ns, attributed_ns=attributed,
                                note=note or None))
-    if rows_r:
-        upd = pl.DataFrame({"_r": rows_r, "_op": ops_new, "_ext": ext_new},
-                           schema={"_r": pl.UInt32, "_op": pl.String, "_ext": pl.Int64})
-        ops = (ops.with_row_index("_r").join(upd, on="_r", how="left", maintain_order="left")
-               .with_columns(pl.coalesce("_op", "op").alias("op"), pl.coalesce("_ext", "external_id").alias("external_id"))
-               .drop("_r", "_op", "_ext"))
-    shape_rows = pl.concat(shape_parts) if shape_parts else empty(HOST_SCHEMA)
+    ops = lending.write(ops)
     warnings = warnings + _warnings(infos, int(ops["dur_ns"].sum() or 0))
-    return Replays(ops, shape_rows, infos, warnings)
+    return Replays(ops, lending.shape_rows(), infos, warnings)
 
 
 def _shape_rows(src: Source, lenders: list[int], ids: list[int], rank: int) -> pl.DataFrame:

@@ -26,7 +26,7 @@ import dataclasses
 import polars as pl
 
 from .graph_match import MIN_RUN, eager_runs
-from .graph_replay import Replays, build_source
+from .graph_replay import Lending, Replays, build_source
 from .sections import UnlaunchedInfo
 
 #: the parse warning :func:`replace_warning` replaces (``kineto_link._warn_links``)
@@ -78,48 +78,25 @@ def attribute(replays: Replays, host: pl.DataFrame) -> Replays:
     src = build_source(ops, host, "eager", same_trace=True)
     dur = dict(zip(kern["_r"].to_list(), kern["dur_ns"].to_list(), strict=True))
     ext = ops["external_id"].min()
-    next_id = min(int(ext) if ext is not None else 0, 0) - 1
-    rows_r, ops_new, ext_new, parts, matched, attributed = [], [], [], [], 0, 0
+    # below every id the graph replays took
+    lending = Lending(next_id=min(int(ext) if ext is not None else 0, 0) - 1)
+    matched, attributed = 0, 0
     lend_names = src.rows["name"].to_list()
     for rank, rows, names in _runs(kern):
         seq = src.eager.get(rank)
         if seq is None or len(rows) < MIN_RUN:
             continue
-        m = eager_runs(names, seq, src.op_kernels)
-        used = sorted({g for g in m.groups if g is not None})
-        if not used:
-            continue
-        ids = {g: next_id - i for i, g in enumerate(used)}
-        next_id -= len(used)
-        for p, r in enumerate(rows):
-            g = m.groups[p]
-            if g is None:
-                continue
-            rows_r.append(r)
-            ops_new.append(lend_names[m.lenders[p]])
-            ext_new.append(ids[g])
-            matched += 1
-            attributed += dur[r] or 0
-        lenders = [next(m.lenders[p] for p, x in enumerate(m.groups) if x == g) for g in used]
-        parts.append(_shape_rows(src.rows, lenders, [ids[g] for g in used], rank))
-    if not rows_r:
+        lent = lending.lend(src, eager_runs(names, seq, src.op_kernels), rows, rank, lend_names)
+        matched += len(lent)
+        attributed += sum(dur[r] or 0 for r in lent)
+    if not lending.rows:
         return dataclasses.replace(replays, unlaunched=UnlaunchedInfo(
             kernels=n_miss, device_time_ns=total_ns, kernels_matched=0, attributed_ns=0, method="unattributed"))
-    upd = pl.DataFrame({"_r": rows_r, "_op": ops_new, "_ext": ext_new},
-                       schema={"_r": pl.UInt32, "_op": pl.String, "_ext": pl.Int64})
-    ops = (ops.with_row_index("_r").join(upd, on="_r", how="left", maintain_order="left")
-           .with_columns(pl.coalesce("_op", "op").alias("op"), pl.coalesce("_ext", "external_id").alias("external_id"))
-           .drop("_r", "_op", "_ext"))
     info = UnlaunchedInfo(kernels=n_miss, device_time_ns=total_ns, kernels_matched=matched,
                           attributed_ns=attributed, method="eager_match")
-    return dataclasses.replace(replays, ops=ops, shape_rows=pl.concat([replays.shape_rows, *parts]),
+    return dataclasses.replace(replays, ops=lending.write(ops),
+                               shape_rows=pl.concat([replays.shape_rows, lending.shape_rows()]),
                                unlaunched=info)
-
-
-def _shape_rows(rows: pl.DataFrame, lenders: list[int], ids: list[int], rank: int) -> pl.DataFrame:
-    """Copies of the lender host rows under the new External ids (the costing's only)."""
-    return rows[lenders].with_columns(pl.Series("external_id", ids, dtype=pl.Int64),
-                                      pl.lit(rank, pl.Int32).alias("rank"))
 
 
 def replace_warning(warnings: list[str], replays: Replays, device_ns: int) -> list[str]:
