@@ -14,7 +14,10 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,6 +84,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def silent_acceptor() -> Iterator[int]:
+    """A loopback port that accepts TCP connections and never sends a byte (the port); the
+    listener and every accepted connection are closed on exit."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                pass
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        th.join(timeout=10)
+        for c in held:
+            c.close()
+        srv.close()
 
 
 def kill_group(p: subprocess.Popen) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from live_helpers import silent_acceptor
 
 from traceroof import capture as cap
 
@@ -122,36 +123,13 @@ def test_silent_server_times_out(tmp_path):
     """A port that accepts TCP and never speaks: the probe gives up after PROBE_TIMEOUT_S
     (5 s) of silence, before any client runs."""
     pytest.importorskip("xprof")
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    port = srv.getsockname()[1]
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                pass
-
-    th = threading.Thread(target=accept, daemon=True)
-    th.start()
-    try:
+    with silent_acceptor() as port:
         t0 = time.monotonic()
         with pytest.raises(cap.CaptureTimeoutError) as exc:
             cap.capture_xplane(f"127.0.0.1:{port}", 0.5, tmp_path, timeout_s=3, retries=0)
         elapsed = time.monotonic() - t0
         assert cap.PROBE_TIMEOUT_S <= elapsed < cap.PROBE_TIMEOUT_S + 5
         assert exc.value.exit_code == 8
-    finally:
-        stop.set()
-        th.join()
-        for c in held:
-            c.close()
-        srv.close()
 
 
 # --- client behaviour with a stand-in client (no jax needed) --------------------------------

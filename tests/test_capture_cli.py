@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import threading
 import time
 from pathlib import Path
 
 import polars as pl
 import pytest
-from live_helpers import JAX_TARGET, Processes, free_port, kill_group, traceroof
+from live_helpers import (
+    JAX_TARGET,
+    Processes,
+    free_port,
+    kill_group,
+    silent_acceptor,
+    traceroof,
+)
 
 from traceroof.parsers import xplane
 
@@ -124,28 +130,8 @@ def test_xprof_client_log_names_http_too(http_server, tmp_path):
 @pytest.fixture
 def silent_port():
     """A port that accepts TCP connections and never sends a byte."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    srv.settimeout(0.2)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                pass
-
-    th = threading.Thread(target=accept, daemon=True)
-    th.start()
-    yield srv.getsockname()[1]
-    stop.set()
-    th.join(timeout=10)
-    for c in held:
-        c.close()
-    srv.close()
+    with silent_acceptor() as port:
+        yield port
 
 
 def test_a_silent_acceptor_times_out_at_the_probe_bound(silent_port):
