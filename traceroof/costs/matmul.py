@@ -94,15 +94,26 @@ def addmm(a: OpArgs) -> OpCost | None:
                  _out_arg(a, 6 if with_dtype else 5), x.dtype)
 
 
-@register_cost("aten::bmm", kind="matmul")
-def bmm(a: OpArgs) -> OpCost | None:
-    """``bmm(self [b, m, k], mat2 [b, k, n]) -> [b, m, n]``: 2·b·m·n·k FLOPs (torch ``bmm_flop``)."""
-    x, w = a.tensor(0), a.tensor(1)
+def batched_mnk(x: Tensor | None, w: Tensor | None) -> tuple[int, int, int, int] | None:
+    """``(b, m, n, k)`` of a batched product ``x [b, m, k] @ w [b, k, n]`` (bmm, baddbmm,
+    addbmm, the 3-D grouped GEMMs); None when either operand is missing or not 3-D, or the
+    batch or inner dims disagree."""
     if x is None or w is None or x.ndim != 3 or w.ndim != 3:
         return None
     (b, m, k), (b2, k2, n) = x.shape, w.shape
     if b != b2 or k != k2:
         return None
+    return b, m, n, k
+
+
+@register_cost("aten::bmm", kind="matmul")
+def bmm(a: OpArgs) -> OpCost | None:
+    """``bmm(self [b, m, k], mat2 [b, k, n]) -> [b, m, n]``: 2·b·m·n·k FLOPs (torch ``bmm_flop``)."""
+    x, w = a.tensor(0), a.tensor(1)
+    bmnk = batched_mnk(x, w)
+    if bmnk is None:
+        return None
+    b, m, n, k = bmnk
     out_dtype = a.scalar_type(2) or x.dtype
     return _cost(matmul_flops(m, n, k, b), [x, w], (b, m, n), out_dtype, _out_arg(a, 2), x.dtype)
 
@@ -114,11 +125,10 @@ def baddbmm(a: OpArgs) -> OpCost | None:
     2·b·m·n·k FLOPs (torch ``baddbmm_flop``); ``self`` is read unless ``beta == 0``.
     """
     c, x, w = a.tensor(0), a.tensor(1), a.tensor(2)
-    if x is None or w is None or x.ndim != 3 or w.ndim != 3:
+    bmnk = batched_mnk(x, w)
+    if bmnk is None:
         return None
-    (b, m, k), (b2, k2, n) = x.shape, w.shape
-    if b != b2 or k != k2:
-        return None
+    b, m, n, k = bmnk
     if a.number(3) == 0.0:
         c = None
     return _cost(matmul_flops(m, n, k, b), [c, x, w], (b, m, n), x.dtype, _out_arg(a, 5), x.dtype)
@@ -131,11 +141,10 @@ def addbmm(a: OpArgs) -> OpCost | None:
     2·b·m·n·k FLOPs (the products; the reduction over ``b`` is the adds already counted).
     """
     c, x, w = a.tensor(0), a.tensor(1), a.tensor(2)
-    if x is None or w is None or x.ndim != 3 or w.ndim != 3:
+    bmnk = batched_mnk(x, w)
+    if bmnk is None:
         return None
-    (b, m, k), (b2, k2, n) = x.shape, w.shape
-    if b != b2 or k != k2:
-        return None
+    b, m, n, k = bmnk
     if a.number(3) == 0.0:
         c = None
     return _cost(matmul_flops(m, n, k, b), [c, x, w], (m, n), x.dtype, _out_arg(a, 5), x.dtype)

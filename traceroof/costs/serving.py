@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .args import OpArgs, Tensor, total_bytes
 from .attention import attention_flops, attention_pairs
+from .matmul import batched_mnk
 from .registry import OpCost, register_cost, register_uncosted
 
 # --------------------------------------------------------------------------- activations
@@ -159,11 +160,10 @@ def grouped_mm(a: OpArgs) -> OpCost | None:
     a dim by the *values* of ``offs``, which Kineto does not record: ``None`` (unknown). The
     compute dtype is :func:`gemm_dtype` (fp8 operands: the fp8 peak)."""
     x, w = a.tensor(0), a.tensor(1)
-    if x is None or w is None or x.ndim != 3 or w.ndim != 3:
+    gmnk = batched_mnk(x, w)
+    if gmnk is None:
         return None
-    (g, m, k), (g2, k2, n) = x.shape, w.shape
-    if g != g2 or k != k2:
-        return None
+    g, m, n, k = gmnk
     scaled = a.op.startswith("aten::_scaled_grouped_mm")
     out_dtype = a.scalar_type(7 if scaled else 4) or (None if scaled else x.dtype)
     extra = [a.tensor(i) for i in ((2, 3, 5, 6) if scaled else (3,))]
