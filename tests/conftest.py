@@ -37,6 +37,20 @@ def load_json(path: Path) -> Any:
     return json.loads(data)
 
 
+def union_ns(spans: list[tuple[int, int]]) -> int:
+    """Length (ns) of the union of half-open ``[start, end)`` spans, by a sort and a sweep: the
+    tests' oracle for busy time, written apart from :mod:`traceroof.intervals` on purpose."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0)
+
+
 def kineto(events: list[dict], **header: Any) -> bytes:
     """A minimal Kineto JSON document as bytes."""
     return json.dumps({"schemaVersion": 1, **header, "traceEvents": events}).encode()

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import polars as pl
-from conftest import real
+from conftest import real, union_ns
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracegen import H100_SXM_PROPS
@@ -28,24 +28,12 @@ from traceroof.web import figures
 TPU = ("xprof", "xprof", "convert", "test_xplanes", "tpu_inference_2.xplane.pb")
 
 
-def _union_ns(spans: list[tuple[int, int]]) -> int:
-    """Length (ns) of the union of ``[start, end)`` spans: sort, merge, sum."""
-    tot, cur_s, cur_e = 0, None, None
-    for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                tot += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return tot + (cur_e - cur_s if cur_e is not None else 0)
-
 
 def _per_device_busy(ops: pl.DataFrame) -> dict[int, int]:
     """Per device of ``ops``: the union (ns) of its ops' intervals over all its streams."""
     out = {}
     for (dev,), g in ops.partition_by("device", as_dict=True).items():
-        out[int(dev)] = _union_ns(list(zip(g["start_ns"].to_list(), (g["start_ns"] + g["dur_ns"]).to_list())))
+        out[int(dev)] = union_ns(list(zip(g["start_ns"].to_list(), (g["start_ns"] + g["dur_ns"]).to_list())))
     return out
 
 
@@ -170,7 +158,7 @@ def _step_unions(r, dev: int, steps: list[int]) -> list[int]:
     out = []
     for s in steps:
         g = r.ops.filter((pl.col("device") == dev) & (pl.col("step") == s))
-        out.append(_union_ns(list(zip(g["start_ns"].to_list(), (g["start_ns"] + g["dur_ns"]).to_list()))))
+        out.append(union_ns(list(zip(g["start_ns"].to_list(), (g["start_ns"] + g["dur_ns"]).to_list()))))
     return out
 
 
@@ -283,7 +271,7 @@ def test_generated_devices_every_claim_within_its_device(devs, tmp_path_factory)
     lo = min(ts for ks in devs.values() for _, ts, _, _ in ks) * 1000
     hi = max(ts + d for ks in devs.values() for _, ts, d, _ in ks) * 1000
     # the oracle: each device's union from the raw events (µs → ns), not from the op table
-    busy = {dev: _union_ns([(ts * 1000, (ts + d) * 1000) for _, ts, d, _ in ks]) for dev, ks in devs.items()}
+    busy = {dev: union_ns([(ts * 1000, (ts + d) * 1000) for _, ts, d, _ in ks]) for dev, ks in devs.items()}
     rows = {d.device: d for d in r.summary.devices}
     assert sorted(rows) == sorted(devs)
     for dev, row in rows.items():

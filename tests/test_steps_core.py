@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import union_ns
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracegen import Kernel, TraceBuilder
@@ -18,20 +19,6 @@ import traceroof
 
 BF16 = ["c10::BFloat16", "c10::BFloat16"]
 
-
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Length of the union of half-open [start, end) intervals, by a sort and a sweep."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
 
 
 def _build(plan: list[list[tuple[int, int, int]]], host_gap_ns: int = 0) -> TraceBuilder:
@@ -66,7 +53,7 @@ def _oracle(b: TraceBuilder, plan: list[list]) -> list[dict[str, int]]:
     every = [(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in b.kernels]
     out = []
     for s, e in zip(starts, ends):
-        busy = _union_ns([(max(a, s), min(z, e)) for a, z in every if a < e and z > s])
+        busy = union_ns([(max(a, s), min(z, e)) for a, z in every if a < e and z > s])
         n = sum(1 for a, _ in every if s <= a < e)
         out.append({"wall_ns": e - s, "busy_ns": busy, "idle_ns": e - s - busy, "ops": n})
     return out

@@ -13,7 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
-from conftest import REAL
+from conftest import REAL, union_ns
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracegen import Kernel, TraceBuilder
@@ -25,18 +25,6 @@ from traceroof.render.sections import summary as summary_rows
 BF16 = ["c10::BFloat16", "c10::BFloat16"]
 MM = ("aten::mm", [[64, 128], [128, 256]], BF16)
 
-
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Length of the union of half-open intervals, by a sort and a sweep."""
-    total, cur = 0, None
-    for s, e in sorted(intervals):
-        if cur is None or s > cur[1]:
-            if cur is not None:
-                total += cur[1] - cur[0]
-            cur = [s, e]
-        else:
-            cur[1] = max(cur[1], e)
-    return total + (cur[1] - cur[0] if cur else 0)
 
 
 def _analyze(tmp: Path, b: TraceBuilder, name: str = "t.json.gz"):
@@ -85,7 +73,7 @@ def test_lagging_device_steps_partition_the_device_timeline(tmp_path):
     assert [e - s for s, e in zip(starts, ends)] == [160_000] * 3
     assert got["wall_ns"].to_list() == [160_000] * 3
     # busy summed over the steps = the plain union of every kernel
-    assert int(got["busy_ns"].sum()) == _union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in ks])
+    assert int(got["busy_ns"].sum()) == union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in ks])
     # queue lag: median over the step's kernels of device start − launch start
     want = [int(statistics.median(k["start_ns"] - k["launch_ns"] for k in ks[4 * n: 4 * n + 4])) for n in range(3)]
     assert got["queue_lag_ns"].to_list() == want
@@ -231,7 +219,7 @@ def test_graph_capture_is_its_own_bucket_not_idle_nor_partial(tmp_path):
     dev_s = max([cap_s] + [k["start_ns"] + k["dur_ns"] for k in b.kernels if k["launch_ns"] < cap_s])
     inside = [k for k in b.kernels if dev_s <= k["start_ns"] < cap_e]
     assert bk["graph_capture"]["wall_ns"] == cap_e - dev_s and bk["graph_capture"]["ops"] == len(inside)
-    assert bk["graph_capture"]["busy_ns"] == _union_ns([(k["start_ns"], min(k["start_ns"] + k["dur_ns"], cap_e))
+    assert bk["graph_capture"]["busy_ns"] == union_ns([(k["start_ns"], min(k["start_ns"] + k["dur_ns"], cap_e))
                                                          for k in inside])
     # step 1's wall leaves the capture time out: its window less the capture window
     s1 = r.steps.filter(r.steps["step"] == 1).row(0, named=True)
@@ -290,7 +278,7 @@ def test_trace_diff_test_steps_have_the_profiler_step_period():
     dev = [(round(float(e["ts"]) * 1000), round((float(e["ts"]) + float(e.get("dur", 0))) * 1000)) for e in ev
            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     span = max(e for _, e in dev) - min(s for s, _ in dev)
-    assert abs(st.busy_fraction - _union_ns(dev) / span) < 1e-6
+    assert abs(st.busy_fraction - union_ns(dev) / span) < 1e-6
 
 
 # --------------------------------------------------------------------------- random traces
@@ -322,7 +310,7 @@ def test_random_traces_keep_the_time_rules(tmp_path, plan, sync, capture, junk, 
     for dev in {k["device"] for k in placed}:
         busy = sum(x["busy_ns"] for x in r.summary.timeline.buckets
                    if x["device"] == dev and x["bucket"] != "outside_recording")
-        assert busy == _union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in placed if k["device"] == dev])
+        assert busy == union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in placed if k["device"] == dev])
     assert _buckets(r).get("outside_recording", {"ops": 0})["ops"] == int(junk)
     assert r.ops.height == len(b.kernels)
 
@@ -391,7 +379,7 @@ def test_a_device_idle_through_a_step_has_that_step_as_idle(tmp_path):
     first = {n: min(k["start_ns"] for k in b.kernels if k["tag"] == str(n)) for n in range(4)}
     assert win[(1, 0)]["end_ns"] == win[(1, 1)]["start_ns"] == first[1]  # step 1's first kernel (on GPU 0)
     gpu1 = [k for k in b.kernels if k["device"] == 1]
-    busy1 = _union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in gpu1])
+    busy1 = union_ns([(k["start_ns"], k["start_ns"] + k["dur_ns"]) for k in gpu1])
     dev1 = next(d for d in r.summary.devices if d.device == 1)
     assert dev1.steps == 4 and dev1.busy_ns * 4 == busy1  # 9 kernels × 40 µs over 4 steps
     assert r.steps.filter(r.steps["step"] == 1)["devices"][0] == 2
