@@ -112,14 +112,30 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser):
-    """A fresh page; ``page.errors`` collects console errors and uncaught exceptions."""
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+def _new_page(browser, **context: Any):
+    """A page of a fresh context; ``page.errors`` collects console errors and uncaught
+    exceptions."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, **context)
     pg = ctx.new_page()
     pg.set_default_timeout(60_000)  # a loaded CI machine with software WebGL is slow
     pg.errors = []
     pg.on("console", lambda m: pg.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.errors.append(f"pageerror: {e}"))
+    return ctx, pg
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page (downloads accepted); ``page.errors`` as :func:`_new_page`."""
+    ctx, pg = _new_page(browser, accept_downloads=True)
+    yield pg
+    ctx.close()
+
+
+@pytest.fixture
+def offline_page(browser):
+    """A fresh page with the network cut off (a self-contained page must fetch nothing);
+    ``page.errors`` as :func:`_new_page`."""
+    ctx, pg = _new_page(browser, offline=True)
     yield pg
     ctx.close()

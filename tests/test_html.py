@@ -106,47 +106,21 @@ def test_summary_fragment_is_what_a_notebook_shows(qwen):
 
 
 # --------------------------------------------------------------------- browser
-def _missing() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the playwright package is not installed (.ci/browser-deps.sh)"
-    if not os.path.exists("/usr/bin/chromium"):
-        return "/usr/bin/chromium is missing: apt-get install chromium (.ci/browser-deps.sh)"
-    return None
-
-
 @pytest.mark.browser
-def test_page_renders_in_chromium_with_every_chart_drawn(qwen, page_html, tmp_path):
-    why = _missing()
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"browser tests must run in CI: {why}")
-        pytest.skip(why)
-    from playwright.sync_api import sync_playwright
-
+def test_page_renders_in_chromium_with_every_chart_drawn(qwen, page_html, tmp_path, offline_page):
+    pg = offline_page  # offline: nothing may be fetched
     path = tmp_path / "report.html"
     path.write_text(page_html)
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path="/usr/bin/chromium",
-                               args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        ctx = b.new_context(viewport={"width": 1400, "height": 1000}, offline=True)  # offline: nothing may be fetched
-        pg = ctx.new_page()
-        errors: list[str] = []
-        pg.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
-        pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-        pg.goto(path.as_uri())
-        pg.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=60_000)
-        pg.wait_for_timeout(300)
-        drawn = pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(g => ({"
-                            "roles: g.data.map(t => (t.meta || {}).role), "
-                            "points: g.data.filter(t => (t.meta || {}).role === 'ops').reduce((n, t) => n + t.x.length, 0), "
-                            "bars: g.querySelectorAll('.bars .point, .waterfall .point').length}))")
-        ARTIFACTS.mkdir(exist_ok=True)
-        pg.screenshot(path=str(ARTIFACTS / "html-report.png"), full_page=True)
-        ctx.close()
-        b.close()
-    assert errors == []
+    pg.goto(path.as_uri())
+    pg.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=60_000)
+    pg.wait_for_timeout(300)
+    drawn = pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(g => ({"
+                        "roles: g.data.map(t => (t.meta || {}).role), "
+                        "points: g.data.filter(t => (t.meta || {}).role === 'ops').reduce((n, t) => n + t.x.length, 0), "
+                        "bars: g.querySelectorAll('.bars .point, .waterfall .point').length}))")
+    ARTIFACTS.mkdir(exist_ok=True)
+    pg.screenshot(path=str(ARTIFACTS / "html-report.png"), full_page=True)
+    assert pg.errors == []
     assert len(drawn) == 4
     roof, timeline, steps, waterfall = drawn
     assert {"hbm", "roof", "ridge", "ops"} <= set(roof["roles"])

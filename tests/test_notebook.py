@@ -97,16 +97,7 @@ def test_the_example_notebook_runs(executed, example):
 
 
 @pytest.mark.browser
-def test_notebook_figures_draw_in_chromium(executed, tmp_path):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    why = None if sync_playwright and os.path.exists("/usr/bin/chromium") else "chromium/playwright missing (.ci/browser-deps.sh)"
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"browser tests must run in CI: {why}")
-        pytest.skip(why)
+def test_notebook_figures_draw_in_chromium(executed, tmp_path, offline_page):
     from plotly.offline import get_plotlyjs
 
     plots = [o["data"]["application/vnd.plotly.v1+json"] for o in _outputs(executed)
@@ -116,23 +107,15 @@ def test_notebook_figures_draw_in_chromium(executed, tmp_path):
     page = tmp_path / "nb.html"
     page.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><script>{get_plotlyjs()}</script></head>"
                     f"<body>{divs}<script>{calls}</script></body></html>")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox", "--disable-gpu"])
-        ctx = b.new_context(viewport={"width": 1200, "height": 900}, offline=True)
-        pg = ctx.new_page()
-        errors: list[str] = []
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.goto(page.as_uri())
-        pg.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(plots)}",
-                             timeout=60_000)
-        drawn = pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(g => "
-                            "g.querySelectorAll('.point, .scatterlayer .trace').length)")
-        ARTIFACTS.mkdir(exist_ok=True)
-        pg.screenshot(path=str(ARTIFACTS / "notebook-figures.png"), full_page=True)
-        ctx.close()
-        b.close()
-    assert errors == []
+    pg = offline_page
+    pg.goto(page.as_uri())
+    pg.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(plots)}",
+                         timeout=60_000)
+    drawn = pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(g => "
+                        "g.querySelectorAll('.point, .scatterlayer .trace').length)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    pg.screenshot(path=str(ARTIFACTS / "notebook-figures.png"), full_page=True)
+    assert pg.errors == []
     assert len(drawn) == 4 and all(n > 0 for n in drawn)
 
 

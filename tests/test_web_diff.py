@@ -4,9 +4,7 @@ test-artifacts/ and, for the issue note, /tmp/u-overview.png and /tmp/u-diff.png
 
 from __future__ import annotations
 
-import os
 import shutil
-import threading
 
 import pytest
 from conftest import REAL
@@ -14,7 +12,7 @@ from conftest import REAL
 pytest.importorskip("dash", reason="the web extra (dash, plotly) is not installed")
 
 from test_web_app import start_serve, stop  # noqa: E402
-from test_web_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _missing, wait_graph  # noqa: E402
+from test_web_browser import ARTIFACTS, wait_graph  # noqa: E402
 
 from traceroof.analysis import load_report  # noqa: E402
 from traceroof.diff import compare  # noqa: E402
@@ -65,43 +63,8 @@ def test_overview_is_on_the_dashboard(pair):
     assert "waterfall-graph" in html and "light-overview" in html
 
 
-def _in_own_browser(check):
-    """Run ``check(page)`` in a chromium of its own, on a thread of its own: Playwright's sync
-    API refuses to start while another one (test_web_browser's session browser) runs its loop
-    on this thread. Raises what ``check`` raised; fails when the page logged an error."""
-    why = _missing()
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"browser tests must run in CI: {why}")
-        pytest.skip(why)
-    errors: list[BaseException] = []
-
-    def run():
-        from playwright.sync_api import sync_playwright
-
-        try:
-            with sync_playwright() as pw:
-                b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                pg = b.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-                pg.set_default_timeout(60_000)
-                logged: list[str] = []
-                pg.on("console", lambda m: logged.append(m.text) if m.type == "error" else None)
-                pg.on("pageerror", lambda e: logged.append(str(e)))
-                check(pg)
-                assert logged == [], logged
-                b.close()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
-            errors.append(exc)
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if errors:
-        raise errors[0]
-
-
 @pytest.mark.browser
-def test_browser_overview_and_compare_view(pair):
+def test_browser_overview_and_compare_view(pair, page):
     a, b = pair
     d = compare(a, b)
     ARTIFACTS.mkdir(exist_ok=True)
@@ -131,13 +94,15 @@ def test_browser_overview_and_compare_view(pair):
 
     proc, url = start_serve(str(CONTROL), "--chip", "a100")
     try:
-        _in_own_browser(overview)
+        overview(page)
+        assert page.errors == []
     finally:
         stop(proc)
     shutil.copy(ARTIFACTS / "dashboard-light.png", "/tmp/u-overview.png")
     proc, url = start_serve(str(CONTROL), "--chip", "a100", "--compare", str(TEST))
     try:
-        _in_own_browser(compare_view)
+        compare_view(page)
+        assert page.errors == []
     finally:
         stop(proc)
     shutil.copy(ARTIFACTS / "dashboard-diff.png", "/tmp/u-diff.png")
