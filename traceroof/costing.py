@@ -548,12 +548,6 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     cov.split_ops = int(
         ops.filter(pl.col("_nk") > 1).select(pl.struct(grp).n_unique()).item() if ops.height else 0
     )
-    unc = (
-        ops.filter(~_costed())
-        .group_by(pl.coalesce("op", "name").alias("l"))
-        .agg(pl.col("dur_ns").sum())
-    )
-    cov.uncosted_ns = {str(a): int(b) for a, b in unc.iter_rows()}
     cov.kernel_ns = int(kernels["dur_ns"].sum() or 0)
     kinds = ["collective", "memcpy", "memset"]
     bytes_only = ~pl.col("kind").cast(pl.String).is_in(kinds) & pl.col("bytes").is_not_null() & pl.col("flops").is_null()
@@ -562,12 +556,16 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     graph = pl.col("graph").fill_null(False).any() if "graph" in ops.columns else pl.lit(False)
     launched = (pl.col("launch_start_ns").is_not_null().any() if "launch_start_ns" in ops.columns
                 else pl.lit(True))
-    why = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l")).agg(
-        pl.col("op").first(), pl.col("kind").cast(pl.String).first(), pl.col("_dims").fill_null(False).any(),
-        pl.col("_tl").fill_null(False).any(), graph.alias("_g"), launched.alias("_la"))
-    cov.uncosted_why = {str(lbl): _why(op, kind, dims, tl, g, la) for lbl, op, kind, dims, tl, g, la in why.iter_rows()}
-    by_kind = ops.filter(~_costed()).group_by(pl.coalesce("op", "name").alias("l"), pl.col("kind").cast(pl.String)).agg(
-        pl.col("dur_ns").sum())
+    # the uncosted ops by label (op, else kernel name): their time and why, in one pass
+    uncosted = ops.filter(~_costed()).with_columns(pl.coalesce("op", "name").alias("l"))
+    why = uncosted.group_by("l").agg(
+        pl.col("dur_ns").sum(), pl.col("op").first(), pl.col("kind").cast(pl.String).first(),
+        pl.col("_dims").fill_null(False).any(), pl.col("_tl").fill_null(False).any(), graph.alias("_g"),
+        launched.alias("_la"))
+    for lbl, ns, op, kind, dims, tl, g, la in why.iter_rows():
+        cov.uncosted_ns[str(lbl)] = int(ns)
+        cov.uncosted_why[str(lbl)] = _why(op, kind, dims, tl, g, la)
+    by_kind = uncosted.group_by("l", pl.col("kind").cast(pl.String)).agg(pl.col("dur_ns").sum())
     for lbl, kind, ns in by_kind.iter_rows():
         cov.uncosted_kinds_ns.setdefault(str(lbl), {})[str(kind or "other")] = int(ns)
     return cov

@@ -38,8 +38,9 @@ def copy_sizes_from_op(ops: pl.DataFrame, keys: pl.DataFrame, parse: Callable[[s
     if need.height == 0:
         return ops
     rows = []
-    for op, skey, name in need.select("op", "_skey", "name").unique().iter_rows():
-        dims, types = keys.filter(pl.col("_skey") == skey).select("input_dims", "input_types").row(0)
+    todo = need.select("op", "_skey", "name").unique().join(
+        keys.select("_skey", "input_dims", "input_types"), on="_skey", how="left")
+    for op, skey, name, dims, types in todo.iter_rows():
         dims, types, i = parse(dims), parse(types), COPY_SOURCE_ARG[op]
         size = None
         if isinstance(dims, list) and isinstance(types, list) and i < len(dims) and i < len(types):
