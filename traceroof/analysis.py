@@ -376,7 +376,7 @@ def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[
     return warnings
 
 
-def mfu_above_hfu(summary: Summary, cov: Coverage) -> list[str]:
+def mfu_above_hfu(summary: Summary, cov: CoverageInfo) -> list[str]:
     """A warning when MFU (model FLOPs) is above HFU (the FLOPs the op table counted): the
     model config or tokens per step do not match the trace (MFU counts a subset of the work
     HFU counts: no recomputation, no extra ops), unless the op table leaves FLOPs unknown
@@ -385,7 +385,7 @@ def mfu_above_hfu(summary: Summary, cov: Coverage) -> list[str]:
     hfu = summary.hfu.value if summary.hfu is not None else None
     if mfu is None or hfu is None or mfu <= hfu:
         return []
-    unknown = (1.0 - cov.costed_share) + cov.bytes_only_share if cov.device_ns else 0.0
+    unknown = cov.flops_unknown_share or 0.0
     why = (f"; or the op table's FLOPs are short: they are unknown for {unknown:.1%} of device time"
            if unknown > 0.01 else "")
     return [f"MFU ({mfu:.1%}) is above HFU ({hfu:.1%}): the model FLOPs per step (--model, --tokens-per-step, "
@@ -465,14 +465,15 @@ def analyze(
     ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
     found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings, seg.captures)
     light = light_speed(ops, seg, util.steps, util.summary, found, ranking)
+    trace_info, chip_info = describe_trace(meta, ops, costed.host), describe_chip(spec, reason, meta)
+    coverage = describe_coverage(costed.coverage, replays.graphs, replays.unlaunched)
     return check_accounting(Report(
-        trace=describe_trace(meta, ops, costed.host), chip=describe_chip(spec, reason, meta),
-        coverage=describe_coverage(costed.coverage, replays.graphs, replays.unlaunched), summary=util.summary,
+        trace=trace_info, chip=chip_info, coverage=coverage, summary=util.summary,
         steps=util.steps,
         ranking=ranking, ops=ops,
         warnings=unlaunched.replace_warning(graph_replay.replace_warning(
             collect_warnings(meta, ops, costed.coverage), replays), replays, costed.coverage.device_ns)
-        + mfu_above_hfu(util.summary, costed.coverage),
+        + mfu_above_hfu(util.summary, coverage),
         inconsistencies=util.inconsistencies + above, findings=found,
         filters=Filters(rank=rank, step=step, group_by=group_by),
         ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,

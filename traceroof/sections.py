@@ -224,6 +224,14 @@ class CoverageInfo(_Section):
     graphs: list[GraphInfo] | None = _opt(omit_none=True, section=GraphInfo)
     unlaunched: UnlaunchedInfo | None = _opt(omit_none=True, section=UnlaunchedInfo)
 
+    @property
+    def flops_unknown_share(self) -> float | None:
+        """Share of device time whose FLOPs are unknown: no cost model, or costed by bytes
+        alone (HFU leaves both out); None with no device ops."""
+        if self.costed_share is None:
+            return None
+        return (1.0 - self.costed_share) + (self.bytes_only_share or 0.0)
+
 
 # --------------------------------------------------------------------------- summary
 

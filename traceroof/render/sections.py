@@ -174,11 +174,8 @@ def _hfu_bound(report: Report) -> str:
     """``"; a lower bound: …"`` when the FLOPs of more than :data:`HFU_BOUND_SHARE` of the
     device time are unknown (no cost model, or costed by bytes alone: the HFU leaves them
     out, never counts them as 0); else ``""``."""
-    c = report.coverage
-    if c is None or c.costed_share is None:
-        return ""
-    unknown = (1.0 - c.costed_share) + (c.bytes_only_share or 0.0)
-    if unknown <= HFU_BOUND_SHARE:
+    unknown = report.coverage.flops_unknown_share if report.coverage is not None else None
+    if unknown is None or unknown <= HFU_BOUND_SHARE:
         return ""
     return f"; a lower bound: the FLOPs of {units.pct(unknown)} of device time are unknown (cost coverage)"
 
