@@ -90,12 +90,14 @@ def gqa8():
 
 
 # --------------------------------------------------------------------------- headless chromium
-# One browser for the whole session, here so that every module shares it: a session fixture
-# defined (or imported) in two test modules starts Playwright twice, and the second start
-# fails inside the first one's event loop.
+# One browser fixture, here so that every module shares it: a fixture defined (or imported)
+# in two test modules starts Playwright twice, and the second start fails inside the first
+# one's event loop. Module-scoped: Playwright's sync API keeps an asyncio loop on the main
+# thread while it runs, so it is stopped at the end of each module that used it (a session-
+# long browser breaks later tests that run their own loop, e.g. test_mcp's anyio.run).
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     from test_web_browser import CHROMIUM, CHROMIUM_ARGS, _missing
 
