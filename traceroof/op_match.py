@@ -11,7 +11,11 @@ bytes; ops with neither (no cost model) are left unmatched and counted.
 Per signature, per complete device-step, ``min(count A, count B)`` ops are matched one to one.
 What is left is then matched **by kind, as a group**, when the two sides' remaining FLOPs of
 that kind agree within :data:`GROUP_TOLERANCE` (fusion boundaries differ: one XLA fusion may
-do the work of several PyTorch kernels); the rest stays unmatched, listed by kind.
+do the work of several PyTorch kernels). Kinds of one :data:`FAMILIES` entry that did not all
+match so are then tried **as one group** under the same tolerance: attention's FLOPs are its
+two matmuls' (Q·Kᵀ and P·V, docs/costs.md), so a fused attention op on one side and the
+batched matmuls of a framework that runs attention unfused on the other are the same work.
+The rest stays unmatched, listed by kind.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from .roofline import group_label_expr
 DIGITS = 4
 #: two sides' leftover FLOPs of one kind match as a group within this relative difference
 GROUP_TOLERANCE = 0.01
+#: kinds whose FLOPs mean one work under two names: an attention op's FLOPs are those of its
+#: Q·Kᵀ and P·V matmuls (traceroof.costs.attention: ``2·b·h·pairs·(d_qk + d_v)``; the softmax
+#: is not counted), which plain jax (or unfused PyTorch) runs as two batched ``dot``s
+FAMILIES = (("matmul", "attention"),)
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,9 @@ class SignatureRow:
 @dataclass(frozen=True)
 class KindGroup:
     """The leftover ops of one kind after signature matching, per step: FLOPs and time on each
-    side, and whether they matched as a group (FLOPs within :data:`GROUP_TOLERANCE`)."""
+    side, and whether they matched as a group (FLOPs within :data:`GROUP_TOLERANCE`).
+    ``family``: the kinds matched together as one group (``"matmul+attention"``, one of
+    :data:`FAMILIES`), else the kind itself."""
 
     kind: str
     flops_a: float
@@ -63,6 +73,7 @@ class KindGroup:
     measured_a_ns: float
     measured_b_ns: float
     matched: bool
+    family: str = ""
 
 
 @dataclass
@@ -122,6 +133,32 @@ def _mean(x: dict[str, Any] | None, y: dict[str, Any] | None, col: str) -> float
     return float(r[col] or 0.0) / r["count"]
 
 
+def _within(fa: float, fb: float) -> bool:
+    return fa > 0 and fb > 0 and abs(fa - fb) <= GROUP_TOLERANCE * max(fa, fb)
+
+
+def _groups(left: dict[str, list[float]], mf_a: float, mf_b: float) -> tuple[list[KindGroup], float, float]:
+    """The leftover kinds as :class:`KindGroup` (by kind, then by :data:`FAMILIES`), and the
+    matched FLOPs per step of A and B with the groups' added."""
+    live = {k: v for k, v in left.items() if any(x > 0 for x in v)}
+    family = {k: k for k in live}
+    for fam in FAMILIES:
+        kinds = [k for k in fam if k in live]
+        if len(kinds) < 2 or all(_within(live[k][0], live[k][1]) for k in kinds):
+            continue
+        fa, fb = (sum(live[k][i] for k in kinds) for i in (0, 1))
+        if _within(fa, fb):
+            family.update({k: "+".join(kinds) for k in kinds})
+    groups = []
+    for kind, (fa, fb, da, db) in sorted(live.items()):
+        ok = family[kind] != kind or _within(fa, fb)
+        if ok:
+            mf_a, mf_b = mf_a + fa, mf_b + fb
+        groups.append(KindGroup(kind=kind, flops_a=fa, flops_b=fb, measured_a_ns=da, measured_b_ns=db, matched=ok,
+                                family=family[kind]))
+    return groups, mf_a, mf_b
+
+
 def match(a: Report, b: Report) -> Matching:
     """Match the ops of ``a`` and ``b`` (see the module docstring).
 
@@ -154,14 +191,7 @@ def match(a: Report, b: Report) -> Matching:
             measured_a_ns=x["sum_dur_ns"] / na if x else 0.0, measured_b_ns=y["sum_dur_ns"] / nb if y else 0.0,
             expected_a_ns=x["sum_exp_ns"] / na if x else 0.0, expected_b_ns=y["sum_exp_ns"] / nb if y else 0.0,
             labels_a=list(x["labels"]) if x else [], labels_b=list(y["labels"]) if y else []))
-    groups = []
-    for kind, (fa, fb, da, db) in sorted(left.items()):
-        if fa <= 0 and fb <= 0 and da <= 0 and db <= 0:
-            continue
-        ok = fa > 0 and fb > 0 and abs(fa - fb) <= GROUP_TOLERANCE * max(fa, fb)
-        if ok:
-            mf_a, mf_b = mf_a + fa, mf_b + fb
-        groups.append(KindGroup(kind=kind, flops_a=fa, flops_b=fb, measured_a_ns=da, measured_b_ns=db, matched=ok))
+    groups, mf_a, mf_b = _groups(left, mf_a, mf_b)
     tot_a = float(ta["flops"].sum() or 0.0) / na
     tot_b = float(tb["flops"].sum() or 0.0) / nb
     unc = pl.col("f").is_null() & pl.col("b").is_null()
@@ -173,4 +203,4 @@ def match(a: Report, b: Report) -> Matching:
         uncosted_b_ns=float(tb.filter(unc)["dur_ns"].sum() or 0) / nb, notes=notes)
 
 
-__all__ = ["DIGITS", "GROUP_TOLERANCE", "KindGroup", "Matching", "SignatureRow", "match"]
+__all__ = ["DIGITS", "FAMILIES", "GROUP_TOLERANCE", "KindGroup", "Matching", "SignatureRow", "match"]

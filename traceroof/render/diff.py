@@ -86,8 +86,9 @@ def matching_lines(d: Diff) -> list[str]:
            f"({units.flop(m.matched_flops_a)} of {units.flop(m.flops_a)} → {units.flop(m.matched_flops_b)} of "
            f"{units.flop(m.flops_b)} per step)"]
     for g in m.groups:
-        out.append(f"{g.kind} left after one-to-one matching: {units.flop(g.flops_a)} → {units.flop(g.flops_b)} "
-                   + ("(matched as a group: fusion boundaries differ)" if g.matched else "(unmatched)"))
+        how = ("(unmatched)" if not g.matched else "(matched as a group: fusion boundaries differ)"
+               if g.family in ("", g.kind) else f"(matched as one group {g.family}: the same work under two kinds)")
+        out.append(f"{g.kind} left after one-to-one matching: {units.flop(g.flops_a)} → {units.flop(g.flops_b)} {how}")
     return out + list(m.notes)
 
 
