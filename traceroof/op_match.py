@@ -9,6 +9,11 @@ kernel is called), so two ops with one signature did the same work. Ops without 
 bytes; ops with neither (no cost model) are left unmatched and counted.
 
 Per signature, per complete device-step, ``min(count A, count B)`` ops are matched one to one.
+A matmul, convolution or attention signature found on one side only is shown against the
+signatures of its kind and FLOPs found on the other side only (:data:`FLOP_ONLY_KINDS`: the
+same arithmetic in another dtype or with other bytes, as when XLA's CPU backend runs a bf16
+dot in f32); the shares of roof compare there, but such a row's FLOPs count toward the
+coverage only through its kind's group below (their bytes differ, so they are no signature).
 What is left is then matched **by kind, as a group**, when the two sides' remaining FLOPs of
 that kind agree within :data:`GROUP_TOLERANCE` (fusion boundaries differ: one XLA fusion may
 do the work of several PyTorch kernels). Kinds of one :data:`FAMILIES` entry that did not all
@@ -36,6 +41,11 @@ GROUP_TOLERANCE = 0.01
 #: Q·Kᵀ and P·V matmuls (traceroof.costs.attention: ``2·b·h·pairs·(d_qk + d_v)``; the softmax
 #: is not counted), which plain jax (or unfused PyTorch) runs as two batched ``dot``s
 FAMILIES = (("matmul", "attention"),)
+#: kinds whose FLOPs alone say what an op computes (M·N·K of a matmul, a convolution's window,
+#: an attention's pairs): a signature of one of them on one side only meets one on the other
+#: side only with its FLOPs when dtype or bytes differ (XLA's CPU backend runs a bf16 dot as
+#: an f32 one: the same FLOPs, twice the bytes)
+FLOP_ONLY_KINDS = frozenset({"matmul", "conv", "attention"})
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,11 @@ class SignatureRow:
     """One compute signature: FLOPs and bytes of one op (A's mean, else B's; the signature
     holds them to :data:`DIGITS` digits), and per step (means over each side's complete
     device-steps) its op count, measured time (ns) and roofline time (ns) on A and B;
-    ``matched`` ops per step (min of the counts); the labels it goes by on each side."""
+    ``matched`` ops per step (min of the counts); the labels it goes by on each side.
+    ``dtype_b``, ``bytes_b_per_op``: B's, where B's ops have the FLOPs but another dtype or
+    other bytes (paired by FLOPs, :data:`FLOP_ONLY_KINDS`: ``matched`` then says how many pair
+    up, and their FLOPs are matched through their kind's :class:`KindGroup`, not here); None
+    where they are A's."""
 
     kind: str
     dtype: str | None
@@ -58,6 +72,8 @@ class SignatureRow:
     expected_b_ns: float
     labels_a: list[str]
     labels_b: list[str]
+    dtype_b: str | None = None
+    bytes_b_per_op: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,34 @@ def _mean(x: dict[str, Any] | None, y: dict[str, Any] | None, col: str) -> float
     return float(r[col] or 0.0) / r["count"]
 
 
+def _pool(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Signature rows of one side summed into one (counts, times, FLOPs, bytes; labels joined)."""
+    if len(rows) == 1:
+        return rows[0]
+    out = {c: sum(float(r[c] or 0.0) for r in rows) for c in ("count", "sum_dur_ns", "sum_exp_ns", "flops", "bytes")}
+    out["count"] = int(out["count"])
+    out["labels"] = sorted({lab for r in rows for lab in r["labels"]})
+    return out
+
+
+def _units(sa: dict, sb: dict) -> list[tuple[tuple, Any, Any, tuple | None]]:
+    """The signatures to match one to one: ``(key, A's row, B's row, B's key)``, B's key None
+    where it is the same. The signatures of one kind and FLOPs (to :data:`DIGITS` digits,
+    :data:`FLOP_ONLY_KINDS`) found on one side only meet those found on the other side only,
+    each side's pooled into one row: the same arithmetic in another dtype or with other bytes."""
+    a_only = [k for k in sa if k not in sb]
+    b_only = [k for k in sb if k not in sa]
+    units, used = [], set()
+    for kind_f in sorted({(k[0], k[2]) for k in a_only if k[0] in FLOP_ONLY_KINDS and k[2] is not None}):
+        ka = sorted((k for k in a_only if (k[0], k[2]) == kind_f), key=str)
+        kb = sorted((k for k in b_only if (k[0], k[2]) == kind_f), key=str)
+        if ka and kb:
+            units.append((ka[0], _pool([sa[k] for k in ka]), _pool([sb[k] for k in kb]), kb[0]))
+            used.update(ka + kb)
+    keys = sorted((sa.keys() | sb.keys()) - used, key=lambda k: tuple(str(x) for x in k))
+    return [(k, sa.get(k), sb.get(k), None) for k in keys] + units
+
+
 def _within(fa: float, fb: float) -> bool:
     return fa > 0 and fb > 0 and abs(fa - fb) <= GROUP_TOLERANCE * max(fa, fb)
 
@@ -172,25 +216,27 @@ def match(a: Report, b: Report) -> Matching:
     sa, sb = _per_sig(ta), _per_sig(tb)
     rows, left = [], {}
     mf_a = mf_b = 0.0
-    for k in sorted(sa.keys() | sb.keys(), key=lambda k: tuple(str(x) for x in k)):
-        x, y = sa.get(k), sb.get(k)
+    for k, x, y, kb in _units(sa, sb):
         ca, cb = (x["count"] / na if x else 0.0), (y["count"] / nb if y else 0.0)
         m = min(ca, cb)
         fa = (x["flops"] or 0.0) / x["count"] if x else 0.0
         fb = (y["flops"] or 0.0) / y["count"] if y else 0.0
-        mf_a += m * fa
-        mf_b += m * fb
+        one = 0.0 if kb else m  # ops paired by FLOPs alone are shown one to one, counted in their kind's group
+        mf_a += one * fa
+        mf_b += one * fb
         la = left.setdefault(k[0], [0.0, 0.0, 0.0, 0.0])
-        la[0] += (ca - m) * fa
-        la[1] += (cb - m) * fb
-        la[2] += (ca - m) * (x["sum_dur_ns"] / x["count"] if x else 0.0)
-        la[3] += (cb - m) * (y["sum_dur_ns"] / y["count"] if y else 0.0)
+        la[0] += (ca - one) * fa
+        la[1] += (cb - one) * fb
+        la[2] += (ca - one) * (x["sum_dur_ns"] / x["count"] if x else 0.0)
+        la[3] += (cb - one) * (y["sum_dur_ns"] / y["count"] if y else 0.0)
         rows.append(SignatureRow(
             kind=k[0], dtype=k[1], flops_per_op=(fa or fb) if k[2] is not None else None,
             bytes_per_op=_mean(x, y, "bytes") if k[3] is not None else None, count_a=ca, count_b=cb, matched=m,
             measured_a_ns=x["sum_dur_ns"] / na if x else 0.0, measured_b_ns=y["sum_dur_ns"] / nb if y else 0.0,
             expected_a_ns=x["sum_exp_ns"] / na if x else 0.0, expected_b_ns=y["sum_exp_ns"] / nb if y else 0.0,
-            labels_a=list(x["labels"]) if x else [], labels_b=list(y["labels"]) if y else []))
+            labels_a=list(x["labels"]) if x else [], labels_b=list(y["labels"]) if y else [],
+            dtype_b=kb[1] if kb else None,
+            bytes_b_per_op=_mean(y, None, "bytes") if kb and kb[3] is not None else None))
     groups, mf_a, mf_b = _groups(left, mf_a, mf_b)
     tot_a = float(ta["flops"].sum() or 0.0) / na
     tot_b = float(tb["flops"].sum() or 0.0) / nb
@@ -203,4 +249,4 @@ def match(a: Report, b: Report) -> Matching:
         uncosted_b_ns=float(tb.filter(unc)["dur_ns"].sum() or 0) / nb, notes=notes)
 
 
-__all__ = ["DIGITS", "FAMILIES", "GROUP_TOLERANCE", "KindGroup", "Matching", "SignatureRow", "match"]
+__all__ = ["DIGITS", "FAMILIES", "FLOP_ONLY_KINDS", "GROUP_TOLERANCE", "KindGroup", "Matching", "SignatureRow", "match"]

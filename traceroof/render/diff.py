@@ -101,6 +101,8 @@ def matching_rows(d: Diff, top: int) -> list[list[str]]:
     for r in m.signatures[:top]:
         size = ", ".join(x for x in (units.flop(r.flops_per_op) if r.flops_per_op else "",
                                       units.bytes_binary(r.bytes_per_op) if r.bytes_per_op else "") if x)
+        if r.dtype_b is not None or r.bytes_b_per_op is not None:  # matched by FLOPs: B's dtype, bytes
+            size += f" → {r.dtype_b or ''} {units.bytes_binary(r.bytes_b_per_op) if r.bytes_b_per_op else ''}".rstrip()
         what = f"{r.kind} {r.dtype or ''} {size}"
         out.append([what.strip(), f"{r.count_a:.4g} → {r.count_b:.4g}",
                     f"{units.ns(r.measured_a_ns)} ({_roof_pct(r.expected_a_ns, r.measured_a_ns)} of roof)",
