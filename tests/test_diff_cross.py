@@ -68,19 +68,26 @@ def _check_groups(m):
     return fams
 
 
+@lru_cache(maxsize=None)
+def _h100_gemms(model) -> Counter:
+    """(M, K, N) -> count of the H100 trace's GEMMs, from its raw cpu_op events."""
+    with gzip.open(H100 / MODELS[model], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    out = Counter()
+    for e in events:
+        dims = (e.get("args") or {}).get("Input Dims")
+        if e.get("cat") == "cpu_op" and e["name"] in ("aten::addmm", "aten::mm"):
+            (m, k), (_, n) = dims[-2:] if e["name"] == "aten::mm" else dims[1:3]
+            out[(m, k, n)] += 1
+    return out
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 def test_the_twins_run_what_the_h100_trace_ran(model):
     """The jax twin's matmul shapes and counts (traced from the jax program) are the H100
     trace's GEMMs, read from its raw cpu_op events: addmm [bias], [M, K], [K, N] and mm
     [M, K], [K, N]."""
-    with gzip.open(H100 / MODELS[model], "rt") as f:
-        events = json.load(f)["traceEvents"]
-    h100 = Counter()
-    for e in events:
-        dims = (e.get("args") or {}).get("Input Dims")
-        if e.get("cat") == "cpu_op" and e["name"] in ("aten::addmm", "aten::mm"):
-            (m, k), (_, n) = dims[-2:] if e["name"] == "aten::mm" else dims[1:3]
-            h100[(m, k, n)] += 1
+    h100 = _h100_gemms(model)
     oracle = json.loads(_exists(JAX / f"{model}.oracle.json").read_text())
     twin = Counter({(r["m"], r["k"], r["n"]): r["count"] for r in oracle["matmuls"] if r["batch"] == 1})
     assert twin == h100 and sum(h100.values()) > 20
@@ -125,6 +132,12 @@ def test_pytorch_h100_against_jax_cpu(model):
     attn = next(g for g in m.groups if g.kind == "attention")
     assert attn.flops_a > 0 and attn.flops_b == 0 and attn.matched
     assert m.matched_flops_b == pytest.approx(m.matched_flops_a, rel=GROUP_TOLERANCE)
+    # the projections meet one to one by FLOPs (bf16 on the H100, f32 dots on the CPU): per
+    # step as many on both sides, their FLOPs the trace's GEMMs' 2·M·K·N
+    paired = [r for r in m.signatures if r.kind == "matmul" and r.dtype == "bf16" and r.dtype_b == "fp32"]
+    assert all(r.count_a == r.count_b == r.matched for r in paired)
+    gemm_flops = sum(2 * mm * k * n * c for (mm, k, n), c in _h100_gemms(model).items())
+    assert sum(r.flops_per_op * r.count_a for r in paired) == pytest.approx(gemm_flops, rel=1e-3)
 
 
 @pytest.mark.parametrize("model", list(MODELS))
