@@ -135,9 +135,14 @@ def test_pytorch_h100_against_jax_cpu(model):
     # the projections meet one to one by FLOPs (bf16 on the H100, f32 dots on the CPU): per
     # step as many on both sides, their FLOPs the trace's GEMMs' 2·M·K·N
     paired = [r for r in m.signatures if r.kind == "matmul" and r.dtype == "bf16" and r.dtype_b == "fp32"]
-    assert all(r.count_a == r.count_b == r.matched for r in paired)
+    assert paired and all(r.count_b <= r.count_a for r in paired)
     gemm_flops = sum(2 * mm * k * n * c for (mm, k, n), c in _h100_gemms(model).items())
-    assert sum(r.flops_per_op * r.count_a for r in paired) == pytest.approx(gemm_flops, rel=1e-3)
+    assert sum(r.flops_per_op * r.count_a for r in paired) == pytest.approx(gemm_flops, rel=1e-6)
+    # but on qwen XLA's CPU backend fuses one layer's o, gate, up and down projections into one
+    # ynn fusion (174.28 GFLOP with the elementwise ops between): 3 · 2·8944·1024·2816 +
+    # 2·8944·1024·1024 = 173 501 579 264 FLOPs meet only through the group
+    missing = sum((r.count_a - r.count_b) * r.flops_per_op for r in paired)
+    assert missing == pytest.approx({"qwen": 3 * 2 * 8944 * 1024 * 2816 + 2 * 8944 * 1024 * 1024}.get(model, 0))
 
 
 @pytest.mark.parametrize("model", list(MODELS))
