@@ -111,6 +111,9 @@ def matching_rows(d: Diff, top: int) -> list[list[str]]:
     return out
 
 
+#: the compute-signature table's title
+MATCH_TITLE = ("Matched by what they compute (kind, dtype, FLOPs and bytes; or kind and FLOPs, B's dtype and bytes "
+               "after →; names may differ)")
 #: the compute-signature table's columns
 MATCH_COLUMNS = ("computes", "count", "A per step", "B per step", "A labels", "B labels")
 
@@ -136,7 +139,7 @@ def markdown(d: Diff, *, top: int = 15) -> str:
         out += _md_table(["detector", "finding", "status", "recoverable", "Δ in the waterfall"], rows)
     rows = matching_rows(d, top)
     if rows:
-        out += ["", "#### Matched by what they compute (kind, dtype, FLOPs and bytes; names may differ)", ""]
+        out += ["", f"#### {MATCH_TITLE}", ""]
         out += [f"- {x}" for x in matching_lines(d)] + [""] + _md_table(MATCH_COLUMNS, rows)
     out += ["", f"Per step: means over each side's complete device-steps, or its partial ones when it has none "
                 f"({d.a.device_steps} → {d.b.device_steps}); docs/diff.md."]
@@ -186,7 +189,7 @@ def table(d: Diff, *, top: int = 15, width: int | None = None) -> str:
     if rows:
         for line in matching_lines(d):
             con.print(escape(line))
-        t = Table(title="Matched by what they compute (kind, dtype, FLOPs and bytes; names may differ)",
+        t = Table(title=MATCH_TITLE,
                   title_justify="left")
         for h in MATCH_COLUMNS:
             t.add_column(h, overflow="fold")
