@@ -215,3 +215,25 @@ def test_causal_attention_is_not_the_full_square(tmp_path):
     assert not g["attention"].matched and not g["matmul"].matched
     # the projection mm still matches one to one: 2·512³ FLOPs are what each side has matched
     assert m.matched_flops_a == m.matched_flops_b == 2 * 512**3
+
+
+def test_cli_json_says_how_the_ops_matched():
+    """``traceroof diff H100 twin --format json``: the matching section carries the coverage
+    of :func:`match` on the same reports, the family of each group and B's dtype where ops met
+    by FLOPs."""
+    from click.testing import CliRunner
+
+    from traceroof.cli import cli
+
+    h100, twin = H100 / MODELS["bert"], _exists(JAX / "bert.xplane.pb")
+    res = CliRunner().invoke(cli, ["diff", str(h100), str(twin), "--chip", "h100", "--chip-b", str(CPU),
+                                   "--format", "json", "-q"])
+    assert res.exit_code == 0, res.output
+    j = json.loads(res.output)["matching"]
+    m = match(_h100("bert"), _report(twin, CPU))
+    assert (j["coverage_a"], j["coverage_b"]) == pytest.approx((m.coverage_a, m.coverage_b), rel=1e-12)
+    assert {g["kind"]: g["family"] for g in j["groups"] if g["matched"]} == {
+        "matmul": "matmul+attention", "attention": "matmul+attention"}
+    # bert's 4 + 4 + 17 + 1 projections (2 FLOP counts among the 4 + 4), all bf16 → fp32
+    fp32 = [s for s in j["signatures"] if s["kind"] == "matmul" and s["dtype_b"] == "fp32"]
+    assert sorted(s["count_a"] for s in fp32) == [1, 8, 17]
