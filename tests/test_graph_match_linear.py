@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import random
 
-from traceroof.graph_match import MAX_STARTS, MIN_DISTINCT, MIN_RUN, Sequence, _distinct_reach, eager_runs, starts_of
+from traceroof.graph_match import (
+    MAX_STARTS,
+    MIN_DISTINCT,
+    MIN_RUN,
+    Sequence,
+    _distinct_reach,
+    eager_runs,
+    starts_of,
+)
 
 
 def _old_eager_runs(replay, eager, op_kernels):
