@@ -30,7 +30,8 @@ TRACES = [
 def _old_source(ops: pl.DataFrame, host: pl.DataFrame):
     """build_source as it was (commit fa36e88): every lender row gathered, keys for every
     lender by iter_rows, eager names by a Python loop, one host filter per window."""
-    rows = host[innermost_cpu_ops(host, ["rank", "external_id"])]
+    at = innermost_cpu_ops(host, ["rank", "external_id"])
+    rows = host[at]
     lender = rows.select("rank", "external_id").with_row_index("_l")
     eager = (ops.filter(~pl.col("graph").fill_null(False), pl.col("external_id").is_not_null(),
                         ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
@@ -64,7 +65,22 @@ def _old_source(ops: pl.DataFrame, host: pl.DataFrame):
             ks = names.get(keys[lend], [])
             known.append(ks[j] if j < len(ks) else None)
         captures.setdefault(int(rank), []).append((known, lenders))
+    # lenders as host rows: the new Source numbers only the ops it can lend, differently
+    to_host = at.to_list()
+    seqs = {r: (names, [None if x is None else to_host[x] for x in ls]) for r, (names, ls) in seqs.items()}
+    op_kernels = {to_host[x]: n for x, n in op_kernels.items()}
+    captures = {r: [(names, [None if x is None else to_host[x] for x in ls]) for names, ls in qs]
+                for r, qs in captures.items()}
     return rows, seqs, op_kernels, captures, win.height
+
+
+def _as_host(src):
+    """The new Source's eager sequences, kernel counts and captures with lenders as host rows."""
+    to_host = src.at.to_list()
+    h = lambda ls: [None if x is None else to_host[x] for x in ls]  # noqa: E731
+    return ({r: (q.names, h(q.lenders)) for r, q in src.eager.items()},
+            {to_host[x]: n for x, n in src.op_kernels.items()},
+            {r: [(q.names, h(q.lenders)) for q in qs] for r, qs in src.captures.items()})
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
@@ -72,11 +88,12 @@ def test_build_source_equals_the_old_formulation(path):
     t = read_trace(path)
     rows, seqs, op_kernels, captures, n_windows = _old_source(t.ops, t.host)
     src = build_source(t.ops, t.host, "x", same_trace=True)
-    assert {r: (q.names, q.lenders) for r, q in src.eager.items()} == seqs
-    assert src.op_kernels == op_kernels
-    assert {r: [(q.names, q.lenders) for q in qs] for r, qs in src.captures.items()} == captures
-    # every lender's host row, gathered lazily, is the row the old table held
-    assert src.rows_at(list(range(rows.height))).equals(rows)
+    assert _as_host(src) == (seqs, op_kernels, captures)
+    # a lender's host row, gathered lazily, is a row the old table held (the old one held
+    # every cpu_op; the new one those an eager kernel or a capture's launch names)
+    assert 0 < src.at.len() <= rows.height
+    old_of_host = {h: i for i, h in enumerate(innermost_cpu_ops(t.host, ["rank", "external_id"]).to_list())}
+    assert src.rows_at(list(range(src.at.len()))).equals(rows[[old_of_host[h] for h in src.at.to_list()]])
     if "capture" in path.name:
         # the trace with a capture does exercise the window path: launches with known names
         assert n_windows == 1 and any(x is not None for qs in captures.values() for names, _ in qs for x in names)
@@ -116,9 +133,7 @@ def test_build_source_many_windows_equals_the_old_formulation(tmp_path):
     rows, seqs, op_kernels, captures, n_windows = _old_source(ops, host)
     src = build_source(ops, host, "x", same_trace=True)
     assert n_windows == 6
-    got = {r: [(q.names, q.lenders) for q in qs] for r, qs in src.captures.items()}
-    assert got == captures
-    assert {r: (q.names, q.lenders) for r, q in src.eager.items()} == seqs and src.op_kernels == op_kernels
+    assert _as_host(src) == (seqs, op_kernels, captures)
     # the overlap: the first window of rank 0 also holds the second's first 3 launches
     # (4 + 4 of its own, 3 more); the launch on no thread is in no window (4 + 4 - 1 = 7)
     assert [len(lenders) for _, lenders in captures[0]] == [11, 7, 4]

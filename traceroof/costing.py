@@ -237,6 +237,25 @@ def _tensorlist_bytes(ops: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
     return ops.with_columns(pl.coalesce("_b", "_b2").alias("_b")).drop("_ldt", "_b2")
 
 
+def innermost_of(host: pl.DataFrame, external_ids: pl.Series | None) -> pl.Series:
+    """:func:`traceroof.host.innermost_cpu_ops` by ``(rank, external_id)`` (UInt32 row indices
+    into ``host``, ascending), for the keys whose External id is in ``external_ids`` only
+    (None: every key). Only those ``cpu_op`` rows are sorted (a filter on one integer
+    column). The innermost of a key depends only on that key's rows, so each key kept gets
+    the row it gets without the filter.
+
+    Args:
+        host: a host table (``rank``, ``external_id``, ``cat``, ``start_ns`` are read).
+        external_ids: the External ids wanted (nulls and repeats ignored), or None.
+    """
+    if external_ids is None:
+        return innermost_cpu_ops(host, ["rank", "external_id"])
+    narrow = (host.lazy().select("rank", "external_id", "cat", "start_ns").with_row_index("_src")
+              .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_in(external_ids.drop_nulls().unique().implode()))
+              .collect())
+    return narrow["_src"].gather(innermost_cpu_ops(narrow, ["rank", "external_id"]))
+
+
 def shapes_by_external_id(host: pl.DataFrame, of: pl.DataFrame | None = None) -> pl.DataFrame:
     """The recorded shapes of each framework op: one row per ``(rank, external_id)``.
 
@@ -245,18 +264,10 @@ def shapes_by_external_id(host: pl.DataFrame, of: pl.DataFrame | None = None) ->
     (nested ops in old traces), the one that started last (the innermost). Sorting only the
     integer keys and gathering the text columns once keeps this fast on millions of host
     events. ``of``: the ``(rank, external_id)`` wanted (those an op table links; None: every
-    one): only the ``cpu_op`` rows whose External id is among them are sorted (a filter on
-    one integer column; a key of another rank with the same id may come along). The
-    innermost of a key depends only on that key's rows, so each wanted key gets the same
-    row as without ``of``, in the same order.
+    one): only the ``cpu_op`` rows whose External id is among them are looked at
+    (:func:`innermost_of`; a key of another rank with the same id may come along).
     """
-    if of is None:
-        rows = innermost_cpu_ops(host, ["rank", "external_id"])
-    else:
-        ids = of["external_id"].drop_nulls().unique().implode()
-        narrow = (host.lazy().select("rank", "external_id", "cat", "start_ns").with_row_index("_src")
-                  .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_in(ids)).collect())
-        rows = narrow["_src"].gather(innermost_cpu_ops(narrow, ["rank", "external_id"]))
+    rows = innermost_of(host, None if of is None else of["external_id"])
     return host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[rows]
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import polars as pl
 
 from . import graph_capture
+from .costing import innermost_of
 from .errors import InputNotFoundError, TraceroofError
 from .graph_match import Sequence, leading_batch
-from .host import innermost_cpu_ops
 from .schema import HOST_SCHEMA, empty
 
 #: launch runtime calls a capture records as graph kernels (a graph launch inside a capture,
@@ -72,25 +72,43 @@ def resolve_given(given: list[str] | None) -> list[str] | None:
 
 def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trace: bool) -> Source:
     """The :class:`Source` of one trace (its op and host tables). Only integer columns are
-    sorted and joined; kernel names are read once per eager kernel; the op keys
-    (:func:`key`) are formed only where a capture window needs them."""
+    sorted and joined; only the framework ops an eager kernel or a capture's launch names
+    are lenders (:func:`traceroof.costing.innermost_of`: a host table holds several times
+    more); kernel names are read once per eager kernel; the op keys (:func:`key`) are
+    formed only where a capture window needs them."""
     if host.height == 0:
         return Source(label, same_trace, empty(HOST_SCHEMA), pl.Series("_h", [], pl.UInt32))
-    at = innermost_cpu_ops(host, ["rank", "external_id"])
-    lender = host.select("rank", "external_id")[at].with_row_index("_l")
+    win = graph_capture.windows(host)
     eager = (ops.select("rank", "start_ns", "stream", "external_id", "name", "graph", "kind")
              .filter(~pl.col("graph").fill_null(False), pl.col("external_id").is_not_null(),
                      ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
              .sort("rank", "start_ns", "stream")
-             .select("rank", "external_id", "name")
-             .join(lender, on=["rank", "external_id"], how="left", maintain_order="left"))
+             .select("rank", "external_id", "name"))
+    calls = _launch_calls(host) if win.height else None
+    at = innermost_of(host, eager["external_id"] if calls is None else pl.concat([eager["external_id"],
+                                                                                  calls["external_id"]]))
+    lender = host.select("rank", "external_id")[at].with_row_index("_l")
+    eager = eager.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
     src = Source(label, same_trace, host, at)
     for (rank,), g in eager.group_by("rank", maintain_order=True):
         src.eager[int(rank)] = Sequence(g["name"].to_list(), g["_l"].to_list())
     counts = eager.filter(pl.col("_l").is_not_null()).group_by("_l").len()
     src.op_kernels = dict(zip(counts["_l"].to_list(), counts["len"].to_list(), strict=True))
-    src.captures = _window_sequences(host, lender, at, eager)
+    if calls is not None:
+        calls = calls.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
+        src.captures = _window_sequences(win, calls, _eager_names(host, at, eager))
     return src
+
+
+def _launch_calls(host: pl.DataFrame) -> pl.DataFrame:
+    """The launch runtime calls a capture records as graph kernels (:data:`_LAUNCH_RE`, not
+    :data:`_GRAPH_LAUNCH_RE`) on a known thread at a known time, in time order: ``rank,
+    thread, start_ns, external_id``."""
+    return (host.select("rank", "thread", "start_ns", "cat", "name", "external_id")
+            .filter(pl.col("cat") == "runtime", pl.col("name").str.contains(_LAUNCH_RE),
+                    ~pl.col("name").str.contains(_GRAPH_LAUNCH_RE)).sort("start_ns")
+            .filter(pl.col("start_ns").is_not_null(), pl.col("thread").is_not_null())
+            .select("rank", "thread", "start_ns", "external_id"))
 
 
 #: the columns that identify an op and its shapes (:func:`key`)
@@ -118,26 +136,19 @@ def _eager_names(host: pl.DataFrame, at: pl.Series, eager: pl.DataFrame) -> tupl
     return key_of, dict(zip(e["_k"].to_list(), e["name"].to_list(), strict=True))
 
 
-def _window_sequences(host: pl.DataFrame, lender: pl.DataFrame, at: pl.Series,
-                      eager: pl.DataFrame) -> dict[int, list[Sequence]]:
-    """Per rank, the launch sequence of each capture window: its launch runtime calls on the
-    capturing thread, in order, each lent the op of its External id; a launch's kernel name
-    where the op ran eagerly with the same shapes (its j-th launch: the eager j-th kernel).
-    Each window's calls are found by two sorted searches in its thread's calls (never a
-    filter of the host table per window)."""
+def _window_sequences(win: pl.DataFrame, calls: pl.DataFrame,
+                      names: tuple[list[int], dict[int, list[str]]]) -> dict[int, list[Sequence]]:
+    """Per rank, the launch sequence of each capture window of ``win``: its launch runtime
+    calls (``calls``, :func:`_launch_calls` with their lender ``_l``) on the capturing
+    thread, in order, each lent the op of its External id; a launch's kernel name where the
+    op ran eagerly with the same shapes (its j-th launch: the eager j-th kernel;
+    ``names``: :func:`_eager_names`). Each window's calls are found by two sorted searches
+    in its thread's calls (never a filter of the host table per window)."""
     import numpy as np
 
-    win = graph_capture.windows(host)
-    if win.height == 0:
-        return {}
-    calls = (host.select("rank", "thread", "start_ns", "cat", "name", "external_id")
-             .filter(pl.col("cat") == "runtime", pl.col("name").str.contains(_LAUNCH_RE),
-                     ~pl.col("name").str.contains(_GRAPH_LAUNCH_RE)).sort("start_ns")
-             .filter(pl.col("start_ns").is_not_null(), pl.col("thread").is_not_null())
-             .join(lender, on=["rank", "external_id"], how="left", maintain_order="left"))
     per_thread = {k: (g["start_ns"].to_numpy(), g["_l"].to_list())
                   for k, g in calls.partition_by("rank", "thread", as_dict=True, maintain_order=True).items()}
-    key_of, names = _eager_names(host, at, eager)
+    key_of, eager_names = names
     out: dict[int, list[Sequence]] = {}
     for rank, thread, s, e in win.select("rank", "thread", "start_ns", "end_ns").iter_rows():
         t, thread_lenders = per_thread.get((rank, thread), (np.zeros(0, np.int64), []))
@@ -150,8 +161,8 @@ def _window_sequences(host: pl.DataFrame, lender: pl.DataFrame, at: pl.Series,
                 continue
             j = nth.get(lend, 0)
             nth[lend] = j + 1
-            eager_names = names.get(key_of[lend], [])
-            known.append(eager_names[j] if j < len(eager_names) else None)
+            kernels = eager_names.get(key_of[lend], [])
+            known.append(kernels[j] if j < len(kernels) else None)
         out.setdefault(int(rank), []).append(Sequence(known, lenders))
     return out
 
