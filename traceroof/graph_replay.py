@@ -467,26 +467,27 @@ class Lending:
         self.parts.extend((si, lender_of[g], ids[g], rank) for g in used)
         return lent
 
-    def _names(self) -> list[str]:
-        """Per lent row, its lender's op name (one gather per source)."""
-        out: list[str] = [""] * len(self.rows)
+    def _names(self) -> pl.Series:
+        """Per lent row, its lender's op name (String; one gather of the name column per
+        source)."""
+        out: list[str | None] = [None] * len(self.rows)
         for si, src in enumerate(self.sources):
             at = [p for p, (s, _) in enumerate(self.lent_from) if s == si]
-            names = src.rows_at([self.lent_from[p][1] for p in at])["name"].to_list()
-            for p, name in zip(at, names, strict=True):
+            lenders = pl.Series([self.lent_from[p][1] for p in at], dtype=pl.UInt32)
+            for p, name in zip(at, src.host["name"].gather(src.at.gather(lenders)).to_list(), strict=True):
                 out[p] = name
-        return out
+        return pl.Series("op", out, dtype=pl.String)
 
     def write(self, ops: pl.DataFrame) -> pl.DataFrame:
-        """``ops`` with the lent ``op`` and ``external_id`` set on the lent rows."""
+        """``ops`` with the lent ``op`` and ``external_id`` set on the lent rows (a lender
+        with no name leaves the row's ``op`` as it was). Two scatters, no join."""
         if not self.rows:
             return ops
-        upd = pl.DataFrame({"_r": self.rows, "_op": self._names(), "_ext": self.ext},
-                           schema={"_r": pl.UInt32, "_op": pl.String, "_ext": pl.Int64})
-        return (ops.with_row_index("_r").join(upd, on="_r", how="left", maintain_order="left")
-                .with_columns(pl.coalesce("_op", "op").alias("op"),
-                              pl.coalesce("_ext", "external_id").alias("external_id"))
-                .drop("_r", "_op", "_ext"))
+        rows, names = pl.Series(self.rows, dtype=pl.UInt32), self._names()
+        named = names.is_not_null()
+        op = ops["op"].cast(pl.String).clone().scatter(rows.filter(named), names.filter(named))
+        ext = ops["external_id"].clone().scatter(rows, pl.Series(self.ext, dtype=pl.Int64))
+        return ops.with_columns(op.alias("op"), ext.alias("external_id"))
 
     def shape_rows(self) -> pl.DataFrame:
         """The host rows under the new ids (HOST_SCHEMA), for the costing only: one gather

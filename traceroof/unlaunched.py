@@ -65,7 +65,8 @@ def attribute(replays: Replays, host: pl.DataFrame) -> Replays:
     is_kernel = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
     miss = (pl.col("launch_start_ns").is_null() & pl.col("op").is_null() & pl.col("external_id").is_null()
             & ~pl.col("graph").fill_null(False))
-    kern = ops.with_row_index("_r").filter(is_kernel).with_columns(miss.alias("_miss"))
+    kern = (ops.lazy().with_row_index("_r").filter(is_kernel)
+            .select("_r", "rank", "start_ns", "stream", "name", "dur_ns", miss.alias("_miss")).collect())
     n_miss = int(kern["_miss"].sum())
     if n_miss == 0:
         return replays
