@@ -241,8 +241,10 @@ def innermost_of(host: pl.DataFrame, external_ids: pl.Series | None) -> pl.Serie
     """:func:`traceroof.host.innermost_cpu_ops` by ``(rank, external_id)`` (UInt32 row indices
     into ``host``, ascending), for the keys whose External id is in ``external_ids`` only
     (None: every key). Only those ``cpu_op`` rows are sorted (a filter on one integer
-    column). The innermost of a key depends only on that key's rows, so each key kept gets
-    the row it gets without the filter.
+    column), by key, start and row: a key's innermost is its last row (the one that started
+    last, of several at one ns the last in table order), read where the key changes. It
+    depends only on that key's rows, so each key kept gets the row it gets without the
+    filter.
 
     Args:
         host: a host table (``rank``, ``external_id``, ``cat``, ``start_ns`` are read).
@@ -250,10 +252,16 @@ def innermost_of(host: pl.DataFrame, external_ids: pl.Series | None) -> pl.Serie
     """
     if external_ids is None:
         return innermost_cpu_ops(host, ["rank", "external_id"])
-    narrow = (host.lazy().select("rank", "external_id", "cat", "start_ns").with_row_index("_src")
-              .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_in(external_ids.drop_nulls().unique().implode()))
-              .collect())
-    return narrow["_src"].gather(innermost_cpu_ops(narrow, ["rank", "external_id"]))
+    # the last row of each key once sorted by (key, start, row): no hash of the keys
+    key = ["rank", "external_id"]
+    last = pl.lit(False)
+    for c in key:
+        last = last | pl.col(c).ne_missing(pl.col(c).shift(-1))
+    return (host.lazy().select(*key, "cat", "start_ns").with_row_index("_h")
+            .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_in(external_ids.drop_nulls().unique().implode()))
+            .select("_h", "start_ns", *key).sort([*key, "start_ns", "_h"])
+            .filter(last | (pl.int_range(pl.len()) == pl.len() - 1))
+            .select("_h").sort("_h").collect())["_h"]
 
 
 def shapes_by_external_id(host: pl.DataFrame, of: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -339,7 +347,8 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     dims = keys.select("_skey", pl.col("input_dims").is_not_null().alias("_dims"))
     ops = ops.join(dims, on="_skey", how="left", maintain_order="left")
     cov = _coverage(ops)
-    ops = ops.sort("_row").drop(
+    # every join above keeps the left order: the sort (a gather of every column) is only a guard
+    ops = (ops if ops["_row"].is_sorted() else ops.sort("_row")).drop(
         ["_row", "_pre", "_skey", "_tl", "_f", "_b", "_kind", "_dtype", "_nk", "_dims", "_gs_assumed"]
     )
     return ops, cov
