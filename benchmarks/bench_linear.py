@@ -16,7 +16,9 @@ system of the process, every thread: ``resource.getrusage``) and wall time of ``
 of ``analyze(trace, chip="h100")`` and of each stage of :data:`traceroof.analysis.STAGES`
 (each stage wrapped in place); peak RSS (``ru_maxrss``) after the read and after the analysis.
 The figures are printed per event (ns of CPU per event, bytes of peak RSS per event) with their
-ratio to the smallest trace's; the issue's bar is every ratio within 10 % (0.90–1.10). A stage
+ratio to the smallest trace's; the issue's bar is every ratio within 10 % (0.90–1.10). Fixed
+costs (a stage's setup, imports done lazily) weigh on the smallest trace alone, so the marginal
+CPU per added event between consecutive sizes is printed too: linear means those are equal. A stage
 under 1 % of ``analyze`` is shown but not judged (its per-event figure is noise). ``uptime``'s
 load is printed with the figures: a loaded machine inflates CPU time too.
 
@@ -136,6 +138,37 @@ def per_event(results: list[tuple[int, dict]]) -> list[tuple[str, list[float], s
     return rows
 
 
+def _marginal(results: list[tuple[int, dict]], i: int, what: str) -> float:
+    """CPU ns per event added from trace ``i`` to trace ``i + 1`` (``what``: read or analyze)."""
+    (n0, r0), (n1, r1) = results[i], results[i + 1]
+    return (r1[what]["cpu_s"] - r0[what]["cpu_s"]) * 1e9 / max(n1 - n0, 1)
+
+
+def report(results: list[tuple[int, dict]], tolerance: float) -> int:
+    """Print the per-event table and the marginal costs; 1 when a judged ratio is out of
+    ``tolerance``, else 0."""
+    rows = per_event(results)
+    head = f"{'figure':28}" + "".join(f"{n:>14,}" for n, _ in results) + "   ratios to the first"
+    print(f"load average {load()}")
+    print(head)
+    bad = 0
+    for name, vals, unit, judged in rows:
+        ratios = [v / vals[0] if vals[0] else float("nan") for v in vals]
+        ok = all(abs(x - 1) <= tolerance for x in ratios)
+        bad += judged and not ok
+        mark = "" if not judged else (" ok" if ok else " OUT")
+        print(f"{name:28}" + "".join(f"{v:>14.1f}" for v in vals) + f" {unit:9}"
+              + " ".join(f"{x:.2f}" for x in ratios) + mark)
+    if len(results) > 1:
+        # fixed costs (a stage's setup, the chip table) weigh on the smallest trace's per-event
+        # figure; the marginal cost between consecutive sizes is free of them: linear means equal
+        print("marginal CPU per added event (fixed costs cancel): "
+              + "; ".join(f"{results[i][0]:,}→{results[i + 1][0]:,}: read "
+                          f"{_marginal(results, i, 'read'):.0f} ns, analyze {_marginal(results, i, 'analyze'):.0f} ns"
+                          for i in range(len(results) - 1)))
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", default="100000,1000000,10000000",
@@ -143,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.10, help="allowed |ratio - 1| (default 0.10)")
     ap.add_argument("--generate-only", action="store_true", help="generate (or reuse) the inputs and stop")
     ap.add_argument("--results", type=Path, default=None, help="write the raw figures as JSON here")
+    ap.add_argument("--from-results", type=Path, default=None, help="print the table of a --results file, measure nothing")
     a = ap.parse_args(argv)
+    if a.from_results:
+        saved = json.loads(a.from_results.read_text())
+        print(f"(figures measured at load {saved['load']})")
+        return report([(int(n), r) for n, r in saved["results"]], a.tolerance)
     counts = sorted(int(float(x)) for x in a.events.split(","))
     paths = [bk.ensure_trace(n, LAYOUT, progress=True) for n in counts]
     if a.generate_only:
@@ -158,21 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  read {r['read']['cpu_s']:.2f} s CPU ({r['read']['wall_s']:.2f} s wall), analyze "
             f"{r['analyze']['cpu_s']:.2f} s CPU ({r['analyze']['wall_s']:.2f} s wall), peak RSS "
             f"{r['analyze']['peak_rss'] / 2**20:.0f} MiB; load {load()}")
-    rows = per_event(results)
-    head = f"{'figure':28}" + "".join(f"{n:>14,}" for n, _ in results) + "   ratios to the first"
-    print(f"load average {load()}")
-    print(head)
-    bad = 0
-    for name, vals, unit, judged in rows:
-        ratios = [v / vals[0] if vals[0] else float("nan") for v in vals]
-        ok = all(abs(x - 1) <= a.tolerance for x in ratios)
-        bad += judged and not ok
-        mark = "" if not judged else (" ok" if ok else " OUT")
-        print(f"{name:28}" + "".join(f"{v:>14.1f}" for v in vals) + f" {unit:9}"
-              + " ".join(f"{x:.2f}" for x in ratios) + mark)
     if a.results:
         a.results.write_text(json.dumps({"load": load(), "results": results}, indent=1))
-    return 1 if bad else 0
+    return report(results, a.tolerance)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,23 @@ def test_distinct_reach_against_sets():
             lengths = [n for n in range(1, len(xs) - i + 1) if len(set(xs[i:i + n])) >= MIN_DISTINCT]
             want.append(lengths[0] if lengths else float("inf"))
         assert _distinct_reach(xs) == want
+
+
+def test_starts_of_packed_and_plain_agree(monkeypatch):
+    """The numpy index (names packed into one integer per 4-gram) against the plain loop,
+    forced by a vocabulary too large to pack (GRAM_BITS 1: at most one name packs)."""
+    import traceroof.graph_match as gm
+
+    rng = random.Random(11)
+    for _ in range(50):
+        names = [rng.choice(["a", "b", "c", None, "d"]) for _ in range(rng.randint(0, 500))]
+        packed = starts_of(Sequence(names, list(range(len(names)))))
+        monkeypatch.setattr(gm, "GRAM_BITS", 1)
+        plain = starts_of(Sequence(names, list(range(len(names)))))
+        monkeypatch.undo()
+        assert packed == plain
+        # the oracle: every position of each 4-gram, the first MAX_STARTS kept
+        want: dict = {}
+        for j in range(len(names) - MIN_RUN + 1):
+            want.setdefault(tuple(names[j:j + MIN_RUN]), []).append(j)
+        assert plain == {k: v[:MAX_STARTS] for k, v in want.items()}

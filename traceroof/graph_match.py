@@ -145,24 +145,59 @@ def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -
     return Match(lenders, groups, len(gid))
 
 
+#: bits per name in the packed integer key of an n-gram (:func:`starts_of`): a sequence with
+#: fewer distinct names than ``2 ** GRAM_BITS`` is indexed with numpy, else by a Python loop
+GRAM_BITS = 15
+
+
 def starts_of(eager: Sequence) -> dict[tuple[str | None, ...], list[int]]:
     """The index :func:`eager_runs` looks runs up in: each :data:`MIN_RUN`-gram of
     ``eager.names`` → its first :data:`MAX_STARTS` positions, ascending. Built once per
     :class:`Sequence` and kept on it (a trace's eager sequence is matched against every
-    graph and every run of unlaunched kernels: rebuilding it per call was quadratic)."""
+    graph and every run of unlaunched kernels: rebuilding it per call was quadratic).
+
+    Each name gets an integer code (equal names, equal codes); an n-gram is its codes packed
+    into one int64 (:data:`GRAM_BITS` each), and a stable argsort of those keys lists each
+    n-gram's positions in ascending order, so only the distinct n-grams are looked at in
+    Python. Too many distinct names to pack: the plain loop over every position."""
     cached = eager.__dict__.get("_starts")
     if cached is not None:
         return cached
-    index: dict[tuple[str | None, ...], list[int]] = {}
     names = eager.names
-    grams = zip(*(names[t:] for t in range(MIN_RUN)), strict=False)
-    for j, gram in enumerate(grams):
-        starts = index.get(gram)
-        if starts is None:
-            index[gram] = [j]
-        elif len(starts) < MAX_STARTS:
-            starts.append(j)
+    codes: dict[str | None, int] = {}
+    code = [codes.setdefault(x, len(codes)) for x in names]
+    if len(codes) < 2 ** GRAM_BITS and MIN_RUN * GRAM_BITS < 63:
+        index = _starts_packed(names, code)
+    else:
+        index = {}
+        for j, gram in enumerate(zip(*(names[t:] for t in range(MIN_RUN)), strict=False)):
+            starts = index.get(gram)
+            if starts is None:
+                index[gram] = [j]
+            elif len(starts) < MAX_STARTS:
+                starts.append(j)
     object.__setattr__(eager, "_starts", index)  # a cache, not a field: the Sequence stays frozen
+    return index
+
+
+def _starts_packed(names: list[str | None], code: list[int]) -> dict[tuple[str | None, ...], list[int]]:
+    """:func:`starts_of`'s index from the names' integer codes (each below ``2 ** GRAM_BITS``)."""
+    import numpy as np
+
+    n = len(code) - MIN_RUN + 1
+    if n <= 0:
+        return {}
+    c = np.asarray(code, dtype=np.int64)
+    key = np.zeros(n, dtype=np.int64)
+    for t in range(MIN_RUN):
+        key = (key << GRAM_BITS) | c[t:t + n]
+    order = np.argsort(key, kind="stable")
+    first = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
+    ends = np.r_[first[1:], n]
+    index: dict[tuple[str | None, ...], list[int]] = {}
+    for lo, hi in zip(first.tolist(), ends.tolist(), strict=True):
+        starts = order[lo:min(hi, lo + MAX_STARTS)].tolist()
+        index[tuple(names[starts[0]:starts[0] + MIN_RUN])] = starts
     return index
 
 
