@@ -1,6 +1,6 @@
 """The costing's cheaper formulations against the old, straightforward ones (kept here as
 oracles): the innermost cpu_op of the External ids wanted (one sort and a shift compare,
-``costing.innermost_of``) against :func:`traceroof.host.innermost_cpu_ops` over the whole
+``costing_shapes.innermost_of``) against :func:`traceroof.host.innermost_cpu_ops` over the whole
 table; the shapes looked up for an op table's ids only against the shapes of every id; the
 coverage sums in one select against one filter per sum; the formula fill as one lazy query
 against the eager ``with_columns``; and ``compute_costs`` with them all on real traces
@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES, real
 from polars.testing import assert_frame_equal
 
-from traceroof import costing
+from traceroof import costing, costing_shapes
 from traceroof.host import innermost_cpu_ops
 from traceroof.io import read_trace
 from traceroof.schema import HOST_SCHEMA, empty
@@ -40,16 +40,16 @@ def test_innermost_of_equals_innermost_cpu_ops():
     for _ in range(60):
         host = _random_host(rng, rng.randint(0, 400))
         every = innermost_cpu_ops(host, ["rank", "external_id"])
-        assert costing.innermost_of(host, None).equals(every)
+        assert costing_shapes.innermost_of(host, None).equals(every)
         want = pl.Series([rng.randrange(200) for _ in range(rng.randint(0, 80))] + [None], dtype=pl.Int64)
-        got = costing.innermost_of(host, want).to_list()
+        got = costing_shapes.innermost_of(host, want).to_list()
         # the oracle: the rows of the whole-table rule whose External id is wanted
         ids = set(want.drop_nulls().to_list())
         assert got == [r for r in every.to_list() if host["external_id"][r] in ids]
     # the tie rules the sort must keep: the later start wins, then the later row
     host = pl.DataFrame({"rank": [0, 0, 0, 0], "cat": ["cpu_op"] * 4, "start_ns": [5, 9, 9, 1],
                          "external_id": [1, 1, 1, 1]}, schema_overrides={"rank": pl.Int32})
-    assert costing.innermost_of(host, pl.Series([1])).to_list() == [2]
+    assert costing_shapes.innermost_of(host, pl.Series([1])).to_list() == [2]
 
 
 @pytest.mark.parametrize("path", [

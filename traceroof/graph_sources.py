@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from . import graph_capture
-from .costing import innermost_of
+from .costing_shapes import innermost_of
 from .errors import InputNotFoundError, TraceroofError
 from .graph_match import Sequence, leading_batch
 from .schema import HOST_SCHEMA, empty
@@ -73,7 +73,7 @@ def resolve_given(given: list[str] | None) -> list[str] | None:
 def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trace: bool) -> Source:
     """The :class:`Source` of one trace (its op and host tables). Only integer columns are
     sorted and joined; only the framework ops an eager kernel or a capture's launch names
-    are lenders (:func:`traceroof.costing.innermost_of`: a host table holds several times
+    are lenders (:func:`traceroof.costing_shapes.innermost_of`: a host table holds several times
     more); kernel names are read once per eager kernel; the op keys (:func:`key`) are
     formed only where a capture window needs them."""
     if host.height == 0:
