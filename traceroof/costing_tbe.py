@@ -56,9 +56,14 @@ def pair_tbe(host: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         ``(host, pairs)``.
     """
     # the cheap tests first: the regexes run on the few fbgemm / autograd-node rows only
-    tbe = host.with_row_index("_h").filter(pl.col("cat") == "cpu_op", pl.col("input_dims").is_not_null()).filter(
-        pl.col("name").str.starts_with("fbgemm::") | pl.col("name").str.starts_with("torch::autograd::CppNode<Split"))
-    tbe = tbe.filter(pl.col("name").str.contains(FORWARD_RE) | pl.col("name").str.contains(BACKWARD_RE))
+    # (one lazy query over the columns read: an eager filter copied every column of every cpu_op)
+    tbe = (host.lazy().with_row_index("_h")
+           .select("_h", "rank", "cat", "name", "start_ns", "input_dims", "input_types", "concrete_inputs")
+           .filter(pl.col("cat") == "cpu_op", pl.col("input_dims").is_not_null())
+           .filter(pl.col("name").str.starts_with("fbgemm::")
+                   | pl.col("name").str.starts_with("torch::autograd::CppNode<Split"))
+           .filter(pl.col("name").str.contains(FORWARD_RE) | pl.col("name").str.contains(BACKWARD_RE))
+           .collect())
     if tbe.height == 0:
         return host, 0
     open_fwd: dict[tuple, list] = {}

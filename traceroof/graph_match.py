@@ -97,14 +97,21 @@ def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -
     each replayed kernel of a run takes its eager
     twin's op. A group is one eager op instance within one run; a group holding fewer
     kernels than that op launched eagerly (``op_kernels``: lender → kernels) is dropped (its
-    cost would be spread over part of its kernels)."""
+    cost would be spread over part of its kernels).
+
+    Linear in ``len(replay)`` (at most :data:`MAX_STARTS` candidates per position, the
+    search over them stopped once a run reaches the end of the replay or of the eager
+    names, as no later one could be longer), the
+    eager side indexed once per :class:`Sequence` (:func:`starts_of`): a run's length is
+    measured once per diagonal (eager position − replay position) and reused by every later
+    start on the same diagonal inside it, and the distinct-name test reads the shortest
+    window holding :data:`MIN_DISTINCT` names (:func:`_distinct_reach`) instead of a set of
+    the run."""
     n, m = len(replay), len(eager.names)
-    index: dict[tuple[str | None, ...], list[int]] = {}
-    for j in range(m - MIN_RUN + 1):
-        key = tuple(eager.names[j:j + MIN_RUN])
-        starts = index.setdefault(key, [])
-        if len(starts) < MAX_STARTS:
-            starts.append(j)
+    index = starts_of(eager)
+    names, eager_lenders = eager.names, eager.lenders
+    reach = _distinct_reach(replay)
+    ends: dict[int, int] = {}  # diagonal j - i → the replay position its last measured run stops at
     lenders: list[int | None] = [None] * n
     groups: list[int | None] = [None] * n
     gid: dict[tuple[int, int], int] = {}
@@ -112,16 +119,23 @@ def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -
     while i <= n - MIN_RUN:
         best_j, best_len = -1, 0
         for j in index.get(tuple(replay[i:i + MIN_RUN]), ()):
-            k = 0
-            while i + k < n and j + k < m and replay[i + k] == eager.names[j + k] and eager.lenders[j + k] is not None:
-                k += 1
+            if best_len >= min(n - i, m - j):
+                break  # no later start (fewer eager names left) can be strictly longer
+            end = ends.get(j - i)
+            if end is None or end < i:
+                k = 0
+                while i + k < n and j + k < m and replay[i + k] == names[j + k] and eager_lenders[j + k] is not None:
+                    k += 1
+                ends[j - i] = i + k
+            else:  # inside a run measured from an earlier start on this diagonal: it stops where that one did
+                k = end - i
             if k > best_len:
                 best_j, best_len = j, k
-        if best_len < MIN_RUN or len(set(replay[i:i + best_len])) < MIN_DISTINCT:
+        if best_len < MIN_RUN or best_len < reach[i]:
             i += 1
             continue
         for k in range(best_len):
-            lender = eager.lenders[best_j + k]
+            lender = eager_lenders[best_j + k]
             assert lender is not None
             lenders[i + k] = lender
             groups[i + k] = gid.setdefault((run, lender), len(gid))
@@ -129,6 +143,85 @@ def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -
         i += best_len
     _drop_partial(lenders, groups, op_kernels)
     return Match(lenders, groups, len(gid))
+
+
+#: bits per name in the packed integer key of an n-gram (:func:`starts_of`): a sequence with
+#: fewer distinct names than ``2 ** GRAM_BITS`` is indexed with numpy, else by a Python loop
+GRAM_BITS = 15
+
+
+def starts_of(eager: Sequence) -> dict[tuple[str | None, ...], list[int]]:
+    """The index :func:`eager_runs` looks runs up in: each :data:`MIN_RUN`-gram of
+    ``eager.names`` → its first :data:`MAX_STARTS` positions, ascending. Built once per
+    :class:`Sequence` and kept on it (a trace's eager sequence is matched against every
+    graph and every run of unlaunched kernels: rebuilding it per call was quadratic).
+
+    Each name gets an integer code (equal names, equal codes); an n-gram is its codes packed
+    into one int64 (:data:`GRAM_BITS` each), and a stable argsort of those keys lists each
+    n-gram's positions in ascending order, so only the distinct n-grams are looked at in
+    Python. Too many distinct names to pack: the plain loop over every position."""
+    cached = eager.__dict__.get("_starts")
+    if cached is not None:
+        return cached
+    names = eager.names
+    codes: dict[str | None, int] = {}
+    code = [codes.setdefault(x, len(codes)) for x in names]
+    if len(codes) < 2 ** GRAM_BITS and MIN_RUN * GRAM_BITS < 63:
+        index = _starts_packed(names, code)
+    else:
+        index = {}
+        for j, gram in enumerate(zip(*(names[t:] for t in range(MIN_RUN)), strict=False)):
+            starts = index.get(gram)
+            if starts is None:
+                index[gram] = [j]
+            elif len(starts) < MAX_STARTS:
+                starts.append(j)
+    object.__setattr__(eager, "_starts", index)  # a cache, not a field: the Sequence stays frozen
+    return index
+
+
+def _starts_packed(names: list[str | None], code: list[int]) -> dict[tuple[str | None, ...], list[int]]:
+    """:func:`starts_of`'s index from the names' integer codes (each below ``2 ** GRAM_BITS``)."""
+    import numpy as np
+
+    n = len(code) - MIN_RUN + 1
+    if n <= 0:
+        return {}
+    c = np.asarray(code, dtype=np.int64)
+    key = np.zeros(n, dtype=np.int64)
+    for t in range(MIN_RUN):
+        key = (key << GRAM_BITS) | c[t:t + n]
+    order = np.argsort(key, kind="stable")
+    first = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
+    ends = np.r_[first[1:], n]
+    index: dict[tuple[str | None, ...], list[int]] = {}
+    for lo, hi in zip(first.tolist(), ends.tolist(), strict=True):
+        starts = order[lo:min(hi, lo + MAX_STARTS)].tolist()
+        index[tuple(names[starts[0]:starts[0] + MIN_RUN])] = starts
+    return index
+
+
+def _distinct_reach(replay: list[str]) -> list[float]:
+    """Per position ``i`` of ``replay``: the length of the shortest window ``replay[i:i+L]``
+    holding :data:`MIN_DISTINCT` distinct names (infinity when none does), so that a run
+    of ``L`` names from ``i`` holds that many exactly when ``L >= reach[i]``. Two pointers:
+    the window's end never moves back."""
+    n = len(replay)
+    out: list[float] = [float("inf")] * n
+    counts: dict[str, int] = {}
+    r = 0
+    for i in range(n):
+        while len(counts) < MIN_DISTINCT and r < n:
+            counts[replay[r]] = counts.get(replay[r], 0) + 1
+            r += 1
+        if len(counts) >= MIN_DISTINCT:
+            out[i] = r - i
+        c = counts[replay[i]] - 1
+        if c:
+            counts[replay[i]] = c
+        else:
+            del counts[replay[i]]
+    return out
 
 
 def _drop_partial(lenders: list[int | None], groups: list[int | None], op_kernels: dict[int, int]) -> None:
@@ -144,4 +237,4 @@ def _drop_partial(lenders: list[int | None], groups: list[int | None], op_kernel
 
 
 __all__ = ["MIN_DISTINCT", "MIN_RUN", "Match", "Sequence", "eager_runs", "kind_clash", "leading_batch", "name_check",
-           "whole"]
+           "starts_of", "whole"]

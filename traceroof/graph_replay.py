@@ -322,8 +322,8 @@ def _kind_clash(ask: _Ask, s: Source, q: Sequence) -> str | None:
     if ask.streams <= 1:
         return None
     kernel_kinds = [None if k == "other" else k for k in map(costs.kind_of_kernel, ask.names)]
-    op_names = s.rows["name"]
-    ops = [None if x is None else op_names[x] for x in q.lenders]
+    op_names = iter(s.rows_at([x for x in q.lenders if x is not None])["name"].to_list())
+    ops = [None if x is None else next(op_names) for x in q.lenders]
     p = kind_clash(kernel_kinds, q, [None if o is None else costs.kind_of_op(o) for o in ops])
     if p is None:
         return None
@@ -372,7 +372,7 @@ def _by_batch(fits: list[tuple], ask: _Ask) -> tuple[list[tuple], str | None]:
 
 def _lent_keys(s: Source, q: Sequence) -> list[tuple | None]:
     """The (op, shapes) each position of ``q`` lends (None: a launch with no op)."""
-    keys = key(s.rows[[x for x in q.lenders if x is not None]])
+    keys = key(s.rows_at([x for x in q.lenders if x is not None]))
     it = iter(keys)
     return [None if x is None else next(it) for x in q.lenders]
 
@@ -427,21 +427,30 @@ def _eager_batch_refusal(ask: _Ask, s: Source, m: Match) -> str | None:
 
 @dataclass
 class Lending:
-    """What an attribution lends kernels before it is written: per op-table row its op name
+    """What an attribution lends kernels before it is written: per op-table row its lender
     and new External id, and the host rows the costing costs them by. ``next_id`` is the
     next negative External id (never a Kineto one): every instance an op is lent to (a
-    replay, a run of unlaunched kernels) gets ids of its own, so it is costed once, in full."""
+    replay, a run of unlaunched kernels) gets ids of its own, so it is costed once, in full.
+    The lenders' names and host rows are gathered once per source when written, not per
+    instance."""
 
     next_id: int = -1
     rows: list[int] = field(default_factory=list)
-    ops: list[str] = field(default_factory=list)
     ext: list[int] = field(default_factory=list)
-    parts: list[pl.DataFrame] = field(default_factory=list)
+    #: per lent row: its source (an index into ``sources``) and lender
+    lent_from: list[tuple[int, int]] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    #: per lent instance: (source index, lender, new id, rank) of each of its groups
+    parts: list[tuple[int, int, int, int]] = field(default_factory=list)
 
-    def lend(self, src: Source, match: Match, rows: list[int], rank: int, names: list[str]) -> list[int]:
+    def lend(self, src: Source, match: Match, rows: list[int], rank: int) -> list[int]:
         """Lend one instance its ops: ``rows`` are its kernels' op-table rows (position ``p``
-        as ``match`` numbers them), ``names`` ``src.rows``' op names; one new id per matched
-        group. Returns the rows given an op."""
+        as ``match`` numbers them); one new id per matched group. Returns the rows given an
+        op."""
+        si = next((i for i, x in enumerate(self.sources) if x is src), None)
+        if si is None:
+            si = len(self.sources)
+            self.sources.append(src)
         used = sorted({g for g in match.groups if g is not None})
         ids = {g: self.next_id - i for i, g in enumerate(used)}
         self.next_id -= len(used)
@@ -452,27 +461,46 @@ class Lending:
             if g is None:
                 continue
             self.rows.append(r)
-            self.ops.append(names[match.lenders[p]])
+            self.lent_from.append((si, match.lenders[p]))
             self.ext.append(ids[g])
             lent.append(r)
-        if used:
-            self.parts.append(_shape_rows(src, [lender_of[g] for g in used], [ids[g] for g in used], rank))
+        self.parts.extend((si, lender_of[g], ids[g], rank) for g in used)
         return lent
 
+    def _names(self) -> pl.Series:
+        """Per lent row, its lender's op name (String; one gather of the name column per
+        source)."""
+        out: list[str | None] = [None] * len(self.rows)
+        for si, src in enumerate(self.sources):
+            at = [p for p, (s, _) in enumerate(self.lent_from) if s == si]
+            lenders = pl.Series([self.lent_from[p][1] for p in at], dtype=pl.UInt32)
+            for p, name in zip(at, src.host["name"].gather(src.at.gather(lenders)).to_list(), strict=True):
+                out[p] = name
+        return pl.Series("op", out, dtype=pl.String)
+
     def write(self, ops: pl.DataFrame) -> pl.DataFrame:
-        """``ops`` with the lent ``op`` and ``external_id`` set on the lent rows."""
+        """``ops`` with the lent ``op`` and ``external_id`` set on the lent rows (a lender
+        with no name leaves the row's ``op`` as it was). Two scatters, no join."""
         if not self.rows:
             return ops
-        upd = pl.DataFrame({"_r": self.rows, "_op": self.ops, "_ext": self.ext},
-                           schema={"_r": pl.UInt32, "_op": pl.String, "_ext": pl.Int64})
-        return (ops.with_row_index("_r").join(upd, on="_r", how="left", maintain_order="left")
-                .with_columns(pl.coalesce("_op", "op").alias("op"),
-                              pl.coalesce("_ext", "external_id").alias("external_id"))
-                .drop("_r", "_op", "_ext"))
+        rows, names = pl.Series(self.rows, dtype=pl.UInt32), self._names()
+        named = names.is_not_null()
+        op = ops["op"].cast(pl.String).clone().scatter(rows.filter(named), names.filter(named))
+        ext = ops["external_id"].clone().scatter(rows, pl.Series(self.ext, dtype=pl.Int64))
+        return ops.with_columns(op.alias("op"), ext.alias("external_id"))
 
     def shape_rows(self) -> pl.DataFrame:
-        """The host rows under the new ids (HOST_SCHEMA), for the costing only."""
-        return pl.concat(self.parts) if self.parts else empty(HOST_SCHEMA)
+        """The host rows under the new ids (HOST_SCHEMA), for the costing only: one gather
+        per run of instances lent from one source, in the order they were lent."""
+        out = []
+        start = 0
+        for end in range(1, len(self.parts) + 1):
+            if end == len(self.parts) or self.parts[end][0] != self.parts[start][0]:
+                part = self.parts[start:end]
+                out.append(_shape_rows(self.sources[part[0][0]], [x[1] for x in part], [x[2] for x in part],
+                                       [x[3] for x in part]))
+                start = end
+        return pl.concat(out) if out else empty(HOST_SCHEMA)
 
 
 def _apply(ops: pl.DataFrame, kern: pl.DataFrame, plan: list, warnings: list[str]) -> Replays:
@@ -489,8 +517,7 @@ def _apply(ops: pl.DataFrame, kern: pl.DataFrame, plan: list, warnings: list[str
                                    kernels_per_replay=len(names), method="unattributed", source=None,
                                    kernels_matched=0, device_time_ns=total_ns, attributed_ns=0, note=note or None))
             continue
-        lend_names = src.rows["name"].to_list()
-        attributed = sum(dur[r] or 0 for rep in replays for r in lending.lend(src, match, rep, rank, lend_names))
+        attributed = sum(dur[r] or 0 for rep in replays for r in lending.lend(src, match, rep, rank))
         infos.append(GraphInfo(rank=rank, graph=per_rank[rank], launches=len(replays),
                                kernels_per_replay=len(names), method=method,
                                source=None if src.same_trace else src.label,
@@ -501,12 +528,12 @@ def _apply(ops: pl.DataFrame, kern: pl.DataFrame, plan: list, warnings: list[str
     return Replays(ops, lending.shape_rows(), infos, warnings)
 
 
-def _shape_rows(src: Source, lenders: list[int], ids: list[int], rank: int) -> pl.DataFrame:
-    """Copies of ``src``'s lender rows under the new External ids, on ``rank``; from another
-    trace without its pid/thread (its times are on another clock: no annotation is nested
-    in them here)."""
-    rows = src.rows[lenders].with_columns(pl.Series("external_id", ids, dtype=pl.Int64),
-                                          pl.lit(rank, pl.Int32).alias("rank"))
+def _shape_rows(src: Source, lenders: list[int], ids: list[int], ranks: list[int]) -> pl.DataFrame:
+    """Copies of ``src``'s lender rows under the new External ids, each on its rank; from
+    another trace without its pid/thread (its times are on another clock: no annotation is
+    nested in them here)."""
+    rows = src.rows_at(lenders).with_columns(pl.Series("external_id", ids, dtype=pl.Int64),
+                                             pl.Series("rank", ranks, dtype=pl.Int32))
     if not src.same_trace:
         rows = rows.with_columns(pl.lit(None, pl.String).alias("pid"), pl.lit(None, pl.String).alias("thread"))
     return rows.select(list(HOST_SCHEMA))

@@ -18,9 +18,9 @@ from pathlib import Path
 import polars as pl
 
 from . import graph_capture
+from .costing_shapes import innermost_of
 from .errors import InputNotFoundError, TraceroofError
 from .graph_match import Sequence, leading_batch
-from .host import innermost_cpu_ops
 from .schema import HOST_SCHEMA, empty
 
 #: launch runtime calls a capture records as graph kernels (a graph launch inside a capture,
@@ -31,19 +31,27 @@ _GRAPH_LAUNCH_RE = r"(?i)graphlaunch|launchhostfunc"
 
 @dataclass
 class Source:
-    """What one trace offers to attribute replays from: ``rows``, the framework ops it can
-    lend (HOST_SCHEMA; a lender is a row index); ``captures``, per rank, the launch
-    sequences of its capture windows; ``eager``, per rank, its eager kernels in device
-    order; ``op_kernels``, lender → kernels it launched eagerly."""
+    """What one trace offers to attribute replays from: its framework ops, the lenders (a
+    lender is an index into ``at``, whose value is that op's row in ``host``, HOST_SCHEMA);
+    ``captures``, per rank, the launch sequences of its capture windows; ``eager``, per
+    rank, its eager kernels in device order; ``op_kernels``, lender → kernels it launched
+    eagerly. The lenders' host rows are gathered only where asked (:meth:`rows_at`): a
+    trace lends a few of its hundreds of thousands of ops."""
 
     label: str
     same_trace: bool
-    rows: pl.DataFrame
+    host: pl.DataFrame
+    #: UInt32, lender → its row in ``host``
+    at: pl.Series
     captures: dict[int, list[Sequence]] = field(default_factory=dict)
     eager: dict[int, Sequence] = field(default_factory=dict)
     op_kernels: dict[int, int] = field(default_factory=dict)
     #: lender → the leading dimension of its first input (:func:`lead`'s cache)
     lead_dims: dict[int, int | None] = field(default_factory=dict)
+
+    def rows_at(self, lenders: list[int]) -> pl.DataFrame:
+        """The host rows (HOST_SCHEMA) of ``lenders``, in their order (repeats repeated)."""
+        return self.host[self.at.gather(lenders)]
 
 
 def resolve_given(given: list[str] | None) -> list[str] | None:
@@ -63,57 +71,88 @@ def resolve_given(given: list[str] | None) -> list[str] | None:
 
 
 def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trace: bool) -> Source:
-    """The :class:`Source` of one trace (its op and host tables)."""
+    """The :class:`Source` of one trace (its op and host tables). Only integer columns are
+    sorted and joined; only the framework ops an eager kernel or a capture's launch names
+    are lenders (:func:`traceroof.costing_shapes.innermost_of`: a host table holds several times
+    more); kernel names are read once per eager kernel; the op keys (:func:`key`) are
+    formed only where a capture window needs them."""
     if host.height == 0:
-        return Source(label, same_trace, empty(HOST_SCHEMA))
-    rows = host[innermost_cpu_ops(host, ["rank", "external_id"])]
-    lender = rows.select("rank", "external_id").with_row_index("_l")
-    eager = (ops.filter(~pl.col("graph").fill_null(False), pl.col("external_id").is_not_null(),
-                        ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
+        return Source(label, same_trace, empty(HOST_SCHEMA), pl.Series("_h", [], pl.UInt32))
+    win = graph_capture.windows(host)
+    eager = (ops.select("rank", "start_ns", "stream", "external_id", "name", "graph", "kind")
+             .filter(~pl.col("graph").fill_null(False), pl.col("external_id").is_not_null(),
+                     ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"]))
              .sort("rank", "start_ns", "stream")
-             .join(lender, on=["rank", "external_id"], how="left", maintain_order="left"))
-    src = Source(label, same_trace, rows)
+             .select("rank", "external_id", "name"))
+    calls = _launch_calls(host) if win.height else None
+    at = innermost_of(host, eager["external_id"] if calls is None else pl.concat([eager["external_id"],
+                                                                                  calls["external_id"]]))
+    lender = host.select("rank", "external_id")[at].with_row_index("_l")
+    eager = eager.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
+    src = Source(label, same_trace, host, at)
     for (rank,), g in eager.group_by("rank", maintain_order=True):
         src.eager[int(rank)] = Sequence(g["name"].to_list(), g["_l"].to_list())
     counts = eager.filter(pl.col("_l").is_not_null()).group_by("_l").len()
-    src.op_kernels = {int(a): int(b) for a, b in counts.iter_rows()}
-    src.captures = _window_sequences(host, lender, key(rows), _eager_names(eager, rows))
+    src.op_kernels = dict(zip(counts["_l"].to_list(), counts["len"].to_list(), strict=True))
+    if calls is not None:
+        calls = calls.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
+        src.captures = _window_sequences(win, calls, _eager_names(host, at, eager))
     return src
+
+
+def _launch_calls(host: pl.DataFrame) -> pl.DataFrame:
+    """The launch runtime calls a capture records as graph kernels (:data:`_LAUNCH_RE`, not
+    :data:`_GRAPH_LAUNCH_RE`) on a known thread at a known time, in time order: ``rank,
+    thread, start_ns, external_id``."""
+    return (host.select("rank", "thread", "start_ns", "cat", "name", "external_id")
+            .filter(pl.col("cat") == "runtime", pl.col("name").str.contains(_LAUNCH_RE),
+                    ~pl.col("name").str.contains(_GRAPH_LAUNCH_RE)).sort("start_ns")
+            .filter(pl.col("start_ns").is_not_null(), pl.col("thread").is_not_null())
+            .select("rank", "thread", "start_ns", "external_id"))
+
+
+#: the columns that identify an op and its shapes (:func:`key`)
+KEY_COLUMNS = ("name", "input_dims", "input_types", "concrete_inputs")
 
 
 def key(rows: pl.DataFrame) -> list[tuple]:
     """Per lender row: what identifies the op and its shapes (name, dims, types, concrete inputs)."""
-    return list(rows.select("name", "input_dims", "input_types", "concrete_inputs").iter_rows())
+    return list(rows.select(KEY_COLUMNS).iter_rows())
 
 
-def _eager_names(eager: pl.DataFrame, rows: pl.DataFrame) -> dict[tuple, list[str]]:
-    """(op, shapes) → the kernel names its first eager instance launched, in order."""
-    keys = key(rows)
-    out: dict[tuple, list[str]] = {}
-    seen: dict[tuple, int] = {}
-    for name, lend in eager.filter(pl.col("_l").is_not_null()).select("name", "_l").iter_rows():
-        k = keys[lend]
-        if seen.setdefault(k, lend) == lend:
-            out.setdefault(k, []).append(name)
-    return out
+def _eager_names(host: pl.DataFrame, at: pl.Series, eager: pl.DataFrame) -> tuple[list[int], dict[int, list[str]]]:
+    """Per lender its key's id (one per distinct :func:`key`), and key id → the kernel names
+    the key's first eager instance (the first lender of that key in device order) launched,
+    in order. Keys equal as tuples are equal here (a null equals a null)."""
+    ids = (host.select(KEY_COLUMNS)[at].with_row_index("_l")
+           .group_by(KEY_COLUMNS, maintain_order=True).agg("_l").with_row_index("_k")
+           .select("_k", "_l").explode("_l"))
+    key_of = ids.sort("_l")["_k"].to_list()
+    e = (eager.filter(pl.col("_l").is_not_null()).select("name", "_l")
+         .join(ids, on="_l", how="left", maintain_order="left"))
+    first = e.group_by("_k").agg(pl.col("_l").first().alias("_first"))
+    e = (e.join(first, on="_k", how="left", maintain_order="left").filter(pl.col("_l") == pl.col("_first"))
+         .group_by("_k", maintain_order=True).agg("name"))
+    return key_of, dict(zip(e["_k"].to_list(), e["name"].to_list(), strict=True))
 
 
-def _window_sequences(host: pl.DataFrame, lender: pl.DataFrame, rows_keys: list[tuple],
-                      names: dict[tuple, list[str]]) -> dict[int, list[Sequence]]:
-    """Per rank, the launch sequence of each capture window: its launch runtime calls on the
-    capturing thread, in order, each lent the op of its External id; a launch's kernel name
-    where the op ran eagerly with the same shapes (its j-th launch: the eager j-th kernel)."""
-    win = graph_capture.windows(host)
-    if win.height == 0:
-        return {}
-    calls = host.filter(pl.col("cat") == "runtime", pl.col("name").str.contains(_LAUNCH_RE),
-                        ~pl.col("name").str.contains(_GRAPH_LAUNCH_RE)).sort("start_ns")
-    calls = calls.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
+def _window_sequences(win: pl.DataFrame, calls: pl.DataFrame,
+                      names: tuple[list[int], dict[int, list[str]]]) -> dict[int, list[Sequence]]:
+    """Per rank, the launch sequence of each capture window of ``win``: its launch runtime
+    calls (``calls``, :func:`_launch_calls` with their lender ``_l``) on the capturing
+    thread, in order, each lent the op of its External id; a launch's kernel name where the
+    op ran eagerly with the same shapes (its j-th launch: the eager j-th kernel;
+    ``names``: :func:`_eager_names`). Each window's calls are found by two sorted searches
+    in its thread's calls (never a filter of the host table per window)."""
+    import numpy as np
+
+    per_thread = {k: (g["start_ns"].to_numpy(), g["_l"].to_list())
+                  for k, g in calls.partition_by("rank", "thread", as_dict=True, maintain_order=True).items()}
+    key_of, eager_names = names
     out: dict[int, list[Sequence]] = {}
     for rank, thread, s, e in win.select("rank", "thread", "start_ns", "end_ns").iter_rows():
-        inside = calls.filter(pl.col("rank") == rank, pl.col("thread") == thread,
-                              pl.col("start_ns") >= s, pl.col("start_ns") < e)
-        lenders = inside["_l"].to_list()
+        t, thread_lenders = per_thread.get((rank, thread), (np.zeros(0, np.int64), []))
+        lenders = thread_lenders[int(np.searchsorted(t, s, "left")):int(np.searchsorted(t, e, "left"))]
         nth: dict[int, int] = {}
         known: list[str | None] = []
         for lend in lenders:
@@ -122,8 +161,8 @@ def _window_sequences(host: pl.DataFrame, lender: pl.DataFrame, rows_keys: list[
                 continue
             j = nth.get(lend, 0)
             nth[lend] = j + 1
-            eager = names.get(rows_keys[lend], [])
-            known.append(eager[j] if j < len(eager) else None)
+            kernels = eager_names.get(key_of[lend], [])
+            known.append(kernels[j] if j < len(kernels) else None)
         out.setdefault(int(rank), []).append(Sequence(known, lenders))
     return out
 
@@ -179,7 +218,7 @@ def lead(s: Source, lender: int) -> int | None:
     when not recorded."""
     if lender not in s.lead_dims:
         try:
-            dims = json.loads(s.rows["input_dims"][lender] or "null")
+            dims = json.loads(s.rows_at([lender])["input_dims"][0] or "null")
             first = dims[0] if isinstance(dims, list) and dims else None
             s.lead_dims[lender] = int(first[0]) if isinstance(first, list) and first and isinstance(first[0], int) else None
         except (ValueError, TypeError):
@@ -204,5 +243,5 @@ def capture_batch(s: Source, q: Sequence) -> tuple[int, str] | None:
     return None if b is None else (b, "its ops' leading dimension")
 
 
-__all__ = ["Source", "build_source", "capture_batch", "capture_sources", "capture_traces_beside", "file_batch",
+__all__ = ["KEY_COLUMNS", "Source", "build_source", "capture_batch", "capture_sources", "capture_traces_beside", "file_batch",
            "key", "lead", "ops_batch", "resolve_given"]

@@ -145,10 +145,10 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timelin
     placed = ops.filter(pl.col("_why").is_null())
     segments = _segments(placed, gpu, cpu, caps)
     pieces, head = _cut(placed, segments)
-    ops = ops.join(head, on="_i", how="left").with_columns(
+    ops = ops.join(head, on="_i", how="left", maintain_order="left").with_columns(
         pl.when(pl.col("_why").is_not_null()).then(pl.lit("outside_recording")).otherwise(pl.col("_bucket")).alias("bucket"),
         pl.when(pl.col("_why").is_null()).then(pl.col("_step")).cast(pl.Int32).alias("step"),
-    ).sort("_i")
+    )
     outside = {k: int(v) for k, v in ops.filter(pl.col("_why").is_not_null()).group_by("_why").len().iter_rows()}
     _warn(ops, segments, caps, outside, meta)
     _warn_unclosed(unclosed, meta)
@@ -192,9 +192,9 @@ CLOCK_OFFSET_SUSPECT_NS = 1_000_000_000
 def _warn_clock(ops: pl.DataFrame, meta: TraceMeta) -> None:
     """A warning per rank whose device ops start a median over :data:`CLOCK_OFFSET_SUSPECT_NS`
     after their launches."""
-    lag = (ops.filter(pl.col("launch_start_ns").is_not_null())
+    lag = (ops.lazy().filter(pl.col("launch_start_ns").is_not_null())
            .group_by("rank").agg((pl.col("start_ns") - pl.col("launch_start_ns")).median().alias("lag")))
-    for rank, v in lag.sort("rank").iter_rows():
+    for rank, v in lag.sort("rank").collect().iter_rows():
         if v is not None and v > CLOCK_OFFSET_SUSPECT_NS:
             meta.warn(f"rank {rank}: device ops start a median {units.ns(v)} after their launches: more likely "
                       "a device clock offset from the host's than queued work (step windows and idle use device "

@@ -35,20 +35,15 @@ _PARSE_WARNING = "have no host launch in the trace window (no matching correlati
 
 def _runs(kern: pl.DataFrame) -> list[tuple[int, list[int], list[str]]]:
     """Per rank, the maximal runs of consecutive unlaunched kernels in device order
-    (``start_ns`` then ``stream``): ``[(rank, row indices, kernel names)]``."""
-    out = []
-    for (rank,), g in kern.sort("rank", "start_ns", "stream").group_by("rank", maintain_order=True):
-        rows, names, cur_rows, cur_names = g["_r"].to_list(), g["name"].to_list(), [], []
-        for r, name, miss in zip(rows, names, g["_miss"].to_list(), strict=True):
-            if miss:
-                cur_rows.append(r)
-                cur_names.append(name or "")
-            elif cur_rows:
-                out.append((int(rank), cur_rows, cur_names))
-                cur_rows, cur_names = [], []
-        if cur_rows:
-            out.append((int(rank), cur_rows, cur_names))
-    return out
+    (``start_ns`` then ``stream``): ``[(rank, row indices, kernel names)]``,
+    ranks ascending, runs in device order. A run is numbered by the launched kernels before
+    it on its rank (a cumulative count), so only the unlaunched rows leave polars."""
+    runs = (kern.sort("rank", "start_ns", "stream")
+            .with_columns((~pl.col("_miss")).cum_sum().over("rank").alias("_run"))
+            .filter("_miss")
+            .group_by("rank", "_run", maintain_order=True)
+            .agg("_r", pl.col("name").fill_null("")))
+    return [(int(rank), rows, names) for rank, _run, rows, names in runs.iter_rows()]
 
 
 def attribute(replays: Replays, host: pl.DataFrame) -> Replays:
@@ -70,25 +65,23 @@ def attribute(replays: Replays, host: pl.DataFrame) -> Replays:
     is_kernel = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
     miss = (pl.col("launch_start_ns").is_null() & pl.col("op").is_null() & pl.col("external_id").is_null()
             & ~pl.col("graph").fill_null(False))
-    kern = ops.with_row_index("_r").filter(is_kernel).with_columns(miss.alias("_miss"))
+    kern = (ops.lazy().with_row_index("_r").filter(is_kernel)
+            .select("_r", "rank", "start_ns", "stream", "name", "dur_ns", miss.alias("_miss")).collect())
     n_miss = int(kern["_miss"].sum())
     if n_miss == 0:
         return replays
     total_ns = int(kern.filter("_miss")["dur_ns"].sum() or 0)
     src = build_source(ops, host, "eager", same_trace=True)
-    dur = dict(zip(kern["_r"].to_list(), kern["dur_ns"].to_list(), strict=True))
     ext = ops["external_id"].min()
     # below every id the graph replays took
     lending = Lending(next_id=min(int(ext) if ext is not None else 0, 0) - 1)
-    matched, attributed = 0, 0
-    lend_names = src.rows["name"].to_list()
+    lent: list[int] = []
     for rank, rows, names in _runs(kern):
         seq = src.eager.get(rank)
         if seq is None or len(rows) < MIN_RUN:
             continue
-        lent = lending.lend(src, eager_runs(names, seq, src.op_kernels), rows, rank, lend_names)
-        matched += len(lent)
-        attributed += sum(dur[r] or 0 for r in lent)
+        lent += lending.lend(src, eager_runs(names, seq, src.op_kernels), rows, rank)
+    matched, attributed = len(lent), int(ops["dur_ns"].gather(lent).fill_null(0).sum())
     if not lending.rows:
         return dataclasses.replace(replays, unlaunched=UnlaunchedInfo(
             kernels=n_miss, device_time_ns=total_ns, kernels_matched=0, attributed_ns=0, method="unattributed"))

@@ -41,8 +41,9 @@ def build_tables(
     host = _drop_invalid_durations(host, meta, "host") if host.height else host
 
     # the recording-window instants do not move the origin (they may open before any event)
-    timed = host.filter(pl.col("cat") != WINDOW_CAT) if host.height else host
-    starts = [f["ts_ns"].min() for f in (dev, timed) if f.height]
+    # (a min over one column: filtering the host frame first copied every column of it)
+    starts = [dev["ts_ns"].min() if dev.height else None,
+              host.select(pl.col("ts_ns").filter(pl.col("cat") != WINDOW_CAT).min()).item() if host.height else None]
     starts = [s for s in starts if s is not None]
     origin = int(min(starts)) if starts else 0
     meta.origin_ns = origin
@@ -60,7 +61,7 @@ def build_tables(
     ops = _link_framework_ops(ops, host_tbl, meta)
     ops = _classify(ops)
     ops = conform(ops, OP_SCHEMA).select(list(OP_SCHEMA))
-    ops = ops.sort(["device", "stream", "start_ns"])
+    ops = _gather_by_column([ops], ops.select(pl.arg_sort_by(["device", "stream", "start_ns"]))[:, 0])
     ops = assign_steps(ops, host_tbl, meta)
 
     _warn_links(ops, host_tbl, meta)
@@ -87,8 +88,10 @@ def _link_launches(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
     """Launch link (correlation → runtime call: launch start/duration, its ``External id``)
     and graph replays (one ``*GraphLaunch`` correlation, several kernels: ``graph``, BC-13)."""
     # --- launch link: correlation -> runtime call
-    runtime = host_tbl.filter(pl.col("cat") == "runtime", pl.col("correlation").is_not_null())
-    # (the launch's name only matters as "is it a graph launch": a flag, not the text, is joined)
+    # (the launch's name only matters as "is it a graph launch": a flag, not the text, is joined;
+    # one lazy query over the columns read, not a filtered copy of every host column)
+    runtime = host_tbl.lazy().select("cat", "correlation", "start_ns", "dur_ns", "name", "external_id", "pid",
+                                     "thread").filter(pl.col("cat") == "runtime", pl.col("correlation").is_not_null())
     launches = runtime.group_by("correlation", maintain_order=True).agg(
         pl.col("start_ns").first().alias("launch_start_ns"),
         pl.col("dur_ns").first().alias("launch_dur_ns"),
@@ -96,7 +99,7 @@ def _link_launches(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
         pl.col("external_id").first().alias("launch_ext"),
         pl.col("pid").first().alias("launch_pid"),
         pl.col("thread").first().alias("launch_thread"),
-    )
+    ).collect()
     ops = ops.join(launches, on="correlation", how="left")
     ops = ops.with_columns(
         pl.coalesce(pl.col("launch_ext"), pl.col("external_id")).alias("external_id")
@@ -295,14 +298,25 @@ def _host_table(box: list[pl.DataFrame], origin: int, rank: int) -> pl.DataFrame
         (pl.col("ts_ns") - origin).alias("start_ns"),
     )
     h = conform(h, HOST_SCHEMA).select(list(HOST_SCHEMA))
-    # == h.sort("start_ns") (the same permutation, the same column flags), a column at a
-    # time: sorting the whole frame at once holds a second and a third copy of every column
+    # == h.sort("start_ns") (the same permutation, the same column flags)
     order = h["start_ns"].arg_sort()
+    box.append(h)
+    del h
+    return _gather_by_column(box, order).with_columns(pl.col("start_ns").set_sorted())
+
+
+def _gather_by_column(box: list[pl.DataFrame], order: pl.Series) -> pl.DataFrame:
+    """The frame ``box`` holds (which is emptied) with its rows in ``order`` (row indices), a
+    column at a time: each column is gathered, then dropped from the source, so the peak is
+    the frame plus one column (sorting the whole frame at once, or a join, holds a second
+    copy of every column). ``order`` is an integer sort key computed once (``arg_sort`` /
+    ``arg_sort_by``): the same permutation ``DataFrame.sort`` takes."""
+    h = box.pop()
     cols = []
     for c in list(h.columns):
         cols.append(h.select(pl.col(c).gather(order)))
         h = h.drop(c)
-    return pl.concat(cols, how="horizontal").with_columns(pl.col("start_ns").set_sorted())
+    return pl.concat(cols, how="horizontal") if cols else h
 
 
 def assign_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
@@ -333,5 +347,8 @@ def assign_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> pl.D
     if t_dev.height:
         parts.append(_lookup(t_dev, gpu_steps if gpu_steps.height else cpu_steps))
     found = pl.concat(parts) if parts else pl.DataFrame(schema={"_row": pl.UInt32, "step": pl.Int32})
-    ops = ops.drop("step").join(found, on="_row", how="left").sort("_row").drop("_row")
-    return ops.select(list(OP_SCHEMA))
+    # every row is in ``found`` once (with a launch or without): its steps, put in row order by
+    # their integer key, replace the column (no join, no sort of the whole table)
+    step = found.sort("_row")["step"] if found.height == ops.height else (
+        ops.select("_row").join(found, on="_row", how="left", maintain_order="left")["step"])
+    return ops.drop("_row").with_columns(step.cast(OP_SCHEMA["step"]).alias("step")).select(list(OP_SCHEMA))

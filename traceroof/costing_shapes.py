@@ -1,0 +1,72 @@
+"""The recorded shapes of the framework ops an op table links, by integer keys: a part of
+:func:`traceroof.costing.compute_costs` (and the lender lookup of
+:func:`traceroof.graph_sources.build_source`).
+
+Only integer columns are filtered and sorted; the text columns are gathered once for the rows
+picked. A host table holds several times more ``cpu_op`` rows than an op table links (711 k
+for 175 k on the 1 GB replicated trace): :func:`innermost_of` looks at the linked ids only.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .host import innermost_cpu_ops
+
+
+def innermost_of(host: pl.DataFrame, external_ids: pl.Series | None) -> pl.Series:
+    """:func:`traceroof.host.innermost_cpu_ops` by ``(rank, external_id)`` (UInt32 row indices
+    into ``host``, ascending), for the keys whose External id is in ``external_ids`` only
+    (None: every key). Only those ``cpu_op`` rows are sorted (a filter on one integer
+    column), by key, start and row: a key's innermost is its last row (the one that started
+    last, of several at one ns the last in table order), read where the key changes. It
+    depends only on that key's rows, so each key kept gets the row it gets without the
+    filter.
+
+    Args:
+        host: a host table (``rank``, ``external_id``, ``cat``, ``start_ns`` are read).
+        external_ids: the External ids wanted (nulls and repeats ignored), or None.
+    """
+    if external_ids is None:
+        return innermost_cpu_ops(host, ["rank", "external_id"])
+    # the last row of each key once sorted by (key, start, row): no hash of the keys
+    key = ["rank", "external_id"]
+    last = pl.lit(False)
+    for c in key:
+        last = last | pl.col(c).ne_missing(pl.col(c).shift(-1))
+    return (host.lazy().select(*key, "cat", "start_ns").with_row_index("_h")
+            .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_in(external_ids.drop_nulls().unique().implode()))
+            .select("_h", "start_ns", *key).sort([*key, "start_ns", "_h"])
+            .filter(last | (pl.int_range(pl.len()) == pl.len() - 1))
+            .select("_h").sort("_h").collect())["_h"]
+
+
+def shapes_by_external_id(host: pl.DataFrame, of: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The recorded shapes of each framework op: one row per ``(rank, external_id)``.
+
+    Columns ``rank, external_id, input_dims, input_types, concrete_inputs`` (raw JSON text,
+    HOST_SCHEMA), from the ``cpu_op`` event with that External id; when several share one
+    (nested ops in old traces), the one that started last (the innermost). Sorting only the
+    integer keys and gathering the text columns once keeps this fast on millions of host
+    events. ``of``: the ``(rank, external_id)`` wanted (those an op table links; None: every
+    one): only the ``cpu_op`` rows whose External id is among them are looked at
+    (:func:`innermost_of`; a key of another rank with the same id may come along).
+    """
+    rows = innermost_of(host, None if of is None else of["external_id"])
+    return host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[rows]
+
+
+def shape_keys(host: pl.DataFrame, of: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`shapes_by_external_id` (of ``of``'s keys) with the text replaced by an integer
+    key: ``(rank, external_id, _skey)`` and the key table ``(_skey, input_dims, input_types,
+    concrete_inputs)`` (one row per distinct shape), so the op table is joined on integers
+    and the recorded text is looked at once per distinct shape."""
+    sh = shapes_by_external_id(host, of)
+    sk = ["input_dims", "input_types", "concrete_inputs"]
+    keys = sh.select(sk).unique(maintain_order=True).with_row_index("_skey")
+    ids = sh.join(keys, on=sk, how="left", nulls_equal=True, maintain_order="left").select(
+        "rank", "external_id", "_skey")
+    return ids, keys
+
+
+__all__ = ["innermost_of", "shape_keys", "shapes_by_external_id"]
