@@ -154,6 +154,16 @@ def scan(data: Any) -> Columns | None:
     return Scanner().scan(data)
 
 
+def native_scanner(native: bool, path: str) -> Scanner | None:
+    """A fresh :class:`Scanner` when ``native`` is asked for and :func:`active`, else None;
+    logs (debug) which decoder reads ``path``."""
+    use = native and active()
+    if native:
+        why = "" if use else (f" ({ENV_DECODER}=python)" if AVAILABLE else " (the extension is not built)")
+        logger.debug("%s: Kineto decoder: %s%s", path, "native scanner" if use else "msgspec", why)
+    return Scanner() if use else None
+
+
 def decode_piece(scanner: Scanner | None, piece: Any) -> Any:
     """``piece`` (a JSON event array) as native :class:`Columns` when ``scanner`` handles it,
     else as msgspec's ``list[Event]`` (raising ``msgspec.DecodeError`` as that decoder does).

@@ -17,7 +17,6 @@ import msgspec
 from .kineto_decode import decode
 from .kineto_events import (
     BOUNDARY,
-    EVENTS_DECODER,
     EVENTS_KEY,
     HEADER_DECODER,
     LEADING_WS,
@@ -31,6 +30,7 @@ from .kineto_events import (
     decode_prefix_strict,
     merge_headers,
 )
+from .kineto_native import Scanner, decode_piece, native_scanner
 from .kineto_recover import recover_events, recover_region
 
 logger = logging.getLogger(__name__)
@@ -183,8 +183,10 @@ class _Stream:
 
     def __init__(
         self, fh: Any, on_chunk: OnChunk, path: str, block: int,
-        progress: Callable[[int, int], None] | None,
+        progress: Callable[[int, int], None] | None, native: bool = False,
     ) -> None:
+        self.native = native
+        self.scanner: Scanner | None = native_scanner(native, path)
         self.src = _Source(fh, block)
         self.buf = _Buffer(self.src)
         self.block = self.src.block
@@ -244,7 +246,7 @@ class _Stream:
             # memory, which gives exactly the in-memory outcome (its error, its recovery)
             if buf.fill_all(STREAM_FALLBACK_BYTES + 1) and len(buf.data) <= STREAM_FALLBACK_BYTES:
                 data = buf.take(len(buf.data))
-                return decode(data, self.emit, path=self.path)
+                return decode(data, self.emit, path=self.path, native=self.native)
         if key is None:
             raise ValueError("no 'traceEvents' array found")
         header = decode_prefix_strict(buf.data[: key.start()]) if buf.base == 0 else None
@@ -281,10 +283,10 @@ class _Stream:
                 stop = (m.start() + 1) if m else len(buf.data)
                 piece = b"".join((b"[", memoryview(buf.data)[:stop], b"]"))
                 try:
-                    events = EVENTS_DECODER.decode(piece)
+                    events = decode_piece(self.scanner, piece)
                     break
                 except msgspec.DecodeError as exc:
-                    end = _closing_bracket(piece, exc)
+                    end = _closing_bracket(piece, exc, self.scanner)
                     if end is not None:
                         # the array ends in this piece: the rest of the stream is the tail
                         del piece
@@ -367,7 +369,7 @@ class _Stream:
         return recover_region(region, 0, base, self.emit, self.stats)
 
 
-def _closing_bracket(wrapped: bytes, exc: Exception) -> tuple[int, list[Event]] | None:
+def _closing_bracket(wrapped: bytes, exc: Exception, scanner: Scanner | None = None) -> tuple[int, list[Event]] | None:
     """Where the event array closes, when the strict decode of ``wrapped`` (``[`` + piece +
     ``]``) failed because the array ended inside the piece (msgspec: ``trailing characters
     (byte N)``, N at or just past the first character after the array) and the header tail
@@ -381,7 +383,7 @@ def _closing_bracket(wrapped: bytes, exc: Exception) -> tuple[int, list[Event]] 
     if close < 1 or len(wrapped[close + 1 : at].strip()) > 1 or not _AFTER_CLOSE.match(wrapped, close):
         return None
     try:
-        events = EVENTS_DECODER.decode(memoryview(wrapped)[: close + 1])
+        events = decode_piece(scanner, memoryview(wrapped)[: close + 1])
     except msgspec.DecodeError:
         return None
     return close - 1, events
@@ -394,6 +396,7 @@ def decode_stream(
     path: str = "<stream>",
     block_bytes: int = STREAM_BLOCK_BYTES,
     progress: Callable[[int, int], None] | None = None,
+    native: bool = False,
 ) -> Decoded:
     """Decode a Kineto JSON stream block by block, holding about two blocks of JSON at once.
 
@@ -425,6 +428,8 @@ def decode_stream(
             is the number of bytes read from ``fh`` so far (COMPRESSED bytes for a gzip
             stream, comparable with the file size), ``events`` the events decoded so far
             (``0`` while a small odd file is decoded in memory).
+        native: hand :class:`~.kineto_native.Columns` for the pieces the native scanner
+            handles (when it is active), as :func:`~.kineto_decode.decode` does.
 
     Returns:
         The header and the decode statistics.
@@ -435,5 +440,5 @@ def decode_stream(
         ValueError: the stream holds no ``traceEvents`` array (the caller names the file).
         OSError: reading ``fh`` failed.
     """
-    return _Stream(fh, on_chunk, path, block_bytes, progress).run()
+    return _Stream(fh, on_chunk, path, block_bytes, progress, native).run()
 
