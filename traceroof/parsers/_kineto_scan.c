@@ -78,8 +78,19 @@ static void intern_free(Intern *t) {
 }
 
 static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ULL; }
+    /* 8 bytes a step (multiply-xorshift); the tail byte by byte */
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    for (; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001B3ULL;
+    h ^= h >> 29;
+    h *= 0x94D049BB133111EBULL;
+    h ^= h >> 32;
     return h;
 }
 
@@ -234,6 +245,18 @@ static int lex_string(Cur *c, Buf *o, int *escaped) {
     if (escaped) *escaped = 0;
     for (;;) {
         const unsigned char *run = c->p;
+        /* 8 bytes a step while none is a quote, a backslash, < 0x20 or >= 0x80 (SWAR:
+         * "has a byte less than n" / "has a zero byte" have no false negatives) */
+        while (c->end - c->p >= 8) {
+            uint64_t w;
+            memcpy(&w, c->p, 8);
+            const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+            uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+            uint64_t hit = (w & high) | ((w - ones * 0x20) & ~w & high) | ((q - ones) & ~q & high)
+                           | ((b - ones) & ~b & high);
+            if (hit) break;
+            c->p += 8;
+        }
         while (c->p < c->end && *c->p >= 0x20 && *c->p != '"' && *c->p != '\\' && *c->p < 0x80) c->p++;
         if (o && c->p > run && buf_put(o, (const char *)run, (size_t)(c->p - run)) < 0) return NOMEM;
         if (c->p >= c->end) return NO;
@@ -448,6 +471,8 @@ typedef struct {
 typedef struct {
     Spell sp[MAX_SPELLINGS];
     int nsp;
+    int slot_n[MAX_SLOTS];                 /* spellings per slot */
+    int slot_sp[MAX_SLOTS][MAX_SPELLINGS];  /* their indexes, in precedence order */
     Cols cols;
     Intern strings;
     Buf tmp;
@@ -472,10 +497,20 @@ static void cols_free(Cols *k) {
 
 /* a string value → its code (decoded) */
 static int string_code(Scan *s, Cur *c, int64_t *code) {
-    s->tmp.n = 0;
-    int r = lex_string(c, &s->tmp, NULL);
+    const unsigned char *start = c->p + 1;
+    int esc;
+    int r = lex_string(c, NULL, &esc);
     if (r != OK) return r;
-    int64_t v = intern(&s->strings, s->tmp.b ? s->tmp.b : "", s->tmp.n);
+    int64_t v;
+    if (!esc) {
+        v = intern(&s->strings, (const char *)start, (size_t)(c->p - 1 - start));
+    } else {  /* decode the escapes: lex it again into the scratch buffer */
+        Cur again = {start - 1, c->p};
+        s->tmp.n = 0;
+        r = lex_string(&again, &s->tmp, NULL);
+        if (r != OK) return r;
+        v = intern(&s->strings, s->tmp.b ? s->tmp.b : "", s->tmp.n);
+    }
     if (v < 0) return NOMEM;
     *code = v;
     return OK;
@@ -500,9 +535,10 @@ static int id_text(Scan *s, Cur *c, int32_t *out) {
         Num n;
         int64_t v;
         if (lex_number(c, &n) != OK || num_int(&n, &v) != OK) return NO;
-        char txt[32];
-        int len = snprintf(txt, sizeof txt, "%lld", (long long)v);
-        int64_t code = intern(&s->strings, txt, (size_t)len);
+        /* a JSON integer's text is Python's str(int) of it, but for "-0" */
+        const char *txt = v == 0 ? "0" : (const char *)n.ip - n.neg;
+        size_t len = v == 0 ? 1 : n.ip_n + (size_t)n.neg;
+        int64_t code = intern(&s->strings, txt, len);
         if (code < 0) return NOMEM;
         *out = (int32_t)code;
         return OK;
@@ -591,17 +627,19 @@ static int scan_args(Scan *s, Cur *c, uint8_t *st, int64_t *val) {
 
 /* resolve the spellings of each slot: the first present one wins (NUMBER: not null;
  * JSON_TEXT: present, even null; ANY: present) */
-static void resolve(Scan *s, size_t row, const uint8_t *st, const int64_t *val) {
+static void resolve(Scan *s, size_t row, const uint8_t *st, const int64_t *val, int any) {
     Cols *k = &s->cols;
     for (int sl = 0; sl < k->nslots; sl++) {
         uint8_t kind = 0;
         int64_t v = 0;
-        for (int i = 0; i < s->nsp; i++) {
-            if (s->sp[i].slot != sl || !st[i]) continue;
-            if (s->sp[i].kind == K_NUMBER && st[i] < 2) continue;
-            kind = st[i];
-            v = val[i];
-            break;
+        if (any) {
+            for (int j = 0; j < s->slot_n[sl]; j++) {
+                int i = s->slot_sp[sl][j];
+                if (!st[i] || (s->sp[i].kind == K_NUMBER && st[i] < 2)) continue;
+                kind = st[i];
+                v = val[i];
+                break;
+            }
         }
         if (k->slot_kind[sl] == K_NUMBER) { k->sk[sl][row] = kind; k->sv[sl][row] = v; }
         else k->sv[sl][row] = (k->slot_kind[sl] == K_ANY && kind != 3) ? 0 : v;
@@ -616,8 +654,7 @@ static int scan_event(Scan *s, Cur *c) {
     size_t row = k->n;
     uint8_t st[MAX_SPELLINGS];
     int64_t val[MAX_SPELLINGS];
-    memset(st, 0, sizeof st);
-    memset(val, 0, sizeof val);
+    int any = 0;
     k->ph[row] = k->cat[row] = k->name[row] = k->pid[row] = k->tid[row] = 0;
     k->ts[row] = k->dur[row] = 0;
     k->ts_st[row] = k->dur_st[row] = 0;
@@ -644,7 +681,7 @@ static int scan_event(Scan *s, Cur *c) {
         else if (KEY("ts")) r = time_value(c, &k->ts[row], &k->ts_st[row]);
         else if (KEY("dur")) r = time_value(c, &k->dur[row], &k->dur_st[row]);
         else if (KEY("id")) { int32_t ignored; r = id_text(s, c, &ignored); }
-        else if (KEY("args")) { memset(st, 0, sizeof st); r = scan_args(s, c, st, val); }
+        else if (KEY("args")) { memset(st, 0, sizeof st); any = 1; r = scan_args(s, c, st, val); }
         else r = skip_value(c, 1);
         if (r != OK) return r;
         skip_ws(c);
@@ -654,7 +691,7 @@ static int scan_event(Scan *s, Cur *c) {
         return NO;
     }
 done:
-    resolve(s, row, st, val);
+    resolve(s, row, st, val, any);
     k->n++;
     return OK;
 }
@@ -747,6 +784,7 @@ static int parse_spellings(Scan *s, PyObject *spellings) {
         }
         s->sp[i].key = key; s->sp[i].key_n = (size_t)kn; s->sp[i].slot = slot; s->sp[i].kind = kind;
         if (slot >= s->cols.nslots) s->cols.nslots = slot + 1;
+        s->slot_sp[slot][s->slot_n[slot]++] = (int)i;
         s->cols.slot_kind[slot] = kind;
     }
     return 0;
@@ -776,6 +814,7 @@ typedef struct {
 static void Scanner_dealloc(Scanner *self) {
     if (self->s) {
         intern_free(&self->s->strings);
+        cols_free(&self->s->cols);
         free(self->s->tmp.b);
         free(self->s);
     }
@@ -802,7 +841,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     if (!self->s || !self->spellings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
     if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
     Scan *s = self->s;
-    memset(&s->cols, 0, offsetof(Cols, nslots));
+    s->cols.n = 0;  /* the column buffers are kept from scan to scan */
     size_t n0 = s->strings.n;
     Cur c = {(const unsigned char *)view.buf, (const unsigned char *)view.buf + view.len};
     int r;
@@ -813,8 +852,10 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     if (r == NOMEM) { intern_rollback(&s->strings, n0); PyErr_NoMemory(); }
     else if (r != OK) { intern_rollback(&s->strings, n0); Py_INCREF(Py_None); out = Py_None; }
     else out = build_result(s);
-    cols_free(&s->cols);
-    memset(&s->cols, 0, offsetof(Cols, nslots));
+    if (s->cols.cap > ((size_t)1 << 20)) {  /* a huge piece: do not keep its buffers */
+        cols_free(&s->cols);
+        memset(&s->cols, 0, offsetof(Cols, nslots));
+    }
     PyBuffer_Release(&view);
     return out;
 }

@@ -29,10 +29,25 @@ def _phase(s: str | None) -> int:
     return _NONE if s is None else _PHASES.get(s, _OTHER)
 
 
-def _by_code(codes: np.ndarray, f: Any, dtype: Any) -> np.ndarray:
-    """``f(code)`` for every entry of ``codes``, computed once per distinct code."""
-    u, inv = np.unique(codes, return_inverse=True)
-    return np.array([f(int(k)) for k in u], dtype=dtype)[inv]
+class _Lut:
+    """``f(string)`` per dictionary code, computed once per code the first time it is seen
+    (int8 values >= 0; -1 marks a code not yet computed)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.values = np.full(0, -1, np.int8)
+
+    def get(self, codes: np.ndarray, S: list[Any]) -> np.ndarray:
+        if len(self.values) < len(S):
+            grown = np.full(len(S), -1, np.int8)
+            grown[: len(self.values)] = self.values
+            self.values = grown
+        out = self.values[codes]
+        if (out < 0).any():
+            for k in np.unique(codes[out < 0]):
+                self.values[k] = self.f(S[int(k)])
+            out = self.values[codes]
+        return out
 
 
 class _Frame:
@@ -59,26 +74,35 @@ class _Frame:
         self.parts.append(part)
 
     def flush(self, strings: pl.Series, cat_names: pl.Series, dictionary: list[Any]) -> pl.DataFrame | None:
+        """The frame of the rows added so far (None when there are none); the parts are
+        freed column by column as the Series are made, so they are never held twice."""
         if not self.parts:
             return None
-        cols = {k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]}
-        self.parts.clear()
+        parts, self.parts = self.parts, []
+
+        def take(key: str) -> np.ndarray:
+            arr = np.concatenate([p.pop(key) for p in parts])
+            return arr
+
         out = {
-            "name": strings.gather(cols["name"]),
-            "cat": cat_names.gather(cols["cat"]),
-            "pid": strings.gather(cols["pid"]),
-            self.tid: strings.gather(cols["tid"]),
-            "ts_ns": _nullable(cols["ts"], cols["ts_state"] == 2, pl.Int64),
-            "dur_ns": _nullable(cols["dur"], cols["dur_state"] == 2, pl.Int64),
+            "name": strings.gather(take("name")),
+            "cat": cat_names.gather(take("cat").astype(np.int32)),
+            "pid": strings.gather(take("pid")),
+            self.tid: strings.gather(take("tid")),
         }
+        ts = take("ts")
+        out["ts_ns"] = _nullable(ts, take("ts_state") == 2, pl.Int64)
+        dur = take("dur")
+        out["dur_ns"] = _nullable(dur, take("dur_state") == 2, pl.Int64)
+        del ts, dur
         for col in self.columns:
-            vals = cols[col.column]
+            vals = take(col.column)
             if col.dtype == V.TEXT:
                 out[col.column] = strings.gather(vals)
             elif col.dtype == V.STRING:
-                out[col.column] = _string_arg(vals, cols[col.column + "/kind"], strings)
+                out[col.column] = _string_arg(vals, take(col.column + "/kind"), strings)
             else:
-                out[col.column] = _int_arg(vals, cols[col.column + "/kind"], dictionary, col.dtype)
+                out[col.column] = _int_arg(vals, take(col.column + "/kind"), dictionary, col.dtype)
         return pl.DataFrame({k: s.alias(k) for k, s in out.items()})
 
 
@@ -128,6 +152,17 @@ class NativeRows:
         self.host = _Frame("thread", V.HOST_ARG_COLUMNS)
         self.cat_names: list[str] = []
         self._cat_code: dict[str, int] = {}
+        self._luts()
+
+    def _luts(self) -> None:
+        """The per-code lookups of one dictionary: phase class; device kind and host
+        category (1 + their code in ``cat_names``, 0 for none); 1 python_function / 2
+        profiler range; 1 memory sample / 2 recording-window edge."""
+        self.ph_class = _Lut(_phase)
+        self.dev_kind = _Lut(lambda s: 1 + self._cat(V.DEVICE_CATEGORIES.get(s)))
+        self.host_kind = _Lut(lambda s: 1 + self._cat(V.HOST_CATEGORIES.get(s)))
+        self.cat_flag = _Lut(lambda s: (s == "python_function") + 2 * (s in V.PROFILER_RANGE_CATEGORIES))
+        self.name_flag = _Lut(_instant_kind)
 
     def _cat(self, name: str | None) -> int:
         if name is None:
@@ -142,38 +177,44 @@ class NativeRows:
         """Sort one piece (see ``kineto._Builder._sort``)."""
         if self.scanner is not None and c.scanner is not self.scanner:
             self.flush()  # another file's dictionary (an in-memory fallback): its own frames
+            self._luts()
         self.scanner = c.scanner
         S = c.scanner.dictionary()
         b = self.b
-        phc = _by_code(c.ph, lambda k: _phase(S[k]), np.int8)
+        phc = self.ph_class.get(c.ph, S)
         is_x, is_m = phc == _X, phc == _M
         empty = (phc == _NONE) | (~is_m & (c.ts_state == 0))
         kept = ~empty
         b.empty_events += int(empty.sum())
         self._count_categories(c.cat[kept], S)
-        dev_kind = _by_code(c.cat, lambda k: self._cat(V.DEVICE_CATEGORIES.get(S[k])), np.int32)
-        host_kind = _by_code(c.cat, lambda k: self._cat(V.HOST_CATEGORIES.get(S[k])), np.int32)
+        dev_kind = self.dev_kind.get(c.cat, S)
+        host_kind = self.host_kind.get(c.cat, S)
         xk = is_x & kept
-        dev_rows = xk & (dev_kind >= 0)
-        host_rows = xk & (dev_kind < 0) & (host_kind >= 0)
-        cat_flag = _by_code(c.cat, lambda k: (S[k] == "python_function") + 2 * (S[k] in V.PROFILER_RANGE_CATEGORIES), np.int8)
+        dev_rows = xk & (dev_kind > 0)
+        host_rows = xk & (dev_kind == 0) & (host_kind > 0)
+        cat_flag = self.cat_flag.get(c.cat, S)
         b.python_events += int((xk & (cat_flag == 1)).sum())
         b.profiler_ranges += int((xk & (cat_flag == 2)).sum())
         nk = kept & ~is_x
         b.flows += int((nk & (phc == _FLOW)).sum())
         b.counter_samples += int((nk & (phc == _COUNTER)).sum())
-        for k in np.unique(c.ph[nk & (phc == _OTHER)]):
-            ph = str(S[int(k)])
-            b.unknown_phases[ph] = b.unknown_phases.get(ph, 0) + int((nk & (c.ph == k)).sum())
-        self._meta_names(c, np.flatnonzero(nk & is_m), S)
+        other = nk & (phc == _OTHER)
+        if other.any():
+            for k in np.unique(c.ph[other]):
+                ph = str(S[int(k)])
+                b.unknown_phases[ph] = b.unknown_phases.get(ph, 0) + int((other & (c.ph == k)).sum())
+        if (nk & is_m).any():
+            self._meta_names(c, np.flatnonzero(nk & is_m), S)
         instant = nk & (phc == _INSTANT)
-        name_flag = _by_code(c.name, lambda k: _instant_kind(S[k]), np.int8)
-        b.mem_samples += int((instant & (name_flag == 1)).sum())
-        window = instant & (name_flag == 2)
+        window = np.zeros(c.n, bool)
+        if instant.any():
+            name_flag = self.name_flag.get(c.name, S)
+            b.mem_samples += int((instant & (name_flag == 1)).sum())
+            window = instant & (name_flag == 2)
         d = np.flatnonzero(dev_rows)
-        self.dev.add(c, d, dev_kind[d].astype(np.int32))
+        self.dev.add(c, d, dev_kind[d] - 1)
         h = np.flatnonzero(host_rows | window)
-        self.host.add(c, h, np.where(window[h], self._cat(WINDOW_CAT), host_kind[h]).astype(np.int32))
+        self.host.add(c, h, np.where(window[h], self._cat(WINDOW_CAT), host_kind[h] - 1))
 
     def _count_categories(self, cats: np.ndarray, S: list[Any]) -> None:
         """``counts[cat] += 1`` per kept event, categories in first-seen order."""
