@@ -242,7 +242,7 @@ def test_a_piece_not_handled_is_decoded_by_msgspec_and_the_rest_natively(monkeyp
     evs[300]["args"]["correlation"] = 300.0
     seen: list = []
     orig = N.Scanner.scan
-    monkeypatch.setattr(N.Scanner, "scan", lambda self, d: seen.append(r := orig(self, d)) or r)
+    monkeypatch.setattr(N.Scanner, "scan", lambda self, d, bare=False: seen.append(r := orig(self, d, bare)) or r)
     assert_paths_equal(kineto(evs), monkeypatch, block=16 << 10)
     handled = [r is not None for r in seen]
     # the float piece, and the last piece's first try (it runs past the array's "]")

@@ -5,7 +5,8 @@
  *   spellings  a tuple of (key: bytes, slot: int, kind: int): the ``args`` keys to read
  *              (kind 0 NUMBER, 1 JSON_TEXT, 2 ANY); spellings of one slot in precedence order.
  *   data       any buffer: a JSON array of event objects, ``[ {...}, ... ]`` (whitespace
- *              around it allowed, nothing else).
+ *              around it allowed, nothing else); with ``bare``, its items without the
+ *              brackets (``{...}, {...}``, at least one).
  *
  * One Scanner holds one string dictionary for all its scans (a file's chunks): codes are
  * stable across scans; ``strings(start)`` returns the dictionary from code ``start`` on.
@@ -696,19 +697,24 @@ done:
     return OK;
 }
 
-static int scan_array(Scan *s, Cur *c) {
+/* ``[ event, ... ]`` (bare: ``event, ...`` without the brackets, at least one event),
+ * whitespace around it, nothing else */
+static int scan_array(Scan *s, Cur *c, int bare) {
     skip_ws(c);
-    if (c->p >= c->end || *c->p != '[') return NO;
-    c->p++;
-    skip_ws(c);
-    if (c->p < c->end && *c->p == ']') c->p++;
+    if (!bare) {
+        if (c->p >= c->end || *c->p != '[') return NO;
+        c->p++;
+        skip_ws(c);
+    }
+    if (!bare && c->p < c->end && *c->p == ']') c->p++;
     else for (;;) {
         int r = scan_event(s, c);
         if (r != OK) return r;
         skip_ws(c);
+        if (bare && c->p == c->end) break;
         if (c->p >= c->end) return NO;
         if (*c->p == ',') { c->p++; skip_ws(c); continue; }
-        if (*c->p == ']') { c->p++; break; }
+        if (!bare && *c->p == ']') { c->p++; break; }
         return NO;
     }
     skip_ws(c);
@@ -839,7 +845,8 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     Py_buffer view;
     if (!self->s || !self->spellings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    int bare = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &bare)) return NULL;
     Scan *s = self->s;
     s->cols.n = 0;  /* the column buffers are kept from scan to scan */
     size_t n0 = s->strings.n;
@@ -847,7 +854,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     int r;
     PyObject *out = NULL;
     Py_BEGIN_ALLOW_THREADS
-    r = scan_array(s, &c);
+    r = scan_array(s, &c, bare);
     Py_END_ALLOW_THREADS
     if (r == NOMEM) { intern_rollback(&s->strings, n0); PyErr_NoMemory(); }
     else if (r != OK) { intern_rollback(&s->strings, n0); Py_INCREF(Py_None); out = Py_None; }
@@ -881,7 +888,8 @@ static PyObject *Scanner_strings(Scanner *self, PyObject *args) {
 
 static PyMethodDef Scanner_methods[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_VARARGS,
-     "scan(data) -> dict | None: the columns of a JSON event array; None when not handled."},
+     "scan(data, bare=False) -> dict | None: the columns of a JSON event array (bare: its items "
+     "without the brackets); None when not handled."},
     {"strings", (PyCFunction)Scanner_strings, METH_VARARGS,
      "strings(start) -> list: the dictionary from code ``start`` on (code 0 is None)."},
     {NULL, NULL, 0, NULL},

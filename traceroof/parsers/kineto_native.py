@@ -112,10 +112,11 @@ class Scanner:
         #: the dictionary: code → string (``strings[0]`` is None), grown by :meth:`dictionary`
         self.strings: list[str | None] = []
 
-    def scan(self, data: Any) -> Columns | None:
-        """The columns of ``data`` (a JSON event array; bytes or any buffer), None when not
-        handled (the dictionary is then as before the call)."""
-        d = self._c.scan(data)
+    def scan(self, data: Any, bare: bool = False) -> Columns | None:
+        """The columns of ``data`` (a JSON event array; bytes or any buffer; ``bare``: its
+        items without the brackets, at least one), None when not handled (the dictionary is
+        then as before the call)."""
+        d = self._c.scan(data, bare)
         if d is None:
             return None
         i32, i64, u8 = np.int32, np.int64, np.uint8

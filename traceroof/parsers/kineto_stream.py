@@ -170,6 +170,11 @@ class _Buffer:
             self.fill(len(self.data) + (16 << 20))
         return True
 
+    def drop(self, n: int) -> None:
+        """Remove the first ``n`` bytes (:meth:`take` without making a copy of them)."""
+        self.data = self.data[n:]
+        self.base += n
+
     def take(self, n: int) -> bytes:
         """Remove and return the first ``n`` bytes."""
         out = self.data[:n]
@@ -281,16 +286,21 @@ class _Stream:
                     buf.fill(max(len(buf.data), target) + self.block)
                     continue
                 stop = (m.start() + 1) if m else len(buf.data)
+                # the native scanner reads the items in place; msgspec needs them wrapped
+                events = self.scanner.scan(memoryview(buf.data)[:stop], bare=True) if self.scanner else None
+                if events is not None:
+                    piece = b""
+                    break
                 piece = b"".join((b"[", memoryview(buf.data)[:stop], b"]"))
                 try:
-                    events = decode_piece(self.scanner, piece)
+                    events = decode_piece(None, piece)
                     break
                 except msgspec.DecodeError as exc:
                     end = _closing_bracket(piece, exc, self.scanner)
                     if end is not None:
                         # the array ends in this piece: the rest of the stream is the tail
                         del piece
-                        buf.take(end[0])
+                        buf.drop(end[0])
                         self.strict(end[1])
                         buf.fill_all()
                         return self._tail(buf.data[1:])
@@ -309,7 +319,7 @@ class _Stream:
                 self.stats.truncated_at = buf.base + len(buf.data)
                 self.stats.truncated_mid_event = False
                 return None
-            buf.take(m.end() - 1)
+            buf.drop(m.end() - 1)
 
     def _skip_ws(self) -> bool:
         """Drop leading whitespace (and a stray ``,`` left by a recovered piece); False when
