@@ -78,17 +78,29 @@ static void intern_free(Intern *t) {
     free(t->arena); free(t->off); free(t->len); free(t->table);
 }
 
+static inline uint64_t mix8(uint64_t h, const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+    return h ^ (h >> 31);
+}
+
 static uint64_t hash_bytes(const char *s, size_t n) {
-    /* 8 bytes a step (multiply-xorshift); the tail byte by byte */
+    /* 8 bytes a step (multiply-xorshift), the tail byte by byte. A string over 128 bytes
+     * (a long kernel name) is hashed on its length, first and last 64 bytes and 16 words
+     * spread over the middle: equal strings still compare with memcmp, so this only
+     * decides how well codes spread. */
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
-        h ^= h >> 31;
+    if (n > 128) {
+        for (size_t i = 0; i < 64; i += 8) h = mix8(h, s + i);
+        for (size_t i = n - 64; i + 8 <= n; i += 8) h = mix8(h, s + i);
+        size_t step = (n - 128) / 16;
+        if (step) for (size_t i = 64; i + 8 <= n - 64; i += step) h = mix8(h, s + i);
+    } else {
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) h = mix8(h, s + i);
+        for (; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001B3ULL;
     }
-    for (; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001B3ULL;
     h ^= h >> 29;
     h *= 0x94D049BB133111EBULL;
     h ^= h >> 32;

@@ -139,27 +139,27 @@ class _Source:
 
 
 class _Buffer:
-    """The not yet decoded bytes of the stream: ``data[0]`` is byte ``base`` of the stream."""
+    """The not yet decoded bytes of the stream: ``data[0]`` is byte ``base`` of the stream.
+
+    ``data`` is a ``bytearray``: blocks are appended and decoded bytes deleted from its front
+    in place (CPython moves its start instead of copying the rest), so each byte of the
+    stream is copied into it once. A ``memoryview`` of it must not outlive the call it is
+    passed to (a resize while one is held raises ``BufferError``).
+    """
 
     def __init__(self, src: _Source) -> None:
         self.src = src
-        self.data = b""
+        self.data = bytearray()
         self.base = 0
 
     def fill(self, n: int) -> bool:
         """Read until ``data`` holds at least ``n`` bytes; False when the stream ended first."""
-        have = len(self.data)
-        if have >= n:
-            return True
-        parts = [self.data]
-        while have < n:
+        while len(self.data) < n:
             b = self.src.read()
             if not b:
                 break
-            parts.append(b)
-            have += len(b)
-        self.data = b"".join(parts)
-        return have >= n
+            self.data += b
+        return len(self.data) >= n
 
     def fill_all(self, cap: int | None = None) -> bool:
         """Read to the end of the stream, or until ``data`` holds ``cap`` bytes; True when the
@@ -172,13 +172,13 @@ class _Buffer:
 
     def drop(self, n: int) -> None:
         """Remove the first ``n`` bytes (:meth:`take` without making a copy of them)."""
-        self.data = self.data[n:]
+        del self.data[:n]
         self.base += n
 
     def take(self, n: int) -> bytes:
         """Remove and return the first ``n`` bytes."""
-        out = self.data[:n]
-        self.data = self.data[n:]
+        out = bytes(self.data[:n])
+        del self.data[:n]
         self.base += n
         return out
 
