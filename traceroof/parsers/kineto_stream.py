@@ -141,45 +141,77 @@ class _Source:
 class _Buffer:
     """The not yet decoded bytes of the stream: ``data[0]`` is byte ``base`` of the stream.
 
-    ``data`` is a ``bytearray``: blocks are appended and decoded bytes deleted from its front
-    in place (CPython moves its start instead of copying the rest), so each byte of the
-    stream is copied into it once. A ``memoryview`` of it must not outlive the call it is
-    passed to (a resize while one is held raises ``BufferError``).
+    The bytes live in one ``bytearray`` that is kept from block to block (``_ba[_off:_end]``
+    are the live ones): a block is copied in behind them, and the live bytes are moved to
+    its front in place when it fills up, so the decoder does not allocate (and page-fault
+    in) fresh memory for every piece. :meth:`view` is the live bytes without a copy (it
+    must not outlive the call it is passed to); :attr:`data` is a copy, for the rare paths
+    (header, tail, recovery).
     """
 
     def __init__(self, src: _Source) -> None:
         self.src = src
-        self.data = bytearray()
+        self._ba = bytearray(0)
+        self._off = 0
+        self._end = 0
         self.base = 0
 
+    def __len__(self) -> int:
+        return self._end - self._off
+
+    @property
+    def data(self) -> bytes:
+        """A copy of the live bytes."""
+        return bytes(memoryview(self._ba)[self._off : self._end])
+
+    def view(self) -> memoryview:
+        """The live bytes, without a copy."""
+        return memoryview(self._ba)[self._off : self._end]
+
+    def _append(self, b: bytes) -> None:
+        live = self._end - self._off
+        if self._end + len(b) > len(self._ba):
+            if live + len(b) <= len(self._ba) and self._off >= len(self._ba) // 4:
+                mv = memoryview(self._ba)
+                mv[0:live] = mv[self._off : self._end]  # memmove in place
+                del mv
+            else:  # too small: a new one, twice as big as needed
+                grown = bytearray(max(2 * (live + len(b)), 1 << 16))
+                grown[0:live] = memoryview(self._ba)[self._off : self._end]
+                self._ba = grown
+            self._off, self._end = 0, live
+        self._ba[self._end : self._end + len(b)] = b
+        self._end += len(b)
+
     def fill(self, n: int) -> bool:
-        """Read until ``data`` holds at least ``n`` bytes; False when the stream ended first."""
-        while len(self.data) < n:
+        """Read until the buffer holds at least ``n`` bytes; False when the stream ended first."""
+        while len(self) < n:
             b = self.src.read()
             if not b:
                 break
-            self.data += b
-        return len(self.data) >= n
+            self._append(b)
+        return len(self) >= n
 
     def fill_all(self, cap: int | None = None) -> bool:
-        """Read to the end of the stream, or until ``data`` holds ``cap`` bytes; True when the
-        end was reached."""
+        """Read to the end of the stream, or until the buffer holds ``cap`` bytes; True when
+        the end was reached."""
         while not self.src.eof:
-            if cap is not None and len(self.data) >= cap:
+            if cap is not None and len(self) >= cap:
                 return False
-            self.fill(len(self.data) + (16 << 20))
+            self.fill(len(self) + (16 << 20))
         return True
 
     def drop(self, n: int) -> None:
         """Remove the first ``n`` bytes (:meth:`take` without making a copy of them)."""
-        del self.data[:n]
+        n = min(n, len(self))
+        self._off += n
         self.base += n
 
     def take(self, n: int) -> bytes:
         """Remove and return the first ``n`` bytes."""
-        out = bytes(self.data[:n])
-        del self.data[:n]
-        self.base += n
+        n = min(n, len(self))
+        out = bytes(memoryview(self._ba)[self._off : self._off + n])
+        self.drop(n)
         return out
 
 
@@ -275,23 +307,23 @@ class _Stream:
         while True:
             if not self._skip_ws():
                 return self._recover_rest()  # cut right after '[' or a ','
-            if buf.data[:1] == b"]":  # an empty array, or a ',' before it (recovered)
+            if buf.view()[:1] == b"]":  # an empty array, or a ',' before it (recovered)
                 buf.fill_all()
                 return self._tail(buf.data[1:])
             target = self.block
             extensions = 0
             while True:
-                m = BOUNDARY.search(buf.data, target) if target < len(buf.data) else None
+                m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
                 if m is None and not self.src.eof:
-                    buf.fill(max(len(buf.data), target) + self.block)
+                    buf.fill(max(len(buf), target) + self.block)
                     continue
-                stop = (m.start() + 1) if m else len(buf.data)
+                stop = (m.start() + 1) if m else len(buf)
                 # the native scanner reads the items in place; msgspec needs them wrapped
-                events = self.scanner.scan(memoryview(buf.data)[:stop], bare=True) if self.scanner else None
+                events = self.scanner.scan(buf.view()[:stop], bare=True) if self.scanner else None
                 if events is not None:
                     piece = b""
                     break
-                piece = b"".join((b"[", memoryview(buf.data)[:stop], b"]"))
+                piece = b"".join((b"[", buf.view()[:stop], b"]"))
                 try:
                     events = decode_piece(None, piece)
                     break
@@ -316,7 +348,7 @@ class _Stream:
                 # the stream ended right after a complete event (no ']'): a cut file, read
                 # the way the in-memory recovery reads it (cut between two events)
                 self.stats.strict = False
-                self.stats.truncated_at = buf.base + len(buf.data)
+                self.stats.truncated_at = buf.base + len(buf)
                 self.stats.truncated_mid_event = False
                 return None
             buf.drop(m.end() - 1)
@@ -327,11 +359,11 @@ class _Stream:
         buf = self.buf
         while True:
             buf.fill(1)
-            n = LEADING_WS.match(buf.data).end()  # type: ignore[union-attr]
-            if n < len(buf.data):
-                buf.take(n)
+            n = LEADING_WS.match(buf.view()).end()  # type: ignore[union-attr]
+            if n < len(buf):
+                buf.drop(n)
                 return True
-            buf.take(n)
+            buf.drop(n)
             if not buf.fill(1):
                 return False
 
