@@ -12,6 +12,7 @@ setup(
         Extension(
             "traceroof.parsers._kineto_scan",
             ["traceroof/parsers/_kineto_scan.c"],
+            depends=["traceroof/parsers/_kineto_lex.h"],
             extra_compile_args=["-O2"],
             optional=True,
         )
