@@ -137,8 +137,12 @@ def _chunks(raw: memoryview, scanner: Scanner | None = None) -> Iterator[list[Ev
             m = BOUNDARY.search(raw, target, end) if target < end else None
             stop = (m.start() + 1) if m else end
             piece = raw[pos:stop]
+            # the native scanner reads the items in place; msgspec needs them wrapped
+            events = scanner.scan(piece, bare=True) if scanner is not None else None
+            if events is not None:
+                break
             try:
-                events = decode_piece(scanner, b"[" + piece + b"]")
+                events = decode_piece(None, b"[" + piece + b"]")
                 break
             except msgspec.DecodeError as exc:
                 extensions += 1
