@@ -13,6 +13,10 @@ characters, unescaped quotes/backslashes in names) and drops the rest, counting 
 recording byte offsets (:mod:`.kineto_recover`). The streaming decoder is in
 :mod:`.kineto_stream`, the exact time conversion in :mod:`.kineto_times`.
 
+With ``native=True`` (what :mod:`.kineto` asks for) each piece is first given to the native
+scanner (:mod:`.kineto_native`), which hands over its columns directly; a piece it does not
+handle is decoded by msgspec as above, so the tables are the same either way.
+
 ``ts``/``dur`` are kept as raw JSON number text and converted to int64 ns exactly by
 :func:`~.kineto_times.raw_us_to_ns`, never through float64 (BC-10).
 """
