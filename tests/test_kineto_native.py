@@ -9,6 +9,7 @@ python``), which must be equal on every column whatever the scanner answered.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import io
 import json
 import logging
@@ -257,3 +258,57 @@ def test_the_decoder_in_use_is_logged_and_can_be_switched_off(monkeypatch, caplo
     said = [r.getMessage() for r in caplog.records]
     assert "t.json: Kineto decoder: msgspec (TRACEROOF_DECODER=python)" in said
     assert "t.json: Kineto decoder: native scanner" in said
+
+
+def test_a_piece_not_handled_leaves_the_dictionary_as_it_was():
+    sc = N.Scanner()
+    assert sc.scan(b'[{"ph": "X", "name": "kept", "ts": 1}]') is not None
+    before = list(sc.dictionary())
+    assert sc.scan(b'[{"ph": "X", "name": "new one", "ts": 1}, {"ph": "X", "ts": true}]') is None
+    assert sc.dictionary() == before  # "new one" was rolled back
+    c = sc.scan(b'[{"ph": "X", "name": "new two", "ts": 1}]')
+    assert strings(c, "name") == ["new two"] and len(sc.dictionary()) == len(before) + 1
+
+
+def test_mutated_real_events_never_crash_and_match_msgspec_when_handled():
+    # a 2,000-input smoke of the property the fuzz harness checks at scale: whatever bytes
+    # come in, the scanner returns None or exactly what msgspec decodes (strings, ids, times)
+    import random
+
+    import msgspec
+    from conftest import real
+
+    from traceroof.parsers.kineto_events import EVENTS_DECODER
+
+    doc = msgspec.json.decode(gzip.decompress(real(
+        "TraceLens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz").read_bytes()))
+    evs = doc["traceEvents"]
+    base = [msgspec.json.encode(evs[j : j + 10]) for j in range(0, len(evs), 10)]
+    toks = [b'"', b"\\", b"{", b"}", b"[", b"]", b",", b":", b"1e999", b"-", b".", b"\xff", b"\xed\xa0\x80",
+            b"\\u", b"\\ud800", b"null", b"true", b"9" * 25, b" ", b"\n", b"1.00005", b"2e-3"]
+    rnd = random.Random(19)
+    handled = 0
+    for _ in range(2000):
+        b = bytearray(rnd.choice(base))
+        for _ in range(rnd.randint(1, 3)):
+            p = rnd.randrange(len(b) + 1)
+            k = rnd.random()
+            if k < 0.3 and p < len(b):
+                b[p] = rnd.randrange(256)
+            elif k < 0.5:
+                del b[p : p + rnd.randint(1, 30)]
+            elif k < 0.85:
+                b[p:p] = rnd.choice(toks)
+            else:
+                del b[p:]
+        c = N.scan(bytes(b))
+        if c is None:
+            continue
+        handled += 1
+        ev = EVENTS_DECODER.decode(bytes(b))  # raises (test fails) if the scanner was laxer
+        d = c.scanner.dictionary()
+        assert [d[k] for k in c.name] == [e.name for e in ev]
+        assert [d[k] for k in c.pid] == [None if e.pid is None else str(e.pid) for e in ev]
+        want = raw_us_to_ns([e.ts for e in ev]).to_list()
+        assert [None if s != 2 else int(v) for s, v in zip(c.ts_state, c.ts_ns)] == want
+    assert handled > 100  # the mutations leave many inputs valid: the comparison ran
