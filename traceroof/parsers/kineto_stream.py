@@ -248,15 +248,16 @@ class _Stream:
         """The checks :func:`~traceroof.parsers.kineto.read_bytes` makes on the first bytes."""
         buf = self.buf
         buf.fill(4096)
-        if not buf.data and self.src.gzip_problem:
+        if not len(buf) and self.src.gzip_problem:
             raise StreamFormatError("byte 0", f"a readable gzip stream ({self.src.gzip_problem})")
-        while not buf.data.lstrip() and buf.fill(len(buf.data) + self.block):
+        while LEADING_WS.match(buf.view()).end() == len(buf) and buf.fill(len(buf) + self.block):
             pass  # more than a block of leading whitespace (rare)
-        first = buf.data.lstrip()[:1]
+        lead = LEADING_WS.match(buf.view()).end()  # type: ignore[union-attr]
+        first = bytes(buf.view()[lead : lead + 1])
         if not first:
             raise StreamFormatError("byte 0", "a Kineto JSON trace, found an empty file")
         if first != b"{":
-            head = buf.data[:4096]
+            head = bytes(buf.view()[:4096])
             raise StreamFormatError(
                 f"byte {len(head) - len(head.lstrip())}",
                 "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)",
@@ -268,29 +269,29 @@ class _Stream:
         key = None
         scanned = 0
         while True:
-            key = EVENTS_KEY.search(buf.data, max(scanned - 64, 0))
+            key = EVENTS_KEY.search(buf.view(), max(scanned - 64, 0))
             if key is not None:
                 break
-            scanned = len(buf.data)
+            scanned = len(buf)
             if scanned > STREAM_FALLBACK_BYTES:
                 buf.take(max(scanned - 64, 0))  # a huge prefix: scan on, keep nothing
-                scanned = len(buf.data)
-            if not buf.fill(len(buf.data) + self.block):
+                scanned = len(buf)
+            if not buf.fill(len(buf) + self.block):
                 break
-        prefix_ok = key is not None and buf.base == 0 and decode_prefix_strict(buf.data[: key.start()]) is not None
+        prefix_ok = key is not None and buf.base == 0 and decode_prefix_strict(bytes(buf.view()[: key.start()])) is not None
         if not prefix_ok and buf.base == 0:
             # no events key, or a header that is not valid JSON: a small file is decoded in
             # memory, which gives exactly the in-memory outcome (its error, its recovery)
-            if buf.fill_all(STREAM_FALLBACK_BYTES + 1) and len(buf.data) <= STREAM_FALLBACK_BYTES:
-                data = buf.take(len(buf.data))
+            if buf.fill_all(STREAM_FALLBACK_BYTES + 1) and len(buf) <= STREAM_FALLBACK_BYTES:
+                data = buf.take(len(buf))
                 return decode(data, self.emit, path=self.path, native=self.native)
         if key is None:
             raise ValueError("no 'traceEvents' array found")
-        header = decode_prefix_strict(buf.data[: key.start()]) if buf.base == 0 else None
+        header = decode_prefix_strict(bytes(buf.view()[: key.start()])) if buf.base == 0 else None
         if header is None:
             logger.debug("%s: the header before the events is not valid JSON; recovering", self.path)
             self.stats.strict = False
-            header = decode_header_prefix(buf.data[: key.start()]) if buf.base == 0 else Top()
+            header = decode_header_prefix(bytes(buf.view()[: key.start()])) if buf.base == 0 else Top()
         buf.take(key.end())
         tail = self.events()
         if tail is not None:
@@ -384,10 +385,10 @@ class _Stream:
         """Recover ``buf.data[:stop]`` (a run of events that does not decode) event by event,
         then go on strictly after it; ``stop`` None: the piece runs to the end of the stream."""
         buf = self.buf
-        if stop is not None and _ARRAY_END_OPEN.search(buf.data, 0, stop) is not None:
+        if stop is not None and _ARRAY_END_OPEN.search(buf.view(), 0, stop) is not None:
             # the array may end in the damaged piece: with the rest of the stream (when it
             # is small, as a header tail is) the end can be told
-            if buf.fill_all(len(buf.data) + STREAM_FALLBACK_BYTES):
+            if buf.fill_all(len(buf) + STREAM_FALLBACK_BYTES):
                 stop = None
         if stop is None:
             return self._recover_rest()
@@ -395,9 +396,9 @@ class _Stream:
         piece = buf.take(stop)
         recover_events(piece, 0, len(piece), base, self.emit, self.stats)
         del piece
-        self.buf.take(LEADING_WS.match(buf.data).end())  # type: ignore[union-attr]
-        if buf.data[:1] == b",":
-            buf.take(1)
+        buf.drop(LEADING_WS.match(buf.view()).end())  # type: ignore[union-attr]
+        if buf.view()[:1] == b",":
+            buf.drop(1)
         return self.events()
 
     def _recover_rest(self) -> Top | None:
@@ -406,7 +407,7 @@ class _Stream:
         buf = self.buf
         buf.fill_all()
         base = buf.base
-        region = buf.take(len(buf.data))
+        region = buf.take(len(buf))
         self.stats.strict = False
         return recover_region(region, 0, base, self.emit, self.stats)
 
