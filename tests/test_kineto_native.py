@@ -312,3 +312,16 @@ def test_mutated_real_events_never_crash_and_match_msgspec_when_handled():
         want = raw_us_to_ns([e.ts for e in ev]).to_list()
         assert [None if s != 2 else int(v) for s, v in zip(c.ts_state, c.ts_ns)] == want
     assert handled > 100  # the mutations leave many inputs valid: the comparison ran
+
+
+@pytest.mark.parametrize("size", [2**40, -(2**35), 2**31])
+def test_a_group_size_beyond_int32_is_unknown_on_both_paths(size, monkeypatch):
+    # the host frame's coll_group_size is Int32: a value beyond it crashed both paths (a
+    # TypeError / InvalidOperationError); it reads as unknown (null) on both now
+    ev = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
+          "args": {"Group size": size, "External id": 1}}
+    ok = {**ev, "ts": 3, "args": {"Group size": 8, "External id": 2}}
+    doc = kineto([ev, ok])
+    assert_paths_equal(doc, monkeypatch)
+    host = read(doc, "native", monkeypatch).host.sort("start_ns")
+    assert host["coll_group_size"].to_list() == [None, 8]

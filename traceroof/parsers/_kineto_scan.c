@@ -415,7 +415,14 @@ typedef struct {
     PyObject_HEAD
     Scan *s;
     PyObject *spellings;  /* keeps the key bytes alive */
+    int busy;             /* a scan is running with the GIL released */
 } Scanner;
+
+static int check_free(Scanner *self) {
+    if (!self->s || !self->spellings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return -1; }
+    if (self->busy) { PyErr_SetString(PyExc_RuntimeError, "Scanner is in use by another thread"); return -1; }
+    return 0;
+}
 
 static void Scanner_dealloc(Scanner *self) {
     if (self->s) {
@@ -432,7 +439,7 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
     PyObject *spellings;
     (void)kw;
     if (!PyArg_ParseTuple(args, "O", &spellings)) return -1;
-    if (self->s) return 0;
+    if (self->s) { PyErr_SetString(PyExc_RuntimeError, "Scanner already initialised"); return -1; }
     self->s = calloc(1, sizeof(Scan));
     if (!self->s) { PyErr_NoMemory(); return -1; }
     if (intern_init(&self->s->strings) < 0) { PyErr_NoMemory(); return -1; }
@@ -444,7 +451,7 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
 
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     Py_buffer view;
-    if (!self->s || !self->spellings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
+    if (check_free(self) < 0) return NULL;
     int bare = 0;
     if (!PyArg_ParseTuple(args, "y*|p", &view, &bare)) return NULL;
     Scan *s = self->s;
@@ -453,9 +460,11 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     Cur c = {(const unsigned char *)view.buf, (const unsigned char *)view.buf + view.len};
     int r;
     PyObject *out = NULL;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     r = scan_array(s, &c, bare);
     Py_END_ALLOW_THREADS
+    self->busy = 0;
     if (r == NOMEM) { intern_rollback(&s->strings, n0); PyErr_NoMemory(); }
     else if (r != OK) { intern_rollback(&s->strings, n0); Py_INCREF(Py_None); out = Py_None; }
     else out = build_result(s);
@@ -469,7 +478,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
 
 static PyObject *Scanner_strings(Scanner *self, PyObject *args) {
     Py_ssize_t start;
-    if (!self->s) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
+    if (check_free(self) < 0) return NULL;
     if (!PyArg_ParseTuple(args, "n", &start)) return NULL;
     Intern *t = &self->s->strings;
     if (start < 0) start = 0;

@@ -128,7 +128,8 @@ def _int_arg(vals: np.ndarray, kinds: np.ndarray, dictionary: list[Any], dtype: 
                 vals[at] = v
                 valid |= at
     s = _nullable(vals, valid, pl.Int64)
-    return s.cast(pl.Int32, strict=True) if dtype == V.INT32 else s
+    # beyond Int32: unknown (null), as kineto_columns.ints
+    return s.cast(pl.Int32, strict=False) if dtype == V.INT32 else s
 
 
 def _string_arg(vals: np.ndarray, kinds: np.ndarray, strings: pl.Series) -> pl.Series:
