@@ -32,6 +32,8 @@ from . import kineto_vocab as V
 from .kineto_columns import as_int, device_frame, host_frame
 from .kineto_decode import decode
 from .kineto_events import Event
+from .kineto_native import Columns
+from .kineto_native_frames import NativeRows
 from .kineto_ranks import build_labelled, has_rank_labels, label_from_file_name
 from .kineto_stream import STREAM_BLOCK_BYTES, StreamFormatError, decode_stream
 from .kineto_times import raw_us_to_ns
@@ -94,7 +96,8 @@ def read_fileobj(
     """
     builder = _Builder(path)
     try:
-        decoded = decode_stream(fh, builder.add_chunk, path=path, block_bytes=block_bytes, progress=progress)
+        decoded = decode_stream(fh, builder.add_chunk, path=path, block_bytes=block_bytes, progress=progress,
+                                native=True)
     except StreamFormatError as exc:
         raise TraceFormatError(path, exc.where, exc.expected) from exc
     except ValueError as exc:
@@ -128,7 +131,7 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
         )
     builder = _Builder(path)
     try:
-        decoded = decode(data, builder.add_chunk, path=path)
+        decoded = decode(data, builder.add_chunk, path=path, native=True)
     except ValueError as exc:
         raise TraceFormatError(path, "byte 0", f"a Kineto trace: {exc}") from exc
     del data  # the file's bytes are no longer needed while the tables are linked
@@ -163,14 +166,22 @@ class _Builder:
         self.flows = 0
         self.python_events = 0
         self.profiler_ranges = 0
+        self.native = NativeRows(self)
 
     # ------------------------------------------------------------------ chunk
-    def add_chunk(self, events: list[Event]) -> None:
+    def add_chunk(self, events: list[Event] | Columns) -> None:
         """Turn one decoded chunk into a device and a host column frame.
 
         One pass sorts the events (and counts the ones that are not kept); the columns are
-        then built field by field (:mod:`.kineto_columns`) and converted in bulk.
+        then built field by field (:mod:`.kineto_columns`) and converted in bulk. A piece
+        the native scanner read (:class:`~.kineto_native.Columns`) is sorted on its codes
+        (:mod:`.kineto_native_frames`); its frames are made with the next msgspec chunk or
+        at :meth:`finish`, so the frames stay in file order.
         """
+        if isinstance(events, Columns):
+            self.native.add(events)
+            return
+        self.native.flush()
         dev, d_cat, host, h_cat = self._sort(events)
         # all the times of the chunk in one conversion (it works value by value): one query
         # instead of four, each with its fixed cost
@@ -263,6 +274,7 @@ class _Builder:
 
     # ------------------------------------------------------------------ finish
     def finish(self, decoded: Any, *, rank: int | None) -> Trace:
+        self.native.flush()
         header = decoded.header
         st = decoded.stats
         meta = TraceMeta(format="kineto", sources=[self.path])

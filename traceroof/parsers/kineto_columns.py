@@ -53,11 +53,13 @@ def _raw_text(r: Any) -> str | None:
 
 # bulk conversions; each equals the per-value conversion it replaces
 def ints(vals: list[Any], dtype: Any = pl.Int64) -> pl.Series:
-    """``[as_int(v) for v in vals]`` as a Series; in bulk when all are ints or None."""
+    """``[as_int(v) for v in vals]`` as a Series; in bulk when all are ints or None. A value
+    beyond ``dtype``'s range (a 2**40 group size for an Int32 column, an id beyond int64) is
+    unknown: null (it crashed the read before)."""
     try:
-        return pl.Series(vals, dtype=dtype)  # strict: floats and strings raise
+        return pl.Series(vals, dtype=dtype)  # strict: floats, strings and overflows raise
     except Exception:  # noqa: BLE001 - any oddity: the exact per-value path decides
-        return pl.Series([as_int(v) for v in vals], dtype=dtype)
+        return pl.Series([as_int(v) for v in vals], dtype=pl.Int64, strict=False).cast(dtype, strict=False)
 
 
 def strs(vals: list[Any]) -> pl.Series:

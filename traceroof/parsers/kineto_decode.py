@@ -13,6 +13,10 @@ characters, unescaped quotes/backslashes in names) and drops the rest, counting 
 recording byte offsets (:mod:`.kineto_recover`). The streaming decoder is in
 :mod:`.kineto_stream`, the exact time conversion in :mod:`.kineto_times`.
 
+With ``native=True`` (what :mod:`.kineto` asks for) each piece is first given to the native
+scanner (:mod:`.kineto_native`), which hands over its columns directly; a piece it does not
+handle is decoded by msgspec as above, so the tables are the same either way.
+
 ``ts``/``dur`` are kept as raw JSON number text and converted to int64 ns exactly by
 :func:`~.kineto_times.raw_us_to_ns`, never through float64 (BC-10).
 """
@@ -26,7 +30,6 @@ import msgspec
 
 from .kineto_events import (
     BOUNDARY,
-    EVENTS_DECODER,
     EVENTS_KEY,
     MAX_EXTENSIONS,
     NO_RAW,
@@ -36,6 +39,7 @@ from .kineto_events import (
     OnChunk,
     Top,
 )
+from .kineto_native import Scanner, decode_piece, native_scanner
 from .kineto_recover import recover, recover_events
 
 logger = logging.getLogger(__name__)
@@ -46,14 +50,18 @@ CHUNK_BYTES = 4 << 20
 
 
 def decode(
-    data: bytes, on_chunk: OnChunk, *, path: str = "<bytes>"
+    data: bytes, on_chunk: OnChunk, *, path: str = "<bytes>", native: bool = False
 ) -> Decoded:
     """Decode Kineto JSON ``data``, handing lists of events to ``on_chunk`` as they decode.
 
     Args:
         data: the whole (decompressed) file.
-        on_chunk: called with each decoded list of :class:`Event`, in file order.
+        on_chunk: called with each decoded list of :class:`Event`, in file order (or, with
+            ``native``, a :class:`~.kineto_native.Columns` for each piece the native scanner
+            handles; ``len()`` of either is its number of events).
         path: for messages.
+        native: use the native scanner when it is active (:func:`~.kineto_native.active`);
+            the pieces it does not handle are decoded by msgspec as without it.
 
     Returns:
         The header and the decode statistics.
@@ -76,7 +84,7 @@ def decode(
     if raw[:1] != b"[":
         raise ValueError("'traceEvents' is not an array")
     try:
-        for events in _chunks(raw):
+        for events in _chunks(raw, native_scanner(native, path)):
             stats.events += len(events)
             on_chunk(events)
     except _BadPiece as bad:
@@ -110,8 +118,9 @@ def _array_offset(data: bytes, raw: memoryview) -> int:
     return 0
 
 
-def _chunks(raw: memoryview) -> Iterator[list[Event]]:
-    """Split a valid JSON array of events into ~CHUNK_BYTES pieces and decode each."""
+def _chunks(raw: memoryview, scanner: Scanner | None = None) -> Iterator[list[Event]]:
+    """Split a valid JSON array of events into ~CHUNK_BYTES pieces and decode each (with
+    ``scanner`` first, when given: :func:`~.kineto_native.decode_piece`)."""
     end = len(raw) - 1  # msgspec's Raw is exactly the array's text: it ends with its "]"
     if raw[end:] != b"]":
         end = bytes(raw).rstrip().rfind(b"]")
@@ -119,7 +128,7 @@ def _chunks(raw: memoryview) -> Iterator[list[Event]]:
     n = len(raw)
     if n <= CHUNK_BYTES * 1.5:
         try:
-            events = EVENTS_DECODER.decode(raw)
+            events = decode_piece(scanner, raw)
         except msgspec.DecodeError as exc:
             raise _BadPiece(body_start, end) from exc
         yield events
@@ -132,8 +141,12 @@ def _chunks(raw: memoryview) -> Iterator[list[Event]]:
             m = BOUNDARY.search(raw, target, end) if target < end else None
             stop = (m.start() + 1) if m else end
             piece = raw[pos:stop]
+            # the native scanner reads the items in place; msgspec needs them wrapped
+            events = scanner.scan(piece, bare=True) if scanner is not None else None
+            if events is not None:
+                break
             try:
-                events = EVENTS_DECODER.decode(b"[" + piece + b"]")
+                events = decode_piece(None, b"[" + piece + b"]")
                 break
             except msgspec.DecodeError as exc:
                 extensions += 1

@@ -17,7 +17,6 @@ import msgspec
 from .kineto_decode import decode
 from .kineto_events import (
     BOUNDARY,
-    EVENTS_DECODER,
     EVENTS_KEY,
     HEADER_DECODER,
     LEADING_WS,
@@ -31,6 +30,7 @@ from .kineto_events import (
     decode_prefix_strict,
     merge_headers,
 )
+from .kineto_native import Scanner, decode_piece, native_scanner
 from .kineto_recover import recover_events, recover_region
 
 logger = logging.getLogger(__name__)
@@ -139,42 +139,79 @@ class _Source:
 
 
 class _Buffer:
-    """The not yet decoded bytes of the stream: ``data[0]`` is byte ``base`` of the stream."""
+    """The not yet decoded bytes of the stream: ``data[0]`` is byte ``base`` of the stream.
+
+    The bytes live in one ``bytearray`` that is kept from block to block (``_ba[_off:_end]``
+    are the live ones): a block is copied in behind them, and the live bytes are moved to
+    its front in place when it fills up, so the decoder does not allocate (and page-fault
+    in) fresh memory for every piece. :meth:`view` is the live bytes without a copy (it
+    must not outlive the call it is passed to); :attr:`data` is a copy, for the rare paths
+    (header, tail, recovery).
+    """
 
     def __init__(self, src: _Source) -> None:
         self.src = src
-        self.data = b""
+        self._ba = bytearray(0)
+        self._off = 0
+        self._end = 0
         self.base = 0
 
+    def __len__(self) -> int:
+        return self._end - self._off
+
+    @property
+    def data(self) -> bytes:
+        """A copy of the live bytes."""
+        return bytes(memoryview(self._ba)[self._off : self._end])
+
+    def view(self) -> memoryview:
+        """The live bytes, without a copy."""
+        return memoryview(self._ba)[self._off : self._end]
+
+    def _append(self, b: bytes) -> None:
+        live = self._end - self._off
+        if self._end + len(b) > len(self._ba):
+            if live + len(b) <= len(self._ba) and self._off >= len(self._ba) // 4:
+                mv = memoryview(self._ba)
+                mv[0:live] = mv[self._off : self._end]  # memmove in place
+                del mv
+            else:  # too small: a new one, twice as big as needed
+                grown = bytearray(max(2 * (live + len(b)), 1 << 16))
+                grown[0:live] = memoryview(self._ba)[self._off : self._end]
+                self._ba = grown
+            self._off, self._end = 0, live
+        self._ba[self._end : self._end + len(b)] = b
+        self._end += len(b)
+
     def fill(self, n: int) -> bool:
-        """Read until ``data`` holds at least ``n`` bytes; False when the stream ended first."""
-        have = len(self.data)
-        if have >= n:
-            return True
-        parts = [self.data]
-        while have < n:
+        """Read until the buffer holds at least ``n`` bytes; False when the stream ended first."""
+        while len(self) < n:
             b = self.src.read()
             if not b:
                 break
-            parts.append(b)
-            have += len(b)
-        self.data = b"".join(parts)
-        return have >= n
+            self._append(b)
+        return len(self) >= n
 
     def fill_all(self, cap: int | None = None) -> bool:
-        """Read to the end of the stream, or until ``data`` holds ``cap`` bytes; True when the
-        end was reached."""
+        """Read to the end of the stream, or until the buffer holds ``cap`` bytes; True when
+        the end was reached."""
         while not self.src.eof:
-            if cap is not None and len(self.data) >= cap:
+            if cap is not None and len(self) >= cap:
                 return False
-            self.fill(len(self.data) + (16 << 20))
+            self.fill(len(self) + (16 << 20))
         return True
+
+    def drop(self, n: int) -> None:
+        """Remove the first ``n`` bytes (:meth:`take` without making a copy of them)."""
+        n = min(n, len(self))
+        self._off += n
+        self.base += n
 
     def take(self, n: int) -> bytes:
         """Remove and return the first ``n`` bytes."""
-        out = self.data[:n]
-        self.data = self.data[n:]
-        self.base += n
+        n = min(n, len(self))
+        out = bytes(memoryview(self._ba)[self._off : self._off + n])
+        self.drop(n)
         return out
 
 
@@ -183,8 +220,10 @@ class _Stream:
 
     def __init__(
         self, fh: Any, on_chunk: OnChunk, path: str, block: int,
-        progress: Callable[[int, int], None] | None,
+        progress: Callable[[int, int], None] | None, native: bool = False,
     ) -> None:
+        self.native = native
+        self.scanner: Scanner | None = native_scanner(native, path)
         self.src = _Source(fh, block)
         self.buf = _Buffer(self.src)
         self.block = self.src.block
@@ -209,15 +248,16 @@ class _Stream:
         """The checks :func:`~traceroof.parsers.kineto.read_bytes` makes on the first bytes."""
         buf = self.buf
         buf.fill(4096)
-        if not buf.data and self.src.gzip_problem:
+        if not len(buf) and self.src.gzip_problem:
             raise StreamFormatError("byte 0", f"a readable gzip stream ({self.src.gzip_problem})")
-        while not buf.data.lstrip() and buf.fill(len(buf.data) + self.block):
+        while LEADING_WS.match(buf.view()).end() == len(buf) and buf.fill(len(buf) + self.block):
             pass  # more than a block of leading whitespace (rare)
-        first = buf.data.lstrip()[:1]
+        lead = LEADING_WS.match(buf.view()).end()  # type: ignore[union-attr]
+        first = bytes(buf.view()[lead : lead + 1])
         if not first:
             raise StreamFormatError("byte 0", "a Kineto JSON trace, found an empty file")
         if first != b"{":
-            head = buf.data[:4096]
+            head = bytes(buf.view()[:4096])
             raise StreamFormatError(
                 f"byte {len(head) - len(head.lstrip())}",
                 "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)",
@@ -229,29 +269,29 @@ class _Stream:
         key = None
         scanned = 0
         while True:
-            key = EVENTS_KEY.search(buf.data, max(scanned - 64, 0))
+            key = EVENTS_KEY.search(buf.view(), max(scanned - 64, 0))
             if key is not None:
                 break
-            scanned = len(buf.data)
+            scanned = len(buf)
             if scanned > STREAM_FALLBACK_BYTES:
                 buf.take(max(scanned - 64, 0))  # a huge prefix: scan on, keep nothing
-                scanned = len(buf.data)
-            if not buf.fill(len(buf.data) + self.block):
+                scanned = len(buf)
+            if not buf.fill(len(buf) + self.block):
                 break
-        prefix_ok = key is not None and buf.base == 0 and decode_prefix_strict(buf.data[: key.start()]) is not None
+        prefix_ok = key is not None and buf.base == 0 and decode_prefix_strict(bytes(buf.view()[: key.start()])) is not None
         if not prefix_ok and buf.base == 0:
             # no events key, or a header that is not valid JSON: a small file is decoded in
             # memory, which gives exactly the in-memory outcome (its error, its recovery)
-            if buf.fill_all(STREAM_FALLBACK_BYTES + 1) and len(buf.data) <= STREAM_FALLBACK_BYTES:
-                data = buf.take(len(buf.data))
-                return decode(data, self.emit, path=self.path)
+            if buf.fill_all(STREAM_FALLBACK_BYTES + 1) and len(buf) <= STREAM_FALLBACK_BYTES:
+                data = buf.take(len(buf))
+                return decode(data, self.emit, path=self.path, native=self.native)
         if key is None:
             raise ValueError("no 'traceEvents' array found")
-        header = decode_prefix_strict(buf.data[: key.start()]) if buf.base == 0 else None
+        header = decode_prefix_strict(bytes(buf.view()[: key.start()])) if buf.base == 0 else None
         if header is None:
             logger.debug("%s: the header before the events is not valid JSON; recovering", self.path)
             self.stats.strict = False
-            header = decode_header_prefix(buf.data[: key.start()]) if buf.base == 0 else Top()
+            header = decode_header_prefix(bytes(buf.view()[: key.start()])) if buf.base == 0 else Top()
         buf.take(key.end())
         tail = self.events()
         if tail is not None:
@@ -268,27 +308,32 @@ class _Stream:
         while True:
             if not self._skip_ws():
                 return self._recover_rest()  # cut right after '[' or a ','
-            if buf.data[:1] == b"]":  # an empty array, or a ',' before it (recovered)
+            if buf.view()[:1] == b"]":  # an empty array, or a ',' before it (recovered)
                 buf.fill_all()
                 return self._tail(buf.data[1:])
             target = self.block
             extensions = 0
             while True:
-                m = BOUNDARY.search(buf.data, target) if target < len(buf.data) else None
+                m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
                 if m is None and not self.src.eof:
-                    buf.fill(max(len(buf.data), target) + self.block)
+                    buf.fill(max(len(buf), target) + self.block)
                     continue
-                stop = (m.start() + 1) if m else len(buf.data)
-                piece = b"".join((b"[", memoryview(buf.data)[:stop], b"]"))
+                stop = (m.start() + 1) if m else len(buf)
+                # the native scanner reads the items in place; msgspec needs them wrapped
+                events = self.scanner.scan(buf.view()[:stop], bare=True) if self.scanner else None
+                if events is not None:
+                    piece = b""
+                    break
+                piece = b"".join((b"[", buf.view()[:stop], b"]"))
                 try:
-                    events = EVENTS_DECODER.decode(piece)
+                    events = decode_piece(None, piece)
                     break
                 except msgspec.DecodeError as exc:
-                    end = _closing_bracket(piece, exc)
+                    end = _closing_bracket(piece, exc, self.scanner)
                     if end is not None:
                         # the array ends in this piece: the rest of the stream is the tail
                         del piece
-                        buf.take(end[0])
+                        buf.drop(end[0])
                         self.strict(end[1])
                         buf.fill_all()
                         return self._tail(buf.data[1:])
@@ -304,10 +349,10 @@ class _Stream:
                 # the stream ended right after a complete event (no ']'): a cut file, read
                 # the way the in-memory recovery reads it (cut between two events)
                 self.stats.strict = False
-                self.stats.truncated_at = buf.base + len(buf.data)
+                self.stats.truncated_at = buf.base + len(buf)
                 self.stats.truncated_mid_event = False
                 return None
-            buf.take(m.end() - 1)
+            buf.drop(m.end() - 1)
 
     def _skip_ws(self) -> bool:
         """Drop leading whitespace (and a stray ``,`` left by a recovered piece); False when
@@ -315,11 +360,11 @@ class _Stream:
         buf = self.buf
         while True:
             buf.fill(1)
-            n = LEADING_WS.match(buf.data).end()  # type: ignore[union-attr]
-            if n < len(buf.data):
-                buf.take(n)
+            n = LEADING_WS.match(buf.view()).end()  # type: ignore[union-attr]
+            if n < len(buf):
+                buf.drop(n)
                 return True
-            buf.take(n)
+            buf.drop(n)
             if not buf.fill(1):
                 return False
 
@@ -340,10 +385,10 @@ class _Stream:
         """Recover ``buf.data[:stop]`` (a run of events that does not decode) event by event,
         then go on strictly after it; ``stop`` None: the piece runs to the end of the stream."""
         buf = self.buf
-        if stop is not None and _ARRAY_END_OPEN.search(buf.data, 0, stop) is not None:
+        if stop is not None and _ARRAY_END_OPEN.search(buf.view(), 0, stop) is not None:
             # the array may end in the damaged piece: with the rest of the stream (when it
             # is small, as a header tail is) the end can be told
-            if buf.fill_all(len(buf.data) + STREAM_FALLBACK_BYTES):
+            if buf.fill_all(len(buf) + STREAM_FALLBACK_BYTES):
                 stop = None
         if stop is None:
             return self._recover_rest()
@@ -351,9 +396,9 @@ class _Stream:
         piece = buf.take(stop)
         recover_events(piece, 0, len(piece), base, self.emit, self.stats)
         del piece
-        self.buf.take(LEADING_WS.match(buf.data).end())  # type: ignore[union-attr]
-        if buf.data[:1] == b",":
-            buf.take(1)
+        buf.drop(LEADING_WS.match(buf.view()).end())  # type: ignore[union-attr]
+        if buf.view()[:1] == b",":
+            buf.drop(1)
         return self.events()
 
     def _recover_rest(self) -> Top | None:
@@ -362,12 +407,12 @@ class _Stream:
         buf = self.buf
         buf.fill_all()
         base = buf.base
-        region = buf.take(len(buf.data))
+        region = buf.take(len(buf))
         self.stats.strict = False
         return recover_region(region, 0, base, self.emit, self.stats)
 
 
-def _closing_bracket(wrapped: bytes, exc: Exception) -> tuple[int, list[Event]] | None:
+def _closing_bracket(wrapped: bytes, exc: Exception, scanner: Scanner | None = None) -> tuple[int, list[Event]] | None:
     """Where the event array closes, when the strict decode of ``wrapped`` (``[`` + piece +
     ``]``) failed because the array ended inside the piece (msgspec: ``trailing characters
     (byte N)``, N at or just past the first character after the array) and the header tail
@@ -381,7 +426,7 @@ def _closing_bracket(wrapped: bytes, exc: Exception) -> tuple[int, list[Event]] 
     if close < 1 or len(wrapped[close + 1 : at].strip()) > 1 or not _AFTER_CLOSE.match(wrapped, close):
         return None
     try:
-        events = EVENTS_DECODER.decode(memoryview(wrapped)[: close + 1])
+        events = decode_piece(scanner, memoryview(wrapped)[: close + 1])
     except msgspec.DecodeError:
         return None
     return close - 1, events
@@ -394,6 +439,7 @@ def decode_stream(
     path: str = "<stream>",
     block_bytes: int = STREAM_BLOCK_BYTES,
     progress: Callable[[int, int], None] | None = None,
+    native: bool = False,
 ) -> Decoded:
     """Decode a Kineto JSON stream block by block, holding about two blocks of JSON at once.
 
@@ -425,6 +471,8 @@ def decode_stream(
             is the number of bytes read from ``fh`` so far (COMPRESSED bytes for a gzip
             stream, comparable with the file size), ``events`` the events decoded so far
             (``0`` while a small odd file is decoded in memory).
+        native: hand :class:`~.kineto_native.Columns` for the pieces the native scanner
+            handles (when it is active), as :func:`~.kineto_decode.decode` does.
 
     Returns:
         The header and the decode statistics.
@@ -435,5 +483,5 @@ def decode_stream(
         ValueError: the stream holds no ``traceEvents`` array (the caller names the file).
         OSError: reading ``fh`` failed.
     """
-    return _Stream(fh, on_chunk, path, block_bytes, progress).run()
+    return _Stream(fh, on_chunk, path, block_bytes, progress, native).run()
 
