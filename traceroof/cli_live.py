@@ -87,7 +87,7 @@ def emit(trace: Any, chip: str | None, out: dict[str, Any]) -> Any:
         Path(report_path).write_text(text)
         _progress(f"{fmt} written to {report_path}")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
+        c.echo(text, nl=not text.endswith("\n"))
     return report
 
 
@@ -183,13 +183,13 @@ def watch_command(folder: str, every_s: float, count: int | None, idle_timeout_s
                         idle_timeout_s=idle_timeout_s, new_only=new_only):
         if landed.error is not None:
             unreadable += 1
-            click.echo(json.dumps({"trace": str(landed.path), "error": landed.error})
+            c.echo(json.dumps({"trace": str(landed.path), "error": landed.error})
                        if fmt == "jsonl" else f"{landed.path}: error: {landed.error}")
             continue
         history.add(landed.path.name, landed.report)
         broken = check(history, min_hfu=min_hfu, min_busy=min_busy,
                        max_step_time_increase=max_step_time_increase)
-        click.echo(_watch_text(landed, history) if fmt == "text" else json.dumps(
+        c.echo(_watch_text(landed, history) if fmt == "text" else json.dumps(
             {"trace": str(landed.path), "steps": landed.report.summary.steps,
              "history": history.to_dict(), "broken": broken}))
         if broken:
@@ -241,7 +241,7 @@ def capture_command(address: str, duration_s: float, steps: int | None, out_dir:
         if no_analyze:
             _progress(f"recording {duration_s:.1f} s")
             path = cap.capture_xplane(address, duration_s, root, timeout_s=timeout_s)
-            click.echo(f"wrote {path} ({path.stat().st_size:,} bytes)")
+            _cli().echo(f"wrote {path} ({path.stat().st_size:,} bytes)")
             return
         try:
             trace = _record(cap, address, duration_s, steps, root, timeout_s)
