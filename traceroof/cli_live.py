@@ -9,9 +9,7 @@ Exit codes: those of docs/cli.md; the capture failures of :mod:`traceroof.captur
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +224,9 @@ def capture_command(address: str, duration_s: float, steps: int | None, out_dir:
       traceroof capture localhost:9999 --steps 20 -o prof/ --report report.json
       traceroof capture 10.0.0.5:9999 --no-analyze -o prof/
     """
+    import shutil
+    import tempfile
+
     from . import capture as cap
 
     host, port = cap.parse_address(address)
