@@ -18,7 +18,9 @@ its ``.pyc`` files; compiling traceroof's sources on every start would add ~50 m
 
     python benchmarks/bench_small.py [--repeat 5] [--only bert] [--markdown]
 
-``--repo DIR`` times another checkout (``PYTHONPATH=DIR``), for before/after figures.
+``--repo DIR`` times another checkout (``PYTHONPATH=DIR``); ``--baseline DIR`` times a second
+checkout in the same rounds (interleaved with this one, against the same floor), for
+before/after columns that saw the same load.
 """
 
 from __future__ import annotations
@@ -80,33 +82,42 @@ def chip_args(path: Path, env: dict[str, str]) -> list[str]:
     return ["--chip", CHIPS.get(path.name, DEFAULT_CHIP)]
 
 
-def run(real: Path, repo: Path, repeat: int, only: str | None) -> list[dict]:
+def run(real: Path, repos: list[Path], repeat: int, only: str | None) -> list[dict]:
+    """One row per input and checkout (``repos[0]`` first), each the best of ``repeat``
+    rounds; every round times the floor, then each input under each checkout."""
     paths = [p for p in inputs(real) if not only or only in str(p)]
     with tempfile.TemporaryDirectory(prefix="bench-small-pyc-") as pycache:
-        env = _env(repo, pycache)
+        envs = [_env(r, f"{pycache}/{i}") for i, r in enumerate(repos)]
         floor_cmd = [sys.executable, "-c", "import polars"]
         cmds = {}
         for p in paths:  # the probe is also the warm-up run that writes the bytecode
-            cmds[p] = [sys.executable, "-m", "traceroof.cli", "analyze", str(p), *chip_args(p, env),
-                       "--format", "json", "-q"]
-        timed(floor_cmd, env)
+            chip = chip_args(p, envs[0])
+            for e in envs[1:]:
+                timed([sys.executable, "-m", "traceroof.cli", "analyze", str(p), *chip, "--format", "json", "-q"], e)
+            cmds[p] = [sys.executable, "-m", "traceroof.cli", "analyze", str(p), *chip, "--format", "json", "-q"]
+        timed(floor_cmd, envs[0])
         floor: list[tuple[float, float]] = []
-        runs: dict[Path, list[tuple[float, float, int]]] = {p: [] for p in paths}
+        runs: dict[tuple[Path, int], list[tuple[float, float, int]]] = {(p, i): [] for p in paths
+                                                                        for i in range(len(repos))}
         for _ in range(repeat):
-            floor.append(timed(floor_cmd, env)[:2])
+            floor.append(timed(floor_cmd, envs[0])[:2])
             for p in paths:
-                runs[p].append(timed(cmds[p], env))
+                for i, e in enumerate(envs):
+                    runs[(p, i)].append(timed(cmds[p], e))
     f_wall = min(w for w, _ in floor)
     f_cpu = min(c for _, c in floor)
     rows = []
     for p in paths:
-        wall = min(w for w, _, _ in runs[p])
-        cpu = min(c for _, c, _ in runs[p])
-        target = 1.5 if p.name == BERT else 3.0
-        rows.append({"input": str(p.relative_to(real)), "bytes": _size(p), "chip": " ".join(cmds[p][5:7])
-                     if "--chip" in cmds[p] else "detected", "exit": runs[p][-1][2], "wall_s": wall,
-                     "cpu_s": cpu, "floor_wall_s": f_wall, "floor_cpu_s": f_cpu, "ratio": wall / f_wall,
-                     "target": target, "met": wall / f_wall <= target})
+        for i, repo in enumerate(repos):
+            r = runs[(p, i)]
+            wall, cpu = min(w for w, _, _ in r), min(c for _, c, _ in r)
+            target = 1.5 if p.name == BERT else 3.0
+            rows.append({"input": str(p.relative_to(real)), "repo": str(repo), "bytes": _size(p),
+                         "chip": " ".join(cmds[p][5:7]) if "--chip" in cmds[p] else "detected",
+                         "exit": r[-1][2], "wall_s": wall, "cpu_s": cpu, "floor_wall_s": f_wall,
+                         "floor_cpu_s": f_cpu, "ratio": wall / f_wall, "cpu_ratio": cpu / f_cpu,
+                         "target": target, "met": wall / f_wall <= target,
+                         "cpu_met": cpu / f_cpu <= target})
     return rows
 
 
@@ -115,16 +126,31 @@ def _size(p: Path) -> int:
 
 
 def markdown(rows: list[dict]) -> str:
+    """The table: one line per input, a group of columns per checkout (the first: --repo)."""
     f = rows[0]
-    out = [f"floor `python -c \"import polars\"`: {f['floor_wall_s']:.3f} s wall, {f['floor_cpu_s']:.3f} s CPU",
-           "", "| input | bytes | chip | exit | wall s | CPU s | ratio | target | met |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    repos = list(dict.fromkeys(r["repo"] for r in rows))
+    out = [f"floor `python -c \"import polars\"`: {f['floor_wall_s']:.3f} s wall, {f['floor_cpu_s']:.3f} s CPU; "
+           f"checkouts: " + ", ".join(f"[{i}] {r}" for i, r in enumerate(repos)), ""]
+    head = "| input | bytes | chip | exit |"
+    rule = "|---|---:|---|---:|"
+    for i in range(len(repos)):
+        head += f" [{i}] wall s | [{i}] CPU s | [{i}] wall ratio | [{i}] CPU ratio | [{i}] met (wall/CPU) |"
+        rule += "---:|---:|---:|---:|---|"
+    out += [head.replace("| input", "| input (target: wall ratio ≤ 3x, bert ≤ 1.5x)", 1), rule]
+    by_input: dict[str, list[dict]] = {}
     for r in rows:
-        out.append(f"| `{r['input']}` | {r['bytes']:,} | {r['chip']} | {r['exit']} | {r['wall_s']:.3f} | "
-                   f"{r['cpu_s']:.3f} | {r['ratio']:.2f}x | {r['target']}x | {'yes' if r['met'] else 'NO'} |")
-    met = sum(r["met"] for r in rows)
-    out.append(f"\n{met} of {len(rows)} inputs meet their target; "
-               f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        by_input.setdefault(r["input"], []).append(r)
+    for name, rs in by_input.items():
+        line = f"| `{name}` | {rs[0]['bytes']:,} | {rs[0]['chip']} | {rs[0]['exit']} |"
+        for r in rs:
+            line += (f" {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['ratio']:.2f}x | {r['cpu_ratio']:.2f}x |"
+                     f" {'yes' if r['met'] else 'NO'}/{'yes' if r['cpu_met'] else 'NO'} |")
+        out.append(line)
+    for i, repo in enumerate(repos):
+        mine = [r for r in rows if r["repo"] == repo]
+        out.append(f"\n[{i}] {sum(r['met'] for r in mine)} of {len(mine)} inputs meet their target in wall time, "
+                   f"{sum(r['cpu_met'] for r in mine)} in CPU time")
+    out.append(f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return "\n".join(out)
 
 
@@ -133,13 +159,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5, help="runs of each command; the best is kept")
     ap.add_argument("--only", help="only inputs whose path contains this")
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout to time (PYTHONPATH)")
+    ap.add_argument("--baseline", type=Path, help="a second checkout timed in the same rounds")
     ap.add_argument("--real", type=Path, default=REAL, help="the real fixtures folder")
     a = ap.parse_args()
     if not a.real.is_dir():
         raise SystemExit(f"bench_small: {a.real}: no such folder (the real fixtures)")
-    rows = run(a.real, a.repo.resolve(), a.repeat, a.only)
+    repos = [a.repo.resolve()] + ([a.baseline.resolve()] if a.baseline else [])
+    rows = run(a.real, repos, a.repeat, a.only)
     print(markdown(rows))
-    return 0 if all(r["met"] for r in rows) else 1
+    return 0 if all(r["met"] for r in rows if r["repo"] == str(repos[0])) else 1
 
 
 if __name__ == "__main__":
