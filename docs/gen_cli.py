@@ -25,7 +25,7 @@ on stderr (`traceroof: error: …`); `--debug` shows the traceback.
 A reader that leaves early (`traceroof analyze T | head -3`, on stdout or on stderr) is a
 normal end: the rest of the output is dropped, no error is printed, and the exit status is the
 command's own, as if everything had been read: 0, or `gate`'s 1 when the gate fails and
-`diff`'s 1 when the step time rose too much. Not 141 (128 + SIGPIPE): under `set -o pipefail`
+`diff`'s 1 when the step time rose too much (`watch`, which streams, stops there, with 0). Not 141 (128 + SIGPIPE): under `set -o pipefail`
 (GitHub Actions' bash) a 141 would fail a step that only looked at the first lines.
 
 Terminal output (`analyze`, `chips`, `estimate`) fits the width it is printed at: `COLUMNS`,

@@ -118,3 +118,15 @@ def test_head_3_on_a_long_table(tmp_path):
     _no_error(res.stderr)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == full.stdout.splitlines()[:3]
+
+
+def test_watch_stops_when_its_reader_has_gone(tmp_path):
+    """`traceroof watch DIR | head -1`: watch streams one block per trace and would otherwise
+    look at DIR until its idle timeout (here 600 s, beyond the test's timeout); with its reader
+    gone it stops at the first block it cannot write, exit 0."""
+    import shutil
+
+    shutil.copy(FIXTURES / "example_h100_decoder.json.gz", tmp_path / "w.1.pt.trace.json.gz")  # watch.PATTERNS
+    res = _closed_pipe_run(["watch", str(tmp_path), "--every", "0.2", "--idle-timeout", "600", "-q"])
+    _no_error(res.stderr)
+    assert res.returncode == 0, res.stderr

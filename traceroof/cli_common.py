@@ -53,7 +53,8 @@ def echo(message: str = "", *, nl: bool = True, err: bool = False) -> None:
     """``click.echo`` for every line a command writes: a reader that leaves early
     (``traceroof analyze T | head -3``) is a normal end, not an error. The rest of the output
     is dropped and the command carries on to its own exit status (0; ``gate``'s 1 when the
-    gate fails; ``diff``'s), as if the reader had read it all (docs/cli.md, exit codes)."""
+    gate fails; ``diff``'s), as if the reader had read it all (docs/cli.md, exit codes).
+    ``watch`` streams with ``click.echo`` instead, so that it stops when its reader has gone."""
     try:
         click.echo(message, nl=nl, err=err)
     except BrokenPipeError:

@@ -181,13 +181,14 @@ def watch_command(folder: str, every_s: float, count: int | None, idle_timeout_s
                         idle_timeout_s=idle_timeout_s, new_only=new_only):
         if landed.error is not None:
             unreadable += 1
-            c.echo(json.dumps({"trace": str(landed.path), "error": landed.error})
+            # click.echo, not cli.echo: a stream whose reader left stops (exit 0, docs/cli.md)
+            click.echo(json.dumps({"trace": str(landed.path), "error": landed.error})
                        if fmt == "jsonl" else f"{landed.path}: error: {landed.error}")
             continue
         history.add(landed.path.name, landed.report)
         broken = check(history, min_hfu=min_hfu, min_busy=min_busy,
                        max_step_time_increase=max_step_time_increase)
-        c.echo(_watch_text(landed, history) if fmt == "text" else json.dumps(
+        click.echo(_watch_text(landed, history) if fmt == "text" else json.dumps(
             {"trace": str(landed.path), "steps": landed.report.summary.steps,
              "history": history.to_dict(), "broken": broken}))
         if broken:
