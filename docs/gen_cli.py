@@ -22,6 +22,12 @@ timeout, 9 an output that cannot be written (`-o`, or `gate`'s `$GITHUB_STEP_SUM
 profiling session is active, 12 capture: the target exited, 13 capture: xprof missing (docs/capture.md), 70 internal error (a bug: re-run with `--debug` and report it). Errors are one line
 on stderr (`traceroof: error: …`); `--debug` shows the traceback.
 
+A reader that leaves early (`traceroof analyze T | head -3`, on stdout or on stderr) is a
+normal end: the rest of the output is dropped, no error is printed, and the exit status is the
+command's own, as if everything had been read: 0, or `gate`'s 1 when the gate fails and
+`diff`'s 1 when the step time rose too much (`watch`, which streams, stops there, with 0). Not 141 (128 + SIGPIPE): under `set -o pipefail`
+(GitHub Actions' bash) a 141 would fail a step that only looked at the first lines.
+
 Terminal output (`analyze`, `chips`, `estimate`) fits the width it is printed at: `COLUMNS`,
 else the terminal on stdout, else the terminal on stderr (so `traceroof analyze T | head`
 fits the terminal you watch), else 120 columns (a file, a CI log). Where a table does not

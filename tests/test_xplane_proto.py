@@ -222,3 +222,15 @@ def test_find_break_offsets():
     bad = data[:2] + b"\x0f" + data[3:]  # wire type 7 inside the plane
     err = xp.find_break(bad, 0, len(bad))
     assert err is not None and err.offset == 2 and "wire type 7" in err.reason
+
+
+def test_the_pool_is_loaded_from_the_same_descriptor_protobuf_builds():
+    """The pool is loaded from hand-encoded bytes (no descriptor_pb2 import on the read path);
+    the oracle is the same file built with protobuf's own descriptor_pb2 classes: equal as a
+    message and byte for byte."""
+    from google.protobuf import descriptor_pb2
+
+    oracle = xpm._file_descriptor()
+    assert descriptor_pb2.FileDescriptorProto.FromString(xpm._file_descriptor_bytes()) == oracle
+    assert xpm._file_descriptor_bytes() == oracle.SerializeToString()
+    assert [m.name for m in oracle.message_type] == list(xpm._MESSAGES)

@@ -16,7 +16,8 @@ Exit codes (DESIGN §9; also in ``docs/cli.md``):
 ====  =====================================================
 
 Errors reach the user as one line on stderr (``traceroof: error: …``), never a traceback,
-unless ``--debug`` is given.
+unless ``--debug`` is given. A closed pipe on stdout or stderr (``… | head``) is no error:
+the output is dropped and the command exits with its own status (``cli_common.echo``).
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ from .cli_common import (  # noqa: F401  (re-exported: cli_live and tests reach 
     _handle_errors,
     _progress,
     _progress_bar,
+    _reader_gone,
     _stage,
     _State,
     chip_option,
     debug_option,
+    echo,
     jobs_option,
     logger,
     model_options,
@@ -175,7 +178,7 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
         Path(output).write_text(text)
         _progress(f"{fmt} written to {output}")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
+        echo(text, nl=not text.endswith("\n"))
 
 
 @cli.command()
@@ -219,15 +222,15 @@ def ingest(traces: tuple[str, ...], out_dir: str, jobs: int | None) -> None:
     d = describe(out)
     files = d["files"]
     size = sum((out / f).stat().st_size for f in files)
-    click.echo(f"wrote {out} ({d['layout']}): {units.plural(d['rows']['ops'], 'op')}, "
+    echo(f"wrote {out} ({d['layout']}): {units.plural(d['rows']['ops'], 'op')}, "
                f"{units.plural(d['rows']['host'], 'host event')}, {units.plural(len(d['ranks']) or 1, 'rank')}, "
                f"{units.plural(len(files), 'file')}, {size / 1e6:.2f} MB "
                f"in {time.perf_counter() - t0:.1f} s")
     shown = 20
     for f in files[:shown]:
-        click.echo(f"  {f}")
+        echo(f"  {f}")
     if len(files) > shown:
-        click.echo(f"  ... and {len(files) - shown} more")
+        echo(f"  ... and {len(files) - shown} more")
 
 
 @cli.command()
@@ -245,7 +248,7 @@ def chips(fmt: str) -> None:
     from .chips import list_chips
     from .render.chips import render_chips
 
-    click.echo(render_chips(list_chips(), fmt))
+    echo(render_chips(list_chips(), fmt))
 
 
 @cli.command()
@@ -291,7 +294,7 @@ def estimate(model_path: str, chip: str | None, fmt: str, plot: str | None, kv_b
 
         write_sweep_html(plan, plot)
         _progress(f"latency-throughput chart written to {plot}")
-    click.echo(render_estimate(plan, fmt), nl=False)
+    echo(render_estimate(plan, fmt), nl=False)
 
 
 @cli.command()
@@ -342,11 +345,11 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
                 candidate_name=trace, baseline_name=baseline)
     md = res.to_markdown()
     where = write_step_summary(md)
-    click.echo(res.to_json() if fmt == "json" else md)
+    echo(res.to_json() if fmt == "json" else md)
     if where:
         _progress(f"summary appended to {where}")
     if not res.passed:
-        click.echo("traceroof: gate failed", err=True)
+        echo("traceroof: gate failed", err=True)
         sys.exit(1)
 
 
@@ -363,7 +366,7 @@ def diff(a: str, b: str, chip: str | None, jobs: int | None, **opts: Any) -> Non
     from .analysis import load_report
 
     load = functools.partial(load_report, jobs=jobs, progress=_progress_bar(), analyzing=_analyzing)
-    sys.exit(cli_diff.run(a, b, load, chip, echo=click.echo, **opts))
+    sys.exit(cli_diff.run(a, b, load, chip, echo=echo, **opts))
 
 
 @cli.command()
@@ -427,11 +430,11 @@ def serve(trace: str | None, chip: str | None, live_address: str | None, watch_d
     loader = functools.partial(load_report, jobs=jobs, progress=_progress_bar())
     if compare_with:  # the diff view: both inputs must load (errors exit as for `diff`)
         app = cli_diff.compare_app(trace, compare_with, loader, chip)
-        return web.run(app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
+        return web.run(app, host, port, open_browser=open_browser, echo=echo, warn=_progress)
     dash_app, error = web.load_app(trace, chip, loader, reraise=_State.debug)
     if error:
-        click.echo(error, err=True)
-    web.run(dash_app, host, port, open_browser=open_browser, echo=click.echo, warn=_progress)
+        echo(error, err=True)
+    web.run(dash_app, host, port, open_browser=open_browser, echo=echo, warn=_progress)
 
 
 @cli.command()
@@ -487,14 +490,19 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(2)
     except click.exceptions.Abort:
-        click.echo("traceroof: aborted", err=True)
+        echo("traceroof: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except SystemExit:
+    except SystemExit as exc:
+        # click ends a write to a closed pipe outside the commands (--help, --version) with
+        # exit 1, having wrapped stdout in its PacifyFlushWrapper: that is a normal end too (0)
+        if exc.code == 1 and type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+            _reader_gone(False)
+            sys.exit(0)
         raise
 
 

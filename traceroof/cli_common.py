@@ -34,9 +34,36 @@ class _State:
     quiet = False
 
 
+def _reader_gone(err: bool) -> None:
+    """stdout (stderr when ``err``) is a pipe whose reader has gone away: point the file
+    descriptor at the null device, so that what is still buffered, and whatever the command
+    writes after, is dropped without another ``BrokenPipeError`` (at the interpreter's final
+    flush too), and the command ends with its own exit status."""
+    stream = sys.stderr if err else sys.stdout
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (CliRunner's buffers)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def echo(message: str = "", *, nl: bool = True, err: bool = False) -> None:
+    """``click.echo`` for every line a command writes: a reader that leaves early
+    (``traceroof analyze T | head -3``) is a normal end, not an error. The rest of the output
+    is dropped and the command carries on to its own exit status (0; ``gate``'s 1 when the
+    gate fails; ``diff``'s), as if the reader had read it all (docs/cli.md, exit codes).
+    ``watch`` streams with ``click.echo`` instead, so that it stops when its reader has gone."""
+    try:
+        click.echo(message, nl=nl, err=err)
+    except BrokenPipeError:
+        _reader_gone(err)
+
+
 def _progress(msg: str) -> None:
     if not _State.quiet:
-        click.echo(f"traceroof: {msg}", err=True)
+        echo(f"traceroof: {msg}", err=True)
 
 
 @contextlib.contextmanager
@@ -88,22 +115,24 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except TraceroofError as exc:
             if _State.debug:
                 raise
-            click.echo(f"traceroof: error: {exc}", err=True)
+            echo(f"traceroof: error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except KeyboardInterrupt:
-            click.echo("traceroof: interrupted", err=True)
+            echo("traceroof: interrupted", err=True)
             sys.exit(130)
         except BrokenPipeError:
-            # the reader went away (`traceroof analyze … | head`): a normal end, not a bug.
-            # stdout is pointed at devnull so that the interpreter's final flush stays quiet.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            # the reader went away (`traceroof analyze … | head`) during a write that did not
+            # go through echo(): a normal end, not a bug (exit 0, docs/cli.md). Both streams
+            # are pointed at the null device so that the interpreter's final flush stays quiet.
+            _reader_gone(False)
+            _reader_gone(True)
             sys.exit(0)
         except Exception as exc:  # noqa: BLE001 - the last line of defence for users
             if _State.debug:
                 raise
-            click.echo(
+            echo(
                 f"traceroof: internal error: {type(exc).__name__}: {exc} "
                 "(this is a bug; re-run with --debug and report it)",
                 err=True,

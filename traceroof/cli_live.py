@@ -9,9 +9,7 @@ Exit codes: those of docs/cli.md; the capture failures of :mod:`traceroof.captur
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +85,7 @@ def emit(trace: Any, chip: str | None, out: dict[str, Any]) -> Any:
         Path(report_path).write_text(text)
         _progress(f"{fmt} written to {report_path}")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
+        c.echo(text, nl=not text.endswith("\n"))
     return report
 
 
@@ -183,6 +181,7 @@ def watch_command(folder: str, every_s: float, count: int | None, idle_timeout_s
                         idle_timeout_s=idle_timeout_s, new_only=new_only):
         if landed.error is not None:
             unreadable += 1
+            # click.echo, not cli.echo: a stream whose reader left stops (exit 0, docs/cli.md)
             click.echo(json.dumps({"trace": str(landed.path), "error": landed.error})
                        if fmt == "jsonl" else f"{landed.path}: error: {landed.error}")
             continue
@@ -226,6 +225,9 @@ def capture_command(address: str, duration_s: float, steps: int | None, out_dir:
       traceroof capture localhost:9999 --steps 20 -o prof/ --report report.json
       traceroof capture 10.0.0.5:9999 --no-analyze -o prof/
     """
+    import shutil
+    import tempfile
+
     from . import capture as cap
 
     host, port = cap.parse_address(address)
@@ -241,7 +243,7 @@ def capture_command(address: str, duration_s: float, steps: int | None, out_dir:
         if no_analyze:
             _progress(f"recording {duration_s:.1f} s")
             path = cap.capture_xplane(address, duration_s, root, timeout_s=timeout_s)
-            click.echo(f"wrote {path} ({path.stat().st_size:,} bytes)")
+            _cli().echo(f"wrote {path} ({path.stat().st_size:,} bytes)")
             return
         try:
             trace = _record(cap, address, duration_s, steps, root, timeout_s)

@@ -90,8 +90,11 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
     stepped = ops.filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.clear()
     stepped = stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")
     stepped = stepped.join(dev.select(keys), on=keys, how="semi", nulls_equal=True)
+    # the overlap test is per (rank, step, device); without any collective it is false on
+    # every row, found in one pass rather than a few frame operations per device-step
+    has_comm = stepped.height > 0 and bool((stepped["kind"] == COMM_KIND).any())
     parts = [g.with_columns(_overlapped(g).alias("_ov"))
-             for _, g in stepped.group_by(keys, maintain_order=True)] if stepped.height else []
+             for _, g in stepped.group_by(keys, maintain_order=True)] if has_comm else []
     stepped = pl.concat(parts) if parts else stepped.with_columns(pl.lit(False).alias("_ov"))
     exp = pl.col("expected_ns").round(0).cast(pl.Int64)
     stepped = stepped.with_columns(

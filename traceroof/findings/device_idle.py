@@ -59,30 +59,39 @@ def _host_during(ctx: FindingContext, rank: int, gaps: list[tuple[str | None, in
     None), as ``[name, overlap ns]`` of the 3 names with the largest overlap, largest first.
 
     One pass over the host table finds the events that overlap any of the gaps, on integer
-    columns only; the category, name and thread tests run on those few rows.
+    columns only; the category, name and thread tests run on those few rows. The gaps (at most
+    :data:`TOP_GAPS`) are then met in one join with those rows and ranked in one group-by,
+    rather than a filter, a group-by and a sort per gap (issue 19: few small frames).
     """
     if not gaps:
         return []
     end = (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
     overlaps_any = pl.any_horizontal([(pl.col("start_ns") < e) & (pl.col("end_ns") > s) for _, s, e in gaps])
     near = (
-        ctx.host.select("rank", "thread", "name", "cat", "start_ns", end)
+        ctx.host.lazy().select("rank", "thread", "name", "cat", "start_ns", end)
         .filter(pl.col("rank") == rank, overlaps_any)
         .filter(pl.col("cat").is_in(HOST_CATEGORIES), ~pl.col("name").str.starts_with("ProfilerStep#"))
     )
-    out = []
-    for thread, s, e in gaps:
-        h = near.filter(pl.col("start_ns") < e, pl.col("end_ns") > s)
-        if thread is not None:
-            h = h.filter(pl.col("thread") == thread)
-        if h.height == 0:
-            out.append([])
-            continue
-        ov = h.with_columns(
-            (pl.min_horizontal(pl.col("end_ns"), pl.lit(e)) - pl.max_horizontal("start_ns", pl.lit(s))).alias("ov")
-        )
-        top = ov.group_by("name").agg(pl.col("ov").max()).sort(["ov", "name"], descending=[True, False]).head(3)
-        out.append([[short(n, 80), int(v)] for n, v in top.iter_rows()])
+    spans = pl.LazyFrame({
+        "_g": pl.Series(range(len(gaps)), dtype=pl.UInt32),
+        "_thread": pl.Series([t for t, _, _ in gaps], dtype=pl.String),
+        "_s": pl.Series([s for _, s, _ in gaps], dtype=pl.Int64),
+        "_e": pl.Series([e for _, _, e in gaps], dtype=pl.Int64),
+    })
+    ov = (pl.min_horizontal("end_ns", "_e") - pl.max_horizontal("start_ns", "_s")).alias("ov")
+    top = (
+        near.join(spans, how="cross")
+        # a gap whose launching thread is unknown (None) takes the events of any thread
+        .filter(pl.col("start_ns") < pl.col("_e"), pl.col("end_ns") > pl.col("_s"),
+                pl.col("_thread").is_null() | (pl.col("thread") == pl.col("_thread")))
+        .group_by("_g", "name").agg(ov.max())
+        .sort(["_g", "ov", "name"], descending=[False, True, False])
+        .group_by("_g", maintain_order=True).head(3)
+        .collect()
+    )
+    out: list[list[list]] = [[] for _ in gaps]
+    for g, n, v in top.select("_g", "name", "ov").iter_rows():
+        out[g].append([short(n, 80), int(v)])
     return out
 
 

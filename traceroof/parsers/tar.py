@@ -7,7 +7,6 @@ reader (:func:`traceroof.parsers.kineto.read_fileobj`) and merged by
 
 from __future__ import annotations
 
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +45,8 @@ def read(p: Path, progress: Progress | None = None) -> Trace:
         TraceFormatError: not a readable tar, no ``*.json``/``*.json.gz`` member, or a member
             that is not a Kineto trace.
     """
+    import tarfile  # here: only a tar input needs it (issue 19: no import the input does not need)
+
     from . import kineto
 
     traces = []

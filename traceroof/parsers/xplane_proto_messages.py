@@ -24,11 +24,17 @@ Usage (the names are also importable from :mod:`.xplane_proto`, the XSpace reade
 
 from __future__ import annotations
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from types import SimpleNamespace
+from typing import Any
+
+from google.protobuf import descriptor_pool, message_factory
 
 PACKAGE = "tensorflow.profiler"
 
-_F = descriptor_pb2.FieldDescriptorProto
+#: ``FieldDescriptorProto``'s type and label numbers (google/protobuf/descriptor.proto, fixed by
+#: the format), written down so that ``descriptor_pb2`` (~12 ms to import) is not needed
+_F = SimpleNamespace(TYPE_DOUBLE=1, TYPE_INT64=3, TYPE_UINT64=4, TYPE_STRING=9, TYPE_MESSAGE=11,
+                     TYPE_BYTES=12, LABEL_OPTIONAL=1, LABEL_REPEATED=3)
 _OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 
 #: message name -> [(field name, number, type, label, message type name or None, oneof index)]
@@ -100,7 +106,12 @@ WIRE_SCHEMA["XPlane.EventMetadataEntry"] = {1: None, 2: "XEventMetadata"}
 WIRE_SCHEMA["XPlane.StatMetadataEntry"] = {1: None, 2: "XStatMetadata"}
 
 
-def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+def _file_descriptor() -> Any:
+    """The file's ``descriptor_pb2.FileDescriptorProto``, built with protobuf's own classes
+    (imported here: the pool is loaded from :func:`_file_descriptor_bytes`, which gives the
+    same message; tests/test_xplane_proto.py checks they are equal)."""
+    from google.protobuf import descriptor_pb2
+
     fdp = descriptor_pb2.FileDescriptorProto(
         name="traceroof/xplane.proto", package=PACKAGE, syntax="proto2"
     )
@@ -131,8 +142,59 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     return fdp
 
 
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out.append(b | 0x80 if v else b)
+        if not v:
+            return bytes(out)
+
+
+def _key(number: int, value: int | str | bytes) -> bytes:
+    """One field of a message: a varint for an int, length-delimited for text and bytes."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    raw = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(raw)) + raw
+
+
+def _field_bytes(name: str, number: int, ftype: int, label: int, type_name: str | None,
+                 oneof_index: int | None) -> bytes:
+    # FieldDescriptorProto: name 1, number 3, label 4, type 5, type_name 6, options 8
+    # (FieldOptions.packed 2), oneof_index 9, in field-number order as protobuf writes them
+    out = _key(1, name) + _key(3, number) + _key(4, label) + _key(5, ftype)
+    if type_name:
+        out += _key(6, f".{PACKAGE}.{type_name}")
+    if label == _REP and ftype not in (_F.TYPE_MESSAGE, _F.TYPE_STRING, _F.TYPE_BYTES):
+        out += _key(8, _key(2, 1))
+    if oneof_index is not None:
+        out += _key(9, oneof_index)
+    return out
+
+
+def _file_descriptor_bytes() -> bytes:
+    """:func:`_file_descriptor` serialised, written with a few lines of wire encoding instead
+    of protobuf's ``descriptor_pb2`` classes (issue 19: an XPlane read imports what it needs)."""
+    # DescriptorProto: name 1, field 2, nested_type 3, options 7 (MessageOptions.map_entry 7),
+    # oneof_decl 8 (OneofDescriptorProto.name 1); FileDescriptorProto: name 1, package 2,
+    # message_type 4, syntax 12
+    out = _key(1, "traceroof/xplane.proto") + _key(2, PACKAGE)
+    for msg_name, fields in _MESSAGES.items():
+        msg = _key(1, msg_name) + b"".join(_key(2, _field_bytes(*f)) for f in fields)
+        if msg_name == "XPlane":
+            for entry_name, value_type in _MAP_ENTRIES.items():
+                entry = (_key(1, entry_name) + _key(2, _field_bytes("key", 1, _F.TYPE_INT64, _OPT, None, None))
+                         + _key(2, _field_bytes("value", 2, _F.TYPE_MESSAGE, _OPT, value_type, None))
+                         + _key(7, _key(7, 1)))
+                msg += _key(3, entry)
+        msg += b"".join(_key(8, _key(1, o)) for o in _ONEOFS.get(msg_name, []))
+        out += _key(4, msg)
+    return out + _key(12, "proto2")
+
+
 POOL = descriptor_pool.DescriptorPool()
-POOL.Add(_file_descriptor())
+POOL.AddSerializedFile(_file_descriptor_bytes())
 
 
 def _cls(name: str):

@@ -6,23 +6,34 @@ Each renderer is ``render(report, *, top: int) -> str`` registered in :data:`REN
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from typing import Any
 
 from ..report import Report
-from . import csv as _csv
-from . import html as _html
-from . import json as _json
-from . import markdown as _markdown
-from . import table as _table
 
 Renderer = Callable[..., str]
 
+
+def _lazy(module: str) -> Renderer:
+    """The ``render`` of ``traceroof.render.<module>``, imported on the first call: the
+    table renderer needs rich (~15 ms to import) and the HTML one plotly, which ``--format
+    json`` never uses (issue 19: nothing imported that the output does not need)."""
+
+    def render(report: Report, **kwargs: Any) -> str:
+        return importlib.import_module(f"{__name__}.{module}").render(report, **kwargs)
+
+    render.__name__ = render.__qualname__ = f"{module}.render"
+    render.__doc__ = f"``traceroof.render.{module}.render``, imported when first called."
+    return render
+
+
 RENDERERS: dict[str, Renderer] = {
-    "table": _table.render,
-    "json": _json.render,
-    "markdown": _markdown.render,
-    "csv": _csv.render,
-    "html": _html.render,
+    "table": _lazy("table"),
+    "json": _lazy("json"),
+    "markdown": _lazy("markdown"),
+    "csv": _lazy("csv"),
+    "html": _lazy("html"),
 }
 
 #: output-file suffix → renderer name, for ``-o FILE`` without ``--format``.
