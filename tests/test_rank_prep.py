@@ -20,7 +20,6 @@ import pytest
 from click.testing import CliRunner
 from conftest import real
 from make_multirank import rank_builder, sglang_run
-from make_unlaunched_ranks import LAYOUT
 from make_unlaunched_ranks import write as write_unlaunched
 from polars.testing import assert_frame_equal
 

@@ -10,6 +10,7 @@ import contextlib
 import multiprocessing
 import os
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -86,56 +87,81 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
 
 def _run_pool(fn: Callable[[str], Any], items: list[str], workers: int, done: Callable[[int, Any], None]) -> None:
     """Run ``fn`` over ``items`` in ``workers`` spawned processes and this one (see
-    :func:`run_parallel`), calling ``done(i, result)`` here as each finishes."""
+    :func:`run_parallel`), calling ``done(i, result)`` here as each finishes.
+
+    The workers are handed the items from the front, :data:`AHEAD` per worker at a time
+    (so that none waits for this process to hand it the next); this process runs the last
+    item not handed out yet, then hands out more, until they meet. Nothing is cancelled
+    (a cancelled future in a pool that then breaks trips CPython 3.11's pool manager)."""
     # spawn, not fork: forking a process whose polars/Rayon threads hold locks can deadlock
     ctx = multiprocessing.get_context("spawn")
     guard = _GuardFile()
     tracker_was_running = _tracker_running()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    queues = [weakref.ref(q) for q in (getattr(pool, "_call_queue", None), getattr(pool, "_result_queue", None))
+              if q is not None]  # they hold the named semaphores the resource tracker tracks
+    share = _Share(pool, fn, items, workers * AHEAD, guard)
     try:
-        try:
-            with guard.exported():
-                futures = [pool.submit(fn, item) for item in items]
-        except BrokenProcessPool as exc:  # a worker died while the others were being started
-            guard.raise_if_tripped()
-            raise RuntimeError(f"{items[0]}: a worker process died as it started (out of memory? "
-                               "try fewer --jobs)") from exc
-        pending = dict(enumerate(futures))
-
-        def collect(block: bool) -> None:
-            while pending:
-                finished, _ = wait(list(pending.values()), timeout=None if block else 0,
-                                   return_when=FIRST_EXCEPTION)
-                if not finished:
-                    return
-                for i in sorted(i for i, f in pending.items() if f in finished):
-                    fut = pending.pop(i)
-                    try:
-                        result = fut.result()  # raises the worker's error
-                    except BrokenProcessPool as exc:
-                        guard.raise_if_tripped()  # from None: the pool's error says nothing more
-                        raise RuntimeError(
-                            f"{items[i]}: a worker process died while reading it (out of memory? "
-                            "try fewer --jobs)") from exc
-                    done(i, result)
-                if not block:
-                    return
-
-        # this process takes the items no worker has taken yet, from the back
-        for i in reversed(range(len(items))):
-            if i in pending and pending[i].cancel():
-                del pending[i]
-                done(i, fn(items[i]))
-                collect(block=False)
-            elif i in pending:
-                break
-        collect(block=True)
+        with guard.exported():  # the workers start on the first submit, and inherit it
+            share.hand_out()
+        while share.front <= share.back:
+            i = share.back
+            share.back -= 1
+            done(i, fn(items[i]))
+            share.collect(done, block=False)
+            share.hand_out()
+        share.collect(done, block=True)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        del pool
+        del pool, share
         guard.remove()
-        if not tracker_was_running:
-            _stop_tracker()
+        if not tracker_was_running and queues:
+            _stop_tracker(queues)
+
+
+#: items handed to each worker ahead of its finishing the one it runs
+AHEAD = 2
+
+
+class _Share:
+    """The items of :func:`_run_pool`: ``front`` is the next to hand to the workers, ``back``
+    the next this process runs; ``pending`` the futures handed out and not collected."""
+
+    def __init__(self, pool: ProcessPoolExecutor, fn: Callable[[str], Any], items: list[str], ahead: int,
+                 guard: _GuardFile) -> None:
+        self.pool, self.fn, self.items, self.ahead, self.guard = pool, fn, items, ahead, guard
+        self.front, self.back = 0, len(items) - 1
+        self.pending: dict[int, Any] = {}
+
+    def hand_out(self) -> None:
+        """Submit items from the front until ``ahead`` are pending (or none is left)."""
+        while len(self.pending) < self.ahead and self.front <= self.back:
+            try:
+                self.pending[self.front] = self.pool.submit(self.fn, self.items[self.front])
+            except BrokenProcessPool as exc:  # a worker died already
+                self._died(self.front, exc)
+            self.front += 1
+
+    def collect(self, done: Callable[[int, Any], None], *, block: bool) -> None:
+        """Hand the finished results to ``done`` (every pending one when ``block``), in input
+        order among those finished together; the first error is raised as it was raised."""
+        while self.pending:
+            finished, _ = wait(list(self.pending.values()), timeout=None if block else 0,
+                               return_when=FIRST_EXCEPTION)
+            for i in sorted(i for i, f in self.pending.items() if f in finished):
+                fut = self.pending.pop(i)
+                try:
+                    result = fut.result()  # raises the worker's error
+                except BrokenProcessPool as exc:
+                    self._died(i, exc)
+                done(i, result)
+            if not block:
+                return
+
+    def _died(self, i: int, exc: BaseException) -> None:
+        self.guard.raise_if_tripped()
+        raise RuntimeError(f"{self.items[i]}: a worker process died while reading it (out of memory? "
+                           "try fewer --jobs)") from exc
 
 
 def _tracker_running() -> bool:
@@ -149,13 +175,18 @@ def _tracker_running() -> bool:
         return True
 
 
-def _stop_tracker() -> None:
-    """Stop (and reap) the resource tracker the pool started: once the pool is gone it
-    tracks nothing, and it would otherwise outlive the call as a child of this process."""
+def _stop_tracker(queues: list[weakref.ref]) -> None:
+    """Stop (and reap) the resource tracker the pool started, once the pool's ``queues`` (and
+    with them the named semaphores it tracks) are gone: it would otherwise outlive the call
+    as a child of this process. While one is still referenced (an exception's traceback
+    holds the pool) it is left to exit with this process, as it would have: stopping it
+    would unlink semaphores still in use."""
     import gc
     from multiprocessing import resource_tracker
 
     gc.collect()  # the pool's queues' locks unregister themselves when collected
+    if any(q() is not None for q in queues):
+        return
     stop = getattr(resource_tracker._resource_tracker, "_stop", None)
     if stop is not None:
         try:
