@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -156,14 +157,18 @@ def test_a_worker_imports_what_reading_needs_and_nothing_heavy(ranks):
     assert "traceroof.analysis" not in ours and "traceroof.cli" not in ours
 
 
-def square(x: str) -> tuple[int, int]:
+def slow_square(x: str) -> tuple[int, int]:
+    time.sleep(0.05)  # long enough that the worker has started before this process is done
     return os.getpid(), int(x) ** 2
 
 
 def test_results_come_in_input_order_whoever_ran_them():
-    items = [str(i) for i in range(40)]
-    out = run_parallel(square, items, jobs=2)
-    assert [v for _, v in out] == [i * i for i in range(40)]
+    items = [str(i) for i in range(120)]
+    out = run_parallel(slow_square, items, jobs=2)
+    assert [v for _, v in out] == [i * i for i in range(120)]  # each item once, in input order
     # the parent took part (from the back) and a worker did too (from the front)
-    pids = {pid for pid, _ in out}
-    assert os.getpid() in pids and len(pids) == 2
+    pids = [pid for pid, _ in out]
+    assert pids[-1] == os.getpid() and pids[0] != os.getpid()
+    # one run of each: the worker's items are a prefix, the parent's the rest
+    first_mine = pids.index(os.getpid())
+    assert set(pids[first_mine:]) == {os.getpid()} and os.getpid() not in pids[:first_mine]

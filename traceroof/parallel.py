@@ -89,72 +89,96 @@ def _run_pool(fn: Callable[[str], Any], items: list[str], workers: int, done: Ca
     """Run ``fn`` over ``items`` in ``workers`` spawned processes and this one (see
     :func:`run_parallel`), calling ``done(i, result)`` here as each finishes.
 
-    The workers are handed the items from the front, :data:`AHEAD` per worker at a time
-    (so that none waits for this process to hand it the next); this process runs the last
-    item not handed out yet, then hands out more, until they meet. Nothing is cancelled
-    (a cancelled future in a pool that then breaks trips CPython 3.11's pool manager)."""
+    Every item is submitted at once (the workers take them from the front) and this process
+    takes them from the back; whoever starts an item first claims it in a shared array
+    (:func:`_claimed_call`), and the other skips it. Nothing is cancelled (a cancelled
+    future in a pool that then breaks trips CPython 3.11's pool manager)."""
     # spawn, not fork: forking a process whose polars/Rayon threads hold locks can deadlock
     ctx = multiprocessing.get_context("spawn")
     guard = _GuardFile()
     tracker_was_running = _tracker_running()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    queues = [weakref.ref(q) for q in (getattr(pool, "_call_queue", None), getattr(pool, "_result_queue", None))
-              if q is not None]  # they hold the named semaphores the resource tracker tracks
-    share = _Share(pool, fn, items, workers * AHEAD, guard)
+    claims = ctx.Array("b", len(items), lock=True)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(claims,))
+    # what holds the named semaphores the resource tracker tracks
+    held = [weakref.ref(q) for q in (getattr(pool, "_call_queue", None), getattr(pool, "_result_queue", None), claims)
+            if q is not None]
+    share = _Share(items, guard)
     try:
         with guard.exported():  # the workers start on the first submit, and inherit it
-            share.hand_out()
-        while share.front <= share.back:
-            i = share.back
-            share.back -= 1
+            share.submit_all(pool, fn)
+        for i in reversed(range(len(items))):
+            if not _claim(claims, i):
+                break  # a worker has it, and every item before it
+            share.mine.add(i)
             done(i, fn(items[i]))
             share.collect(done, block=False)
-            share.hand_out()
         share.collect(done, block=True)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        del pool, share
+        del pool, share, claims
         guard.remove()
-        if not tracker_was_running and queues:
-            _stop_tracker(queues)
+        if not tracker_was_running and len(held) == 3:
+            _stop_tracker(held)
 
 
-#: items handed to each worker ahead of its finishing the one it runs
-AHEAD = 2
+_CLAIMS: Any = None
+
+
+def _init_worker(claims: Any) -> None:
+    """A worker's initializer: keep the shared claims array (:func:`_run_pool`)."""
+    global _CLAIMS
+    _CLAIMS = claims
+
+
+def _claim(claims: Any, i: int) -> bool:
+    """Claim item ``i``: True when nobody had (it is now the caller's)."""
+    with claims.get_lock():
+        if claims[i]:
+            return False
+        claims[i] = 1
+        return True
+
+
+def _claimed_call(fn: Callable[[str], Any], i: int, item: str) -> tuple[bool, Any]:
+    """In a worker: ``(True, fn(item))`` when it claims item ``i``, ``(False, None)`` when the
+    parent ran it already."""
+    if not _claim(_CLAIMS, i):
+        return False, None
+    return True, fn(item)
 
 
 class _Share:
-    """The items of :func:`_run_pool`: ``front`` is the next to hand to the workers, ``back``
-    the next this process runs; ``pending`` the futures handed out and not collected."""
+    """The futures of :func:`_run_pool` not collected yet (``pending``), and the items this
+    process ran (``mine``: their futures' results are skipped)."""
 
-    def __init__(self, pool: ProcessPoolExecutor, fn: Callable[[str], Any], items: list[str], ahead: int,
-                 guard: _GuardFile) -> None:
-        self.pool, self.fn, self.items, self.ahead, self.guard = pool, fn, items, ahead, guard
-        self.front, self.back = 0, len(items) - 1
+    def __init__(self, items: list[str], guard: _GuardFile) -> None:
+        self.items, self.guard = items, guard
         self.pending: dict[int, Any] = {}
+        self.mine: set[int] = set()
 
-    def hand_out(self) -> None:
-        """Submit items from the front until ``ahead`` are pending (or none is left)."""
-        while len(self.pending) < self.ahead and self.front <= self.back:
+    def submit_all(self, pool: ProcessPoolExecutor, fn: Callable[[str], Any]) -> None:
+        for i, item in enumerate(self.items):
             try:
-                self.pending[self.front] = self.pool.submit(self.fn, self.items[self.front])
+                self.pending[i] = pool.submit(_claimed_call, fn, i, item)
             except BrokenProcessPool as exc:  # a worker died already
-                self._died(self.front, exc)
-            self.front += 1
+                self._died(i, exc)
 
     def collect(self, done: Callable[[int, Any], None], *, block: bool) -> None:
-        """Hand the finished results to ``done`` (every pending one when ``block``), in input
-        order among those finished together; the first error is raised as it was raised."""
+        """Hand the workers' finished results to ``done`` (every one when ``block``), in
+        input order among those finished together; the first error is raised as it was."""
         while self.pending:
             finished, _ = wait(list(self.pending.values()), timeout=None if block else 0,
                                return_when=FIRST_EXCEPTION)
             for i in sorted(i for i, f in self.pending.items() if f in finished):
                 fut = self.pending.pop(i)
                 try:
-                    result = fut.result()  # raises the worker's error
+                    ran, result = fut.result()  # raises the worker's error
                 except BrokenProcessPool as exc:
+                    if i in self.mine:
+                        continue
                     self._died(i, exc)
-                done(i, result)
+                if ran:
+                    done(i, result)
             if not block:
                 return
 
@@ -175,7 +199,7 @@ def _tracker_running() -> bool:
         return True
 
 
-def _stop_tracker(queues: list[weakref.ref]) -> None:
+def _stop_tracker(queues: list[weakref.ref[Any]]) -> None:
     """Stop (and reap) the resource tracker the pool started, once the pool's ``queues`` (and
     with them the named semaphores it tracks) are gone: it would otherwise outlive the call
     as a child of this process. While one is still referenced (an exception's traceback
