@@ -88,10 +88,18 @@ def preparable(trace: Trace) -> bool:
 
 def prepare(trace: Trace) -> Prepared | None:
     """The per-rank stages of one rank's trace (module docstring); None when it is not
-    :func:`preparable`. Never raises for a preparable trace beyond what the stages raise
-    on the parent's side (they are the same functions)."""
+    :func:`preparable`, or when a stage fails: never raises, so that a reader's errors and
+    the merge's checks (:class:`~traceroof.errors.MixedInputsError`) come first, as without
+    it; the parent then runs the stage itself, and raises what it raises there."""
     if not preparable(trace):
         return None
+    try:
+        return _prepare(trace)
+    except Exception:  # noqa: BLE001 - the parent redoes the stage and reports its error
+        return None
+
+
+def _prepare(trace: Trace) -> Prepared:
     from . import graph_replay, unlaunched
     from .costing import COST_COLUMNS, apply_costs, cost_model_id
 
@@ -99,7 +107,9 @@ def prepare(trace: Trace) -> Prepared | None:
     # are never read), and the eager match is the rank's own
     replays = unlaunched.attribute(graph_replay.attribute(trace.ops, trace.host, list(trace.meta.sources), []),
                                    trace.host)
-    costed_trace = Trace(ops=replays.ops, host=pl.concat([trace.host, replays.shape_rows]), meta=trace.meta)
+    # as analysis.cost_ops costs them: with the lent ops' host rows when some were lent
+    costed_trace = (Trace(ops=replays.ops, host=pl.concat([trace.host, replays.shape_rows]), meta=trace.meta)
+                    if replays.changed else trace)
     costed, coverage = apply_costs(costed_trace)
     base = _base_id(trace.ops)
     lent = replays.ops.filter(pl.col("external_id") <= base)["external_id"]
