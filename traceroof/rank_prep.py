@@ -30,6 +30,7 @@ table's count would have put them, so the op table is the same to the id.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,8 +46,12 @@ class Prepared:
     """What the workers did for the analysis of one trace (one rank, or the merge of such).
 
     Attributes:
-        ops: the op table with the eager-matched kernels' ``op`` and ``external_id`` set
-            (:func:`traceroof.unlaunched.attribute`), same rows and order as ``trace.ops``.
+        lent: the ``op`` and ``external_id`` columns of the op table once the eager match
+            (:func:`traceroof.unlaunched.attribute`) set them on the matched kernels; same
+            rows and order as ``trace.ops`` (all a worker sends back of the op table: the
+            trace carries the rest).
+        ops: ``trace.ops`` with ``lent`` written in; None in what a worker sends back
+            (:func:`merge_prepared` fills it in the parent).
         shape_rows: the host rows (HOST_SCHEMA) under the matched instances' negative ids,
             for the costing only.
         unlaunched: the eager match's :class:`~traceroof.sections.UnlaunchedInfo`; None
@@ -58,7 +63,8 @@ class Prepared:
         lent_ids: how many ids it gave.
     """
 
-    ops: pl.DataFrame
+    lent: pl.DataFrame
+    ops: pl.DataFrame | None
     shape_rows: pl.DataFrame
     unlaunched: UnlaunchedInfo | None
     costs: StoredCosts
@@ -115,11 +121,17 @@ def _prepare(trace: Trace) -> Prepared:
     lent = replays.ops.filter(pl.col("external_id") <= base)["external_id"]
     n_lent = base - int(lent.min()) + 1 if lent.len() else 0  # type: ignore[arg-type]
     return Prepared(
-        ops=replays.ops.rechunk(), shape_rows=replays.shape_rows.rechunk(), unlaunched=replays.unlaunched,
+        lent=replays.ops.select("op", "external_id").rechunk(), ops=None,
+        shape_rows=replays.shape_rows.rechunk(), unlaunched=replays.unlaunched,
         costs=StoredCosts(model_id=cost_model_id(), columns=costed.select(COST_COLUMNS).rechunk(),
                           coverage=coverage.to_json()),
         world_size=trace.meta.world_size, base_id=base, lent_ids=n_lent,
     )
+
+
+def _with_lent(ops: pl.DataFrame, lent: pl.DataFrame) -> pl.DataFrame:
+    """``ops`` with the eager match's ``op`` and ``external_id`` (:attr:`Prepared.lent`)."""
+    return ops.with_columns(lent.get_columns())
 
 
 def _shift_ids(df: pl.DataFrame, base: int, new_base: int) -> pl.DataFrame:
@@ -171,7 +183,7 @@ def merge_prepared(traces: Sequence[Trace], merged: Trace) -> Prepared | None:
     if any(p.world_size != merged.meta.world_size for p in preps):
         return None
     if len(traces) == 1:
-        return preps[0]
+        return dataclasses.replace(preps[0], ops=_with_lent(traces[0].ops, preps[0].lent))
     _, order, remaps = merge_meta([t.meta for t in traces])
     final_rank = {i: remaps[i].get(traces[i].meta.ranks[0], traces[i].meta.ranks[0]) for i in order}
     top = min(p.base_id for p in preps)  # below every id of the merged table
@@ -182,7 +194,7 @@ def merge_prepared(traces: Sequence[Trace], merged: Trace) -> Prepared | None:
     ops, shape_rows = [], []
     for i in order:
         p, t = preps[i], traces[i]
-        ops.append(_shift_ids(renumber(p.ops, remaps[i], t.meta.ranks), p.base_id, start[i]))
+        ops.append(_shift_ids(renumber(_with_lent(t.ops, p.lent), remaps[i], t.meta.ranks), p.base_id, start[i]))
         shape_rows.append(_shift_ids(renumber(p.shape_rows, remaps[i], t.meta.ranks), p.base_id, start[i]))
     if not all(p.costs.model_id == preps[0].costs.model_id for p in preps):
         return None
@@ -194,7 +206,7 @@ def merge_prepared(traces: Sequence[Trace], merged: Trace) -> Prepared | None:
                         columns=pl.concat([preps[i].costs.columns for i in order], how="vertical_relaxed"),
                         coverage=coverage.to_json())
     return Prepared(
-        ops=pl.concat(ops, how="vertical_relaxed"), shape_rows=pl.concat(shape_rows, how="vertical_relaxed"),
+        lent=pl.concat([preps[i].lent for i in order]), ops=pl.concat(ops, how="vertical_relaxed"), shape_rows=pl.concat(shape_rows, how="vertical_relaxed"),
         unlaunched=_merge_unlaunched([preps[i].unlaunched for i in order]), costs=costs,
         world_size=merged.meta.world_size, base_id=max(p.base_id for p in preps), lent_ids=sum(p.lent_ids for p in preps),
     )
@@ -205,7 +217,8 @@ def replays_of(trace: Trace) -> object | None:
     (no graph replay, by :func:`preparable`), or None when nothing was prepared (or not
     for this trace's world size): the analysis then runs the stage itself."""
     p = trace.prepared
-    if not isinstance(p, Prepared) or p.world_size != trace.meta.world_size or p.ops.height != trace.ops.height:
+    if (not isinstance(p, Prepared) or p.ops is None or p.world_size != trace.meta.world_size
+            or p.ops.height != trace.ops.height):
         return None
     from .graph_replay import Replays
 
