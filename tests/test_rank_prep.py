@@ -165,3 +165,16 @@ def test_a_trace_whose_tables_are_replaced_drops_what_was_prepared(unlaunched_di
     assert t.prepared is not None
     t.host = t.host.head(10)
     assert t.prepared is None  # the analysis then does the stages itself, on the new tables
+
+
+def test_ranks_costed_with_another_world_size_are_costed_again_by_the_parent(tmp_path):
+    # rank 1's header has no distributedInfo.world_size: it was costed with None, the merged
+    # trace has rank 0's 2 (collectives' group size), so the parent costs the merged table
+    write_unlaunched(tmp_path / "w", [(4, 2), (4, 2)])
+    doc = json.loads((tmp_path / "w" / "rank-1.json").read_text())
+    del doc["distributedInfo"]["world_size"]
+    (tmp_path / "w" / "rank-1.json").write_text(json.dumps(doc))
+    t = read_trace(tmp_path / "w", jobs=2, prepare=True)
+    assert t.meta.world_size == 2
+    assert t.prepared is None
+    assert report_json(t) == report_json(read_trace(tmp_path / "w", jobs=1))
