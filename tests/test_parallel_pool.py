@@ -137,6 +137,7 @@ def modules_after_reading(path: str) -> tuple[int, list[str]]:
     from traceroof.io import _read_worker
 
     _read_worker(path, prepare=True)
+    time.sleep(0.2)  # so that the parent cannot run every item before the worker has started
     return os.getpid(), sorted(sys.modules)
 
 
