@@ -113,6 +113,10 @@ def _run_pool(fn: Callable[[str], Any], items: list[str], workers: int, done: Ca
             done(i, fn(items[i]))
             share.collect(done, block=False)
         share.collect(done, block=True)
+        pool.shutdown(wait=True)  # every worker has started (and left, if it found no guard)
+        # this process may have run every item before a worker that found no guard left:
+        # the script is wrong all the same (each worker runs its top level), so say it
+        guard.raise_if_tripped()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         del pool, share, claims
