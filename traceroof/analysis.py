@@ -123,6 +123,14 @@ def attribute_replays(trace: Trace, capture_traces: list[str] | None) -> Replays
     Raises:
         InputNotFoundError: a given capture trace does not exist.
     """
+    from .rank_prep import replays_of
+
+    prepared = replays_of(trace)  # done per rank by the processes that read the ranks
+    if prepared is not None:
+        from .graph_sources import resolve_given
+
+        resolve_given(capture_traces)  # a capture trace given must exist, prepared or not
+        return prepared  # type: ignore[return-value]
     replays = graph_replay.attribute(trace.ops, trace.host, list(trace.meta.sources), capture_traces)
     return unlaunched.attribute(replays, trace.host)
 
@@ -145,9 +153,13 @@ def cost_ops(trace: Trace, rank: int | None, replays: Replays | None = None) -> 
     Raises:
         UsageError: ``rank`` is not in the trace.
     """
+    from .rank_prep import costs_of
+
     host = trace.host
-    if replays is not None and replays.changed:
-        trace = Trace(ops=replays.ops, host=pl.concat([host, replays.shape_rows]), meta=trace.meta)
+    stored = costs_of(trace, replays)  # costed per rank by the processes that read the ranks
+    if replays is not None and (replays.changed or stored is not None):
+        trace = Trace(ops=replays.ops, host=pl.concat([host, replays.shape_rows]), meta=trace.meta,
+                      stored_costs=stored)
     ops, cov = apply_costs(trace)
     if rank is not None:
         if rank not in set(ops["rank"].unique().to_list()) | set(host["rank"].unique().to_list()):
@@ -527,7 +539,7 @@ def load_report(
             if on_saved is not None:
                 on_saved(report)
             return report
-        trace = read_trace(paths[0] if len(paths) == 1 else paths, jobs=jobs, progress=progress)
+        trace = read_trace(paths[0] if len(paths) == 1 else paths, jobs=jobs, progress=progress, prepare=True)
     with analyzing(trace) if analyzing else contextlib.nullcontext():
         return analyze(trace, chip, **options)
 

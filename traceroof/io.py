@@ -10,6 +10,7 @@ files, a glob, a list) are read in parallel processes, the copies among them lef
 
 from __future__ import annotations
 
+import functools
 import glob as _glob
 import os
 import re
@@ -138,7 +139,7 @@ def _expand(p: Path, skipped: list[str] | None = None) -> list[str]:
 
 
 def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
-               progress: Progress | None = None) -> Trace:
+               progress: Progress | None = None, prepare: bool = False) -> Trace:
     """Read a trace file, a ``.tar.gz`` of traces, a directory, a glob, or several of them.
 
     Args:
@@ -154,6 +155,9 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             one after another in this process).
         progress: a :class:`~traceroof.progress.Progress` to report files, bytes and events
             to; ``None`` (the default) prints nothing.
+        prepare: with several inputs, also do the per-rank stages of the analysis in the
+            processes that read them (:mod:`traceroof.rank_prep`; ``Trace.prepared``), so
+            that :func:`traceroof.analysis.analyze` need not do them in this one.
 
     Raises:
         InputNotFoundError: a path does not exist, a glob matches nothing, or a directory
@@ -175,7 +179,8 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             if progress is not None:
                 progress.file_done(units[0], sizes[0], event_count(trace))
         else:
-            trace = merge_inputs(run_parallel(_read_worker, units, jobs=jobs, progress=progress, sizes=sizes,
+            worker = functools.partial(_read_worker, prepare=True) if prepare else _read_worker
+            trace = merge_inputs(run_parallel(worker, units, jobs=jobs, progress=progress, sizes=sizes,
                                               events_of=event_count))
         if captures:
             _say_captures_skipped(trace, captures)
@@ -202,7 +207,12 @@ def merge_inputs(traces: list[Trace]) -> Trace:
             be merged (:func:`~traceroof.merge.check_mergeable`).
     """
     copies = find_copies(traces)
-    trace = merge(copies.keep(traces))
+    kept = copies.keep(traces)
+    trace = merge(kept)
+    if any(t.prepared is not None for t in kept):
+        from .rank_prep import attach
+
+        trace = attach(trace, kept)
     copies.note(trace.meta)
     return trace
 
@@ -236,9 +246,10 @@ def read_one(path: str, *, progress: Progress | None = None) -> Trace:
         raise TraceFormatError(path, "file", f"a readable file ({type(exc).__name__}: {exc})") from exc
 
 
-def _read_worker(path: str) -> Trace:
+def _read_worker(path: str, prepare: bool = False) -> Trace:
     """What a worker process runs: one file → its Trace (pickled back to the parent, with
-    each column in one chunk: compact to send, and what the merged table is made of).
+    each column in one chunk: compact to send, and what the merged table is made of), with
+    ``prepare`` its per-rank analysis stages done too (:func:`traceroof.rank_prep.prepare`).
 
     Unexpected exceptions are re-raised naming the file, so that a failure among hundreds of
     files says which one."""
@@ -246,6 +257,10 @@ def _read_worker(path: str) -> Trace:
         t = read_one(path)
         t.ops = t.ops.rechunk()
         t.host = t.host.rechunk()
+        if prepare:
+            from .rank_prep import prepare as prepare_rank
+
+            t.prepared = prepare_rank(t)
         return t
     except TraceroofError:
         raise

@@ -6,13 +6,18 @@ ingesting them into a dataset share one pool runner and one progress protocol.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable
+import sys
+import weakref
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import UsageError
 
 if TYPE_CHECKING:
     from .progress import Progress
@@ -43,13 +48,23 @@ def default_jobs() -> int:
 def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None = None,
                  progress: Progress | None = None, sizes: list[int] | None = None,
                  events_of: Callable[[T], int] | None = None) -> list[T]:
-    """``[fn(item) for item in items]`` in ``jobs`` spawned processes; results in input order.
+    """``[fn(item) for item in items]`` in ``jobs`` processes; results in input order.
 
-    ``fn`` must be picklable (a module-level function, or a ``functools.partial`` of one).
-    The parent reports each finished item to ``progress`` as it completes (its size from
-    ``sizes``, in bytes, and ``events_of(result)`` events). The first failure cancels the
-    items not started yet and is raised as the worker raised it (ours name their file).
-    ``jobs`` defaults to the core count; with 1 (or one item) everything runs in this process.
+    This process is one of the ``jobs``: it starts ``jobs − 1`` spawned workers (one pool for
+    the call, shut down, and every child reaped, before it returns) that take the items from
+    the front while it takes them from the back, each item run once, by whoever gets to it
+    first (:func:`_run_pool`). ``fn`` must be picklable (a module-level function, or a
+    ``functools.partial`` of one). The parent reports each finished item to ``progress`` as
+    it completes (its size from ``sizes``, in bytes, and ``events_of(result)`` events). The
+    first failure cancels the items not started yet and is raised as it was raised (ours
+    name their file). ``jobs`` defaults to the core count; with 1 (or one item) everything
+    runs in this process.
+
+    Raises:
+        UsageError: the workers could not start because the main module calls this at
+            import time (a script without ``if __name__ == "__main__":``; spawned workers
+            import the main module, and so call it again).
+        RuntimeError: a worker died (killed, out of memory); names the item.
     """
     jobs = jobs or default_jobs()
     sizes = sizes if sizes is not None else [0] * len(items)
@@ -64,25 +79,209 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
         for i, item in enumerate(items):
             done(i, fn(item))
         return out
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        _refuse_in_bootstrap()
+    _run_pool(fn, items, min(jobs, len(items)) - 1, done)
+    return out
+
+
+def _run_pool(fn: Callable[[str], Any], items: list[str], workers: int, done: Callable[[int, Any], None]) -> None:
+    """Run ``fn`` over ``items`` in ``workers`` spawned processes and this one (see
+    :func:`run_parallel`), calling ``done(i, result)`` here as each finishes.
+
+    Every item is submitted at once (the workers take them from the front) and this process
+    takes them from the back; whoever starts an item first claims it in a shared array
+    (:func:`_claimed_call`), and the other skips it. Nothing is cancelled (a cancelled
+    future in a pool that then breaks trips CPython 3.11's pool manager)."""
     # spawn, not fork: forking a process whose polars/Rayon threads hold locks can deadlock
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx)
+    guard = _GuardFile()
+    tracker_was_running = _tracker_running()
+    claims = ctx.Array("b", len(items), lock=True)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(claims,))
+    # what holds the named semaphores the resource tracker tracks
+    held = [weakref.ref(q) for q in (getattr(pool, "_call_queue", None), getattr(pool, "_result_queue", None), claims)
+            if q is not None]
+    share = _Share(items, guard)
     try:
-        pending = {pool.submit(fn, item): i for i, item in enumerate(items)}
-        while pending:
-            finished, _ = wait(list(pending), return_when=FIRST_EXCEPTION)
-            for fut in sorted(finished, key=lambda f: pending[f]):
-                i = pending.pop(fut)
-                try:
-                    result = fut.result()  # raises the worker's error
-                except BrokenProcessPool as exc:
-                    raise RuntimeError(
-                        f"{items[i]}: a worker process died while reading it (out of memory? "
-                        "try fewer --jobs)") from exc
-                done(i, result)
+        with guard.exported():  # the workers start on the first submit, and inherit it
+            share.submit_all(pool, fn)
+        for i in reversed(range(len(items))):
+            if not _claim(claims, i):
+                break  # a worker has it, and every item before it
+            share.mine.add(i)
+            done(i, fn(items[i]))
+            share.collect(done, block=False)
+        share.collect(done, block=True)
+        pool.shutdown(wait=True)  # every worker has started (and left, if it found no guard)
+        # this process may have run every item before a worker that found no guard left:
+        # the script is wrong all the same (each worker runs its top level), so say it
+        guard.raise_if_tripped()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    return out
+        del pool, share, claims
+        guard.remove()
+        if not tracker_was_running and len(held) == 3:
+            _stop_tracker(held)
+
+
+_CLAIMS: Any = None
+
+
+def _init_worker(claims: Any) -> None:
+    """A worker's initializer: keep the shared claims array (:func:`_run_pool`)."""
+    global _CLAIMS
+    _CLAIMS = claims
+
+
+def _claim(claims: Any, i: int) -> bool:
+    """Claim item ``i``: True when nobody had (it is now the caller's)."""
+    with claims.get_lock():
+        if claims[i]:
+            return False
+        claims[i] = 1
+        return True
+
+
+def _claimed_call(fn: Callable[[str], Any], i: int, item: str) -> tuple[bool, Any]:
+    """In a worker: ``(True, fn(item))`` when it claims item ``i``, ``(False, None)`` when the
+    parent ran it already."""
+    if not _claim(_CLAIMS, i):
+        return False, None
+    return True, fn(item)
+
+
+class _Share:
+    """The futures of :func:`_run_pool` not collected yet (``pending``), and the items this
+    process ran (``mine``: their futures' results are skipped)."""
+
+    def __init__(self, items: list[str], guard: _GuardFile) -> None:
+        self.items, self.guard = items, guard
+        self.pending: dict[int, Any] = {}
+        self.mine: set[int] = set()
+
+    def submit_all(self, pool: ProcessPoolExecutor, fn: Callable[[str], Any]) -> None:
+        for i, item in enumerate(self.items):
+            try:
+                self.pending[i] = pool.submit(_claimed_call, fn, i, item)
+            except BrokenProcessPool as exc:  # a worker died already
+                self._died(i, exc)
+
+    def collect(self, done: Callable[[int, Any], None], *, block: bool) -> None:
+        """Hand the workers' finished results to ``done`` (every one when ``block``), in
+        input order among those finished together; the first error is raised as it was."""
+        while self.pending:
+            finished, _ = wait(list(self.pending.values()), timeout=None if block else 0,
+                               return_when=FIRST_EXCEPTION)
+            for i in sorted(i for i, f in self.pending.items() if f in finished):
+                fut = self.pending.pop(i)
+                try:
+                    ran, result = fut.result()  # raises the worker's error
+                except BrokenProcessPool as exc:
+                    if i in self.mine:
+                        continue
+                    self._died(i, exc)
+                if ran:
+                    done(i, result)
+            if not block:
+                return
+
+    def _died(self, i: int, exc: BaseException) -> None:
+        self.guard.raise_if_tripped()
+        raise RuntimeError(f"{self.items[i]}: a worker process died while reading it (out of memory? "
+                           "try fewer --jobs)") from exc
+
+
+def _tracker_running() -> bool:
+    """Whether multiprocessing's resource tracker process is already running (started by
+    someone else: then it is theirs and left alone)."""
+    try:
+        from multiprocessing import resource_tracker
+
+        return getattr(resource_tracker._resource_tracker, "_pid", None) is not None
+    except Exception:  # noqa: BLE001 - an interpreter without it: nothing to stop
+        return True
+
+
+def _stop_tracker(queues: list[weakref.ref[Any]]) -> None:
+    """Stop (and reap) the resource tracker the pool started, once the pool's ``queues`` (and
+    with them the named semaphores it tracks) are gone: it would otherwise outlive the call
+    as a child of this process. While one is still referenced (an exception's traceback
+    holds the pool) it is left to exit with this process, as it would have: stopping it
+    would unlink semaphores still in use."""
+    import gc
+    from multiprocessing import resource_tracker
+
+    gc.collect()  # the pool's queues' locks unregister themselves when collected
+    if any(q() is not None for q in queues):
+        return
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        try:
+            stop()
+        except Exception:  # noqa: BLE001 - best effort: it exits with this process anyway
+            pass
+
+
+#: the environment variable that tells a spawned worker where to say that it found itself
+#: re-running the main module's top level (:func:`_refuse_in_bootstrap`)
+GUARD_ENV = "TRACEROOF_SPAWN_GUARD"
+
+
+class _GuardFile:
+    """A file a worker writes into when it finds itself starting workers while it is being
+    started (the main module without a ``__main__`` guard); the parent reads it when the
+    pool breaks, to say so instead of "out of memory"."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        fd, self.path = tempfile.mkstemp(prefix="traceroof-spawn-")
+        os.close(fd)
+
+    @contextlib.contextmanager
+    def exported(self) -> Iterator[None]:
+        """:data:`GUARD_ENV` set while the workers are started (they inherit it)."""
+        old = os.environ.get(GUARD_ENV)
+        os.environ[GUARD_ENV] = self.path
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(GUARD_ENV, None)
+            else:
+                os.environ[GUARD_ENV] = old
+
+    def raise_if_tripped(self) -> None:
+        try:
+            tripped = Path(self.path).read_text().strip()
+        except OSError:
+            return
+        if tripped:
+            main = getattr(sys.modules.get("__main__"), "__file__", None) or "the main module"
+            raise UsageError(
+                f"{main} starts traceroof's worker processes (jobs > 1) when it is imported: spawned "
+                "workers import the main module, so each would start its own; put the script's calls "
+                "under 'if __name__ == \"__main__\":' (or pass jobs=1)") from None
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def _refuse_in_bootstrap() -> None:
+    """In a spawned worker still importing the main module, which asks for workers itself:
+    tell the parent (:class:`_GuardFile`) and leave at once, before multiprocessing raises
+    its own error in every worker (its traceback, printed by each, says nothing of traceroof)."""
+    path = os.environ.get(GUARD_ENV)
+    if path:
+        with contextlib.suppress(OSError):
+            Path(path).write_text("main module without a guard\n")
+    os._exit(GUARD_EXIT)
+
+
+#: the exit status of a worker that left in :func:`_refuse_in_bootstrap`
+GUARD_EXIT = 3
 
 
 __all__ = ["run_parallel", "default_jobs", "input_size"]

@@ -95,7 +95,9 @@ class Trace:
     Tables are conformed to their schemas on construction, so downstream code can rely on
     every declared column being present with its dtype. ``stored_costs`` belong to the op
     table the trace was read with: assigning a new ``ops`` drops them (the new table is
-    costed afresh).
+    costed afresh). ``prepared`` holds what the per-rank workers already did for the
+    analysis (:class:`traceroof.rank_prep.Prepared`: eager-matched unlaunched kernels and
+    costs, per rank); assigning a new ``ops`` or ``host`` drops it too.
     """
 
     ops: pl.DataFrame
@@ -103,18 +105,23 @@ class Trace:
     meta: TraceMeta
     #: costs stored with a cache for exactly this op table, else None
     stored_costs: StoredCosts | None = field(default=None, compare=False, repr=False)
+    #: the per-rank analysis done by the workers that read it (traceroof.rank_prep), else None
+    prepared: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        stored = self.stored_costs
+        stored, prepared = self.stored_costs, self.prepared
         self.ops = validate(conform(self.ops, OP_SCHEMA), OP_SCHEMA, what="op table")
         self.host = validate(conform(self.host, HOST_SCHEMA), HOST_SCHEMA, what="host table")
         if stored is not None and stored.columns.height != self.ops.height:
             raise ValueError(f"stored costs for {stored.columns.height} ops, the op table has {self.ops.height}")
         object.__setattr__(self, "stored_costs", stored)
+        object.__setattr__(self, "prepared", prepared)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "ops":  # a new op table: the stored costs were for the old one
             object.__setattr__(self, "stored_costs", None)
+        if name in ("ops", "host"):  # and what the workers prepared was for the old tables
+            object.__setattr__(self, "prepared", None)
         object.__setattr__(self, name, value)
 
     @property

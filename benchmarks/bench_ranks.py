@@ -1,0 +1,95 @@
+#!/usr/bin/env python
+"""Benchmark: many ranks, ``traceroof analyze --jobs 1`` against ``--jobs 2`` (issue 19 item 4).
+
+Command (from the repo root)::
+
+    python benchmarks/bench_ranks.py [--ranks-dir DIR] [--ranks 16] [--runs 4] [--jobs 2]
+
+Input: the first ``--ranks`` files of ``--ranks-dir`` (default: the 64 gzipped rank files
+``bench_scale.py`` writes, ``/tmp/traceroof-bench/kineto_ranks64_x54552_pretty_nccl_v2.1_gz``,
+54,552 events each), linked into a temporary folder (the source is only read). Each run is
+``python -m traceroof.cli analyze FOLDER --chip h100 --format json -q --jobs J > /dev/null``
+in its own process, ``--jobs 1`` and ``--jobs N`` alternating (``--runs`` pairs), so that the
+two settings see the same load on a shared machine. Per run: wall (fork to exit), CPU
+(user + sys of the command and its children, from ``os.wait4``), peak RSS (``ru_maxrss``:
+the largest process of the tree). Printed: every run, the load average before each pair, and
+per pair the ratio wall(``--jobs N``) / wall(``--jobs 1``), their median and the best; target
+(issue 19): ratio ≤ 0.6 with 2 jobs on 2 cores. ``--before-src DIR`` runs each pair with the
+traceroof in DIR too, just before this tree's (``git archive fa36e88 traceroof | tar -x -C
+DIR``), for a before → after in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = Path(os.environ.get("TRACEROOF_BENCH_CACHE", "/tmp/traceroof-bench")) / "kineto_ranks64_x54552_pretty_nccl_v2.1_gz"
+
+
+def run(folder: Path, jobs: int, src: Path = REPO) -> dict[str, float]:
+    """One ``analyze`` of ``folder`` with ``--jobs jobs`` by the traceroof in ``src``: wall s,
+    CPU s (user + sys of the tree), peak RSS MB."""
+    cmd = [sys.executable, "-m", "traceroof.cli", "analyze", str(folder), "--chip", "h100", "--format", "json",
+           "-q", "--jobs", str(jobs)]
+    env = dict(os.environ, PYTHONPATH=str(src))
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode() if p.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{err}")
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks-dir", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--ranks", type=int, default=16)
+    ap.add_argument("--runs", type=int, default=4, help="pairs of runs (--jobs 1, --jobs N), alternating")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--before-src", type=Path, default=None,
+                    help="a folder holding another traceroof (e.g. `git archive <commit> traceroof | tar -x -C DIR`): "
+                         "each pair is then run by it too, just before this tree's")
+    args = ap.parse_args()
+    files = sorted(p for p in args.ranks_dir.iterdir() if p.name.endswith((".json", ".json.gz")))[: args.ranks]
+    if len(files) < args.ranks:
+        raise SystemExit(f"{args.ranks_dir}: {len(files)} rank files, {args.ranks} asked for "
+                         "(benchmarks/bench_scale.py writes them)")
+    with tempfile.TemporaryDirectory(prefix="bench-ranks-") as tmp:
+        folder = Path(tmp) / f"ranks{args.ranks}"
+        folder.mkdir()
+        for f in files:
+            (folder / f.name).symlink_to(f)
+        size = sum(f.stat().st_size for f in files)
+        print(f"{args.ranks} ranks, {size / 1e6:.1f} MB on disk; cores available: {len(os.sched_getaffinity(0))}")
+        print(f"{'pair':>4} {'load 1m':>7} {'code':>6} {'jobs':>4} {'wall s':>7} {'cpu s':>7} {'rss MB':>7}  ratio")
+        trees = ([("before", args.before_src)] if args.before_src else []) + [("this", REPO)]
+        ratios: dict[str, list[float]] = {name: [] for name, _ in trees}
+        for k in range(args.runs):
+            for name, src in trees:
+                load = os.getloadavg()[0]
+                one = run(folder, 1, src)
+                many = run(folder, args.jobs, src)
+                ratios[name].append(many["wall_s"] / one["wall_s"])
+                for j, r in ((1, one), (args.jobs, many)):
+                    tail = f"  {ratios[name][-1]:.2f}" if j != 1 else ""
+                    print(f"{k + 1:>4} {load:>7.2f} {name:>6} {j:>4} {r['wall_s']:>7.2f} {r['cpu_s']:>7.2f} "
+                          f"{r['rss_mb']:>7.0f}{tail}")
+    for name, rs in ratios.items():
+        med, best = statistics.median(rs), min(rs)
+        verdict = "met" if med <= 0.6 else "not met"
+        print(f"{name}: wall(--jobs {args.jobs}) / wall(--jobs 1): median {med:.2f}, best {best:.2f} over {len(rs)} "
+              f"pairs; target ≤ 0.6: {verdict} (median)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The worker pool of ``--jobs`` (issue 19 items 4 and 7): no child outlives it, a script
+without a ``__main__`` guard is told so in one line, workers import what reading needs and
+nothing heavy, and the parent shares the work (results in input order whoever ran them).
+
+The children are seen through ``/proc`` (``/proc/<pid>/stat``: state and parent pid;
+``/proc/<pid>/environ``: a marker variable every descendant inherits), independently of
+multiprocessing's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from make_unlaunched_ranks import write as write_ranks
+
+from traceroof.parallel import run_parallel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}{os.pathsep}{REPO / 'fixtures'}")
+    env.update(extra)
+    return env
+
+
+def _marked(marker: str) -> list[tuple[int, str]]:
+    """Every live process whose environment holds ``marker``: ``(pid, state)``."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            if marker.encode() not in (p / "environ").read_bytes():
+                continue
+            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        out.append((int(p.name), state))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("pool") / "run"
+    write_ranks(d)  # 4 ranks; this module imports neither click nor the CLI (see the import test)
+    return d
+
+
+SCRIPT_CHILDREN = """
+import os, sys
+from pathlib import Path
+import traceroof
+
+def children():
+    me = os.getpid()
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                rest = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(rest[1]) == me:
+                out.append((int(p.name), rest[0]))
+    return out
+
+if __name__ == "__main__":
+    t = traceroof.read_trace(sys.argv[1], jobs=2)
+    print(len(t.meta.ranks), children())
+"""
+
+
+def test_no_child_process_is_left_once_the_read_returns(tmp_path, ranks):
+    script = tmp_path / "children.py"
+    script.write_text(SCRIPT_CHILDREN)
+    res = subprocess.run([sys.executable, str(script), str(ranks)], capture_output=True, text=True,
+                         env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr
+    # 4 ranks read; no child (worker, resource tracker, zombie) of the script is left
+    assert res.stdout.split() == ["4", "[]"], res.stdout
+
+
+def test_analyze_jobs_2_leaves_no_process_behind(tmp_path, ranks):
+    marker = f"TRACEROOF_TEST_{uuid.uuid4().hex}"
+    res = subprocess.run([sys.executable, "-m", "traceroof.cli", "analyze", str(ranks), "--chip", "h100",
+                          "--jobs", "2", "-q"], capture_output=True, text=True, env=_env(**{marker: "1"}),
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "aten::mm" in res.stdout
+    assert _marked(marker) == []  # nothing the command started outlives it
+
+
+SCRIPT_NO_GUARD = """
+import sys
+import traceroof
+t = traceroof.read_trace(sys.argv[1], jobs=2)
+print("ranks", len(t.meta.ranks))
+"""
+
+
+def test_a_script_without_the_main_guard_is_told_so_in_one_line(tmp_path, ranks):
+    script = tmp_path / "no_guard.py"
+    script.write_text(SCRIPT_NO_GUARD)
+    res = subprocess.run([sys.executable, str(script), str(ranks)], capture_output=True, text=True,
+                         env=_env(), timeout=300)
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("traceroof.errors.UsageError: ")
+    assert str(script) in last and "if __name__ == \"__main__\":" in last
+    assert "out of memory" not in res.stderr
+    # the workers leave before multiprocessing prints its bootstrapping error in each of them
+    assert "bootstrapping phase" not in res.stderr
+    assert res.stderr.count("Traceback") == 1  # the script's own, with the one line at its end
+
+
+def test_the_same_script_with_the_guard_reads_every_rank(tmp_path, ranks):
+    script = tmp_path / "guarded.py"
+    body = textwrap.indent(SCRIPT_NO_GUARD.split("import traceroof\n", 1)[1], "    ")
+    script.write_text(f"import sys\nimport traceroof\nif __name__ == '__main__':\n{body}")
+    res = subprocess.run([sys.executable, str(script), str(ranks)], capture_output=True, text=True,
+                         env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["ranks", "4"]
+
+
+def modules_after_reading(path: str) -> tuple[int, list[str]]:
+    """Run in a worker: read and prepare ``path`` as ``analyze`` does, then say who ran it and
+    which modules that process holds."""
+    from traceroof.io import _read_worker
+
+    _read_worker(path, prepare=True)
+    time.sleep(0.2)  # so that the parent cannot run every item before the worker has started
+    return os.getpid(), sorted(sys.modules)
+
+
+def test_a_worker_imports_what_reading_needs_and_nothing_heavy(ranks):
+    files = sorted(str(p) for p in ranks.iterdir())
+    assert "click" not in sys.modules or "traceroof.cli" in sys.modules  # (the CLI's, not this module's)
+    # the parent runs some items itself: enough items that a worker surely gets some
+    results = run_parallel(modules_after_reading, files * 4, jobs=2)
+    theirs = [mods for pid, mods in results if pid != os.getpid()]
+    assert theirs, "no item ran in a worker"
+    tops = {m.split(".")[0] for m in theirs[0]}
+    assert {"polars", "traceroof"} <= tops
+    heavy = {"plotly", "dash", "rich", "jax", "jaxlib", "tensorflow", "torch", "pandas", "pyarrow", "click",
+             "matplotlib", "flask", "IPython"}
+    assert tops & heavy == set()
+    ours = {m for m in theirs[0] if m.startswith("traceroof.")}
+    assert not {m for m in ours if m.startswith(("traceroof.render", "traceroof.web", "traceroof.findings"))}
+    assert "traceroof.analysis" not in ours and "traceroof.cli" not in ours
+
+
+def slow_square(x: str) -> tuple[int, int]:
+    time.sleep(0.05)  # long enough that the worker has started before this process is done
+    return os.getpid(), int(x) ** 2
+
+
+def test_results_come_in_input_order_whoever_ran_them():
+    items = [str(i) for i in range(120)]
+    out = run_parallel(slow_square, items, jobs=2)
+    assert [v for _, v in out] == [i * i for i in range(120)]  # each item once, in input order
+    # the parent took part (from the back) and a worker did too (from the front)
+    pids = [pid for pid, _ in out]
+    assert pids[-1] == os.getpid() and pids[0] != os.getpid()
+    # one run of each: the worker's items are a prefix, the parent's the rest
+    first_mine = pids.index(os.getpid())
+    assert set(pids[first_mine:]) == {os.getpid()} and os.getpid() not in pids[:first_mine]
