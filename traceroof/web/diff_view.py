@@ -84,7 +84,7 @@ def moved_figure(d: Diff, top: int = TOP) -> go.Figure:
     ops = d.ops[:top][::-1]
     return go.Figure(go.Bar(
         y=[units.short(o.label, 50) for o in ops], x=[o.delta_ns / 1e6 for o in ops], orientation="h",
-        marker={"color": ["#c92a2a" if o.delta_ns > 0 else "#2b8a3e" for o in ops]}, textposition="outside",
+        marker={"color": ["#c92a2a" if o.delta_ns > 0 else "#2b8a3e" for o in ops]}, textposition="auto",
         cliponaxis=False,
         text=[f"{o.status}: {units.ns(o.measured_a_ns)} → {units.ns(o.measured_b_ns)}" for o in ops],
         hovertemplate="%{y}: %{text}<extra></extra>", meta={"role": "moved", "ops": len(ops)},
