@@ -52,10 +52,10 @@ def test_polars_imported_first_is_left_alone():
 
 
 def test_configure_reports_whether_it_set_the_variable(monkeypatch):
-    from traceroof import _allocator
-
     # polars is loaded in this test process (by the imports of other tests): nothing set
     import polars  # noqa: F401
+
+    from traceroof import _allocator
 
     monkeypatch.delenv("_RJEM_MALLOC_CONF", raising=False)
     assert _allocator.configure() is False and "_RJEM_MALLOC_CONF" not in os.environ

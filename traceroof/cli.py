@@ -462,6 +462,7 @@ def mcp() -> None:
 
 
 from . import cli_live  # noqa: E402  (the live commands: capture, watch)
+
 # jemalloc (polars' allocator) settings for the command line and its worker processes
 # (traceroof._allocator sets them on import; a user's own _RJEM_MALLOC_CONF wins)
 from ._allocator import JEMALLOC_CONF  # noqa: E402

@@ -124,7 +124,8 @@ def _link_framework_ops(ops: pl.DataFrame, host_tbl: pl.DataFrame, meta: TraceMe
     ``cpu_op`` enclosing the launch on its thread, whose ``External id`` the kernel takes.
     Either way the link must pass rule 8 (:func:`~.kineto_enclose.consistent_links`); one
     that does not is dropped (no op, no ``External id``) and counted."""
-    nesting = is_nesting_era(host_tbl)
+    # (only the columns it reads: its filter would copy every column of the host table)
+    nesting = is_nesting_era(host_tbl.select("cat", "correlation", "external_id"))
     if nesting:
         ops = ops.with_columns(enclosing_cpu_ops(host_tbl, ops).alias("_op_row"))
         meta.stats["links_by_nesting"] = 1
@@ -270,7 +271,8 @@ def _warn_links(ops: pl.DataFrame, host_tbl: pl.DataFrame, meta: TraceMeta) -> N
             f"{n_graph} kernels ({share:.1%} of device time) were replayed from CUDA/HIP graphs: "
             "their per-op attribution and shapes are unavailable"
         )
-    cpu_colls = host_tbl.filter(pl.col("name").str.contains(r"^(nccl|rccl|gloo):")).height
+    # a count of the names (a filter of the table would copy every host column); null names never match
+    cpu_colls = int(host_tbl["name"].str.contains(r"^(nccl|rccl|gloo):").sum())
     if cpu_colls and not ops.filter(pl.col("kind") == "collective").height:
         meta.warn(
             f"{cpu_colls} host-side collective annotations (nccl:/gloo:) but no device collective "
