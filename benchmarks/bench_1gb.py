@@ -7,6 +7,7 @@ or ``/tmp/traceroof-bench``, read only)::
 
     python benchmarks/bench_1gb.py                    # best of 2
     python benchmarks/bench_1gb.py --repeat 3 --trace PATH.json
+    python benchmarks/bench_1gb.py --before /tmp/base   # also the cases of another checkout
 
 Each case runs in its own subprocess (``PYTHONPATH`` = this checkout, ``_RJEM_MALLOC_CONF``
 unset, so the allocator is whatever traceroof or polars choose): wall = fork → exit (imports
@@ -45,10 +46,11 @@ TIME_BAR = 0.25  # issue 19: analyze wall <= 0.25x a bare orjson.loads
 RSS_BAR = 0.5  # issue 19: peak RSS <= 0.5x the file
 
 
-def run(argv: list[str]) -> dict[str, float]:
-    """One child: wall s, CPU s (user + sys) and peak RSS MB, from ``os.wait4``."""
+def run(argv: list[str], repo: Path = REPO) -> dict[str, float]:
+    """One child: wall s, CPU s (user + sys) and peak RSS MB, from ``os.wait4``; traceroof
+    imported from ``repo``."""
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = str(repo)
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(proc.pid, 0)
@@ -61,8 +63,8 @@ def run(argv: list[str]) -> dict[str, float]:
             "peak_rss_mb": ru.ru_maxrss * 1024 / 1e6}
 
 
-def best_of(argv: list[str], n: int) -> dict[str, float]:
-    runs = [run(argv) for _ in range(n)]
+def best_of(argv: list[str], n: int, repo: Path = REPO) -> dict[str, float]:
+    runs = [run(argv, repo) for _ in range(n)]
     return min(runs, key=lambda r: r["wall_s"])
 
 
@@ -71,6 +73,7 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="the uncompressed .json trace")
     ap.add_argument("--repeat", type=int, default=2, help="best of N per case")
     ap.add_argument("--results", type=Path, help="also write the figures as JSON here")
+    ap.add_argument("--before", type=Path, help="another checkout (built): its cli and library cases too")
     args = ap.parse_args()
     trace = args.trace
     gz = trace.with_name(trace.name + ".gz")
@@ -89,20 +92,24 @@ def main() -> None:
     }
     load = os.getloadavg()
     res = {}
-    for name, argv in cases.items():
-        res[name] = best_of(argv, args.repeat)
+    runs = [(name, argv, REPO) for name, argv in cases.items()]
+    if args.before:
+        runs += [(f"{name} (before)", argv, args.before) for name, argv in cases.items() if name != "orjson"]
+    for name, argv, repo in runs:
+        res[name] = best_of(argv, args.repeat, repo)
         print(f"{name}: {res[name]}", file=sys.stderr, flush=True)
     floor = res["orjson"]["wall_s"]
     print(f"\n{trace.name}: {file_mb:,.0f} MB; load average {load[0]:.1f} at start, "
           f"{os.getloadavg()[0]:.1f} at end; best of {args.repeat}\n")
-    print("| case | wall | CPU (user+sys) | peak RSS | wall / orjson | RSS / file | bars (0.25x, 0.5x) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| case | wall | CPU (user+sys) | peak RSS | wall / orjson | CPU / orjson wall | RSS / file "
+          "| bars (0.25x, 0.5x) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, r in res.items():
         tr, mr = r["wall_s"] / floor, r["peak_rss_mb"] / file_mb
         bars = "floor" if name == "orjson" else (
             f"time {'met' if tr <= TIME_BAR else 'NOT met'}, memory {'met' if mr <= RSS_BAR else 'NOT met'}")
         print(f"| {name} | {r['wall_s']:.2f} s | {r['user_s']:.2f}+{r['sys_s']:.2f} s | {r['peak_rss_mb']:,.0f} MB "
-              f"| {tr:.3f} | {mr:.2f} | {bars} |")
+              f"| {tr:.3f} | {r['cpu_s'] / floor:.3f} | {mr:.2f} | {bars} |")
     if args.results:
         args.results.write_text(json.dumps({"trace": str(trace), "file_mb": file_mb, "load": load, "cases": res},
                                            indent=1))
