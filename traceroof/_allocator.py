@@ -6,8 +6,8 @@ value of each key). With polars' setting, memory freed while a large trace is li
 resident for half a second and is counted again by the next stage's peak; with
 :data:`JEMALLOC_CONF` it goes back to the OS within ~100 ms, purged by jemalloc's own
 background thread rather than on the parsing thread. Measured on a 1,018 MB Kineto trace,
-``read_trace`` + ``analyze`` in a plain script: peak RSS 869 MB with polars' setting,
-743 MB with this one, at the same CPU time (docs/performance.md, "1 GB: the issue-19 bars").
+``read_trace`` + ``analyze`` in a plain script: peak RSS 697–747 MB with polars' setting,
+673–684 MB with this one, at the same CPU time (docs/performance.md, "1 GB: the issue-19 bars").
 
 The setting is made only when it can take effect and no one else chose: polars not yet
 imported (``"polars" not in sys.modules``) and ``_RJEM_MALLOC_CONF`` not set by the user.
