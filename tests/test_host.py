@@ -35,3 +35,25 @@ def test_a_tie_in_start_goes_to_the_later_row_whatever_the_order():
         picked = innermost_cpu_ops(host(rows), ["rank", "external_id"])
         assert picked.to_list() == [1, 2]
     assert innermost_cpu_ops(host(rows), ["external_id"]).to_list() == [2]
+
+
+def test_many_rows_against_a_loop_over_the_rows():
+    """200 k rows with few distinct starts (many ties), several keys per rank: the rows the
+    polars query picks are the ones a plain loop keeps (a later start, or an equal start
+    further down the table, replaces the one kept)."""
+    import numpy as np
+
+    rng = np.random.default_rng(19)
+    n = 200_000
+    cat = np.where(rng.random(n) < 0.7, "cpu_op", "cuda_runtime")
+    ext = rng.integers(0, 5_000, n).astype(float)
+    ext[rng.random(n) < 0.01] = np.nan  # no External id: never picked
+    h = pl.DataFrame({"rank": rng.integers(0, 3, n).astype(np.int32), "cat": cat,
+                      "start_ns": rng.integers(0, 50, n), "external_id": pl.Series(ext).fill_nan(None).cast(pl.Int64),
+                      "name": ["x"] * n})
+    kept: dict[tuple, tuple[int, int]] = {}
+    for i, (r, c, s, e) in enumerate(zip(h["rank"].to_list(), h["cat"].to_list(), h["start_ns"].to_list(),
+                                        h["external_id"].to_list())):
+        if c == "cpu_op" and e is not None and ((r, e) not in kept or s >= kept[(r, e)][0]):
+            kept[(r, e)] = (s, i)
+    assert innermost_cpu_ops(h, ["rank", "external_id"]).to_list() == sorted(i for _, i in kept.values())

@@ -16,6 +16,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from . import _allocator  # noqa: F401  (first: polars' allocator setting, before polars loads)
+
 __version__ = "0.1.0"
 
 _EXPORTS = {

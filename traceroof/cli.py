@@ -464,14 +464,11 @@ def mcp() -> None:
     serve()
 
 
-#: jemalloc (polars' allocator) settings for the command line and its worker processes:
-#: freed memory goes back to the OS within ~100 ms, purged by jemalloc's background thread
-#: rather than on the parsing thread. On a 1 GB Kineto trace, `analyze` peaks at 0.94–0.99 GB
-#: instead of 1.12–1.15 GB, in the same time (docs/performance.md). A user's own
-#: ``_RJEM_MALLOC_CONF`` wins; library users choose their own.
-JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
-
 from . import cli_live  # noqa: E402  (the live commands: capture, watch)
+
+# jemalloc (polars' allocator) settings for the command line and its worker processes
+# (traceroof._allocator sets them on import; a user's own _RJEM_MALLOC_CONF wins)
+from ._allocator import JEMALLOC_CONF  # noqa: E402
 
 cli_live.register(cli)
 

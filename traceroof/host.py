@@ -23,13 +23,17 @@ def innermost_cpu_ops(host: pl.DataFrame, by: list[str]) -> pl.Series:
     Returns:
         A ``UInt32`` series of row indices into ``host``, ascending.
     """
+    # the rows are in table order (``_h`` ascending), so a stable sort by start alone orders
+    # equal starts by row; the last row of each key is then the latest start, and of equal
+    # starts the last in table order (one integer sort key: 1 GB trace, 0.16 -> 0.12 s CPU)
     return (
         host.lazy()
-        .with_row_index("_h")
+        .select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_h"), "cat", "start_ns", *by)
         .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
         .select("_h", "start_ns", *by)
-        .sort(["start_ns", "_h"], descending=[True, True])
-        .unique(by, keep="first", maintain_order=True)
+        .sort("start_ns", maintain_order=True)
+        .group_by(by)
+        .agg(pl.col("_h").last())
         .select("_h")
         .sort("_h")
         .collect()
