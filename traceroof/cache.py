@@ -111,7 +111,7 @@ def _read_doc(f: Path, where: str, what: str, fmt: str) -> dict[str, Any]:
     """
     try:
         doc = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise TraceFormatError(f, where, f"a readable {what} ({type(exc).__name__}: {exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         raise TraceFormatError(f, where, f'a {what} ("format": "{fmt}")')
@@ -164,8 +164,8 @@ def meta_from_json(f: Path, d: dict[str, Any]) -> TraceMeta:
         # JSON object keys are strings: the rank labels' ranks come back as ints
         labels = {int(k): str(v) for k, v in (d.pop("rank_labels", None) or {}).items()}
         return TraceMeta(devices=devices, rank_labels=labels, **d)
-    except TypeError as exc:
-        raise TraceFormatError(f, "meta", f"TraceMeta fields ({exc})") from exc
+    except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong shape
+        raise TraceFormatError(f, "meta", f"TraceMeta fields ({type(exc).__name__}: {exc})") from exc
 
 
 def _read_table(p: Path, name: str, entry: Any, manifest: Path | None = None) -> pl.DataFrame:
@@ -176,6 +176,8 @@ def _read_table(p: Path, name: str, entry: Any, manifest: Path | None = None) ->
         raise TraceFormatError(manifest, f"tables.{name}", "a list of Parquet files")
     frames = []
     for rel in entry["files"]:
+        if not isinstance(rel, str):
+            raise TraceFormatError(manifest, f"tables.{name}.files", f"paths of Parquet files, found {rel!r}")
         f = p / rel
         if not f.is_file():
             raise TraceFormatError(f, "file", f"a Parquet part listed in {manifest}, found nothing")

@@ -18,6 +18,7 @@ import gzip
 import logging
 import os
 import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -111,7 +112,7 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged deflate block
             data = _gunzip_partial(data)
             if not data:
                 raise TraceFormatError(path, "byte 0", f"a readable gzip stream ({exc})") from exc
@@ -136,14 +137,19 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
 
 
 def _gunzip_partial(data: bytes) -> bytes:
-    """Decompress as much of a cut gzip stream as possible (BC-35 on .gz files)."""
-    import zlib
-
+    """Decompress as much of a cut or corrupt gzip stream as possible (BC-35 on .gz files):
+    what inflates before the cut or the corrupt block is kept, as the streaming reader keeps
+    it (64 KiB of input at a time)."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        return d.decompress(data)
-    except zlib.error:
-        return b""
+    out = []
+    for i in range(0, len(data), 1 << 16):
+        try:
+            out.append(d.decompress(data[i : i + (1 << 16)]))
+        except zlib.error:
+            break
+        if d.eof:
+            break
+    return b"".join(out)
 
 
 class _Builder:

@@ -57,7 +57,10 @@ def ints(vals: list[Any], dtype: Any = pl.Int64) -> pl.Series:
     try:
         return pl.Series(vals, dtype=dtype)  # strict: floats and strings raise
     except Exception:  # noqa: BLE001 - any oddity: the exact per-value path decides
-        return pl.Series([as_int(v) for v in vals], dtype=dtype)
+        bits = 32 if dtype == pl.Int32 else 64
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        # a value past the column's integer range (2**64, 1e30) is no id or size: unknown
+        return pl.Series([x if x is None or lo <= x <= hi else None for x in map(as_int, vals)], dtype=dtype)
 
 
 def strs(vals: list[Any]) -> pl.Series:

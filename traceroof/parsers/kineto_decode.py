@@ -26,6 +26,7 @@ import msgspec
 
 from .kineto_events import (
     BOUNDARY,
+    DECODE_ERRORS,
     EVENTS_DECODER,
     EVENTS_KEY,
     MAX_EXTENSIONS,
@@ -65,7 +66,7 @@ def decode(
     stats = DecodeStats()
     try:
         top = _TOP_DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except DECODE_ERRORS as exc:
         logger.debug("%s: strict decode failed (%s); recovering", path, exc)
         stats.strict = False
         return recover(data, on_chunk, stats)
@@ -120,7 +121,7 @@ def _chunks(raw: memoryview) -> Iterator[list[Event]]:
     if n <= CHUNK_BYTES * 1.5:
         try:
             events = EVENTS_DECODER.decode(raw)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise _BadPiece(body_start, end) from exc
         yield events
         return
@@ -135,7 +136,7 @@ def _chunks(raw: memoryview) -> Iterator[list[Event]]:
             try:
                 events = EVENTS_DECODER.decode(b"[" + piece + b"]")
                 break
-            except msgspec.DecodeError as exc:
+            except DECODE_ERRORS as exc:
                 extensions += 1
                 if m is None or extensions > MAX_EXTENSIONS:
                     raise _BadPiece(pos, end) from exc  # bad content, not a cut inside a string

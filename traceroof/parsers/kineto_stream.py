@@ -12,11 +12,10 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from .kineto_decode import decode
 from .kineto_events import (
     BOUNDARY,
+    DECODE_ERRORS,
     EVENTS_DECODER,
     EVENTS_KEY,
     HEADER_DECODER,
@@ -283,7 +282,7 @@ class _Stream:
                 try:
                     events = EVENTS_DECODER.decode(piece)
                     break
-                except msgspec.DecodeError as exc:
+                except DECODE_ERRORS as exc:
                     end = _closing_bracket(piece, exc)
                     if end is not None:
                         # the array ends in this piece: the rest of the stream is the tail
@@ -331,7 +330,7 @@ class _Stream:
         if t.startswith(b","):
             try:
                 return HEADER_DECODER.decode(b"{" + t[1:])
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except DECODE_ERRORS:
                 pass
         self.stats.strict = False  # a cut or broken tail: unreadable, as in memory
         return None
@@ -382,7 +381,7 @@ def _closing_bracket(wrapped: bytes, exc: Exception) -> tuple[int, list[Event]] 
         return None
     try:
         events = EVENTS_DECODER.decode(memoryview(wrapped)[: close + 1])
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return None
     return close - 1, events
 
