@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import copy
 import json
+import marshal
 import math
 import random
+import re
 from typing import Any
 
 
@@ -33,8 +35,13 @@ class Raw:
         self.data = data
 
 
-class Pairs(list):
+class Pairs:
     """An object written from ``(key, value)`` pairs: keys may repeat."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Any) -> None:
+        self.items = list(items)
 
 
 #: the keys Kineto events and headers carry that traceroof reads (renamed to, retyped)
@@ -68,52 +75,50 @@ ODD_STRINGS: tuple[Raw, ...] = (
 _INT_KEYS = ("pid", "tid", "ts", "dur", "correlation", "External id", "device", "stream", "id",
              "rank", "world_size", "baseTimeNanoseconds", "numSms", "totalGlobalMem")
 
+_MARK = "\u0000raw%d\u0000"
 
-def emit(obj: Any, out: bytearray | None = None) -> bytes:
-    """``obj`` as JSON bytes: dicts, :class:`Pairs`, lists, str, int, float (``nan`` and
-    ``inf`` as the tokens ``NaN``/``Infinity``), bool, None and :class:`Raw`."""
-    buf = bytearray() if out is None else out
-    stack: list[Any] = [obj]
-    while stack:  # iterative: a document may nest deeper than the recursion limit
-        x = stack.pop()
+
+def emit(obj: Any) -> bytes:
+    """``obj`` as JSON bytes: dicts, lists, str, int, float (``nan`` and ``inf`` as the tokens
+    ``NaN``/``Infinity``), bool, None, :class:`Pairs` (keys may repeat) and :class:`Raw`
+    (verbatim). The standard encoder (C) writes the tree; each Raw or Pairs is written as a
+    marker string and replaced by its bytes afterwards."""
+    parts: list[bytes] = []
+
+    def default(x: Any) -> str:
         if isinstance(x, Raw):
-            buf += x.data
-        elif isinstance(x, (dict, Pairs)):
-            items = list(x.items()) if isinstance(x, dict) else list(x)
-            buf += b"{"
-            todo: list[Any] = [Raw(b"}")]
-            for i in range(len(items) - 1, -1, -1):
-                k, v = items[i]
-                todo.append(v)
-                todo.append(Raw((b"," if i else b"") + json.dumps(str(k)).encode() + b":"))
-            stack.extend(todo)
-        elif isinstance(x, list):
-            buf += b"["
-            todo = [Raw(b"]")]
-            for i in range(len(x) - 1, -1, -1):
-                todo.append(x[i])
-                if i:
-                    todo.append(Raw(b","))
-            stack.extend(todo)
-        elif isinstance(x, float) and not math.isfinite(x):
-            buf += b"NaN" if math.isnan(x) else (b"Infinity" if x > 0 else b"-Infinity")
+            parts.append(x.data)
+        elif isinstance(x, Pairs):
+            parts.append(b"{" + b",".join(json.dumps(str(k)).encode() + b":" + emit(v) for k, v in x.items) + b"}")
         else:
-            buf += json.dumps(x).encode()
-    return bytes(buf)
+            raise TypeError(f"cannot write {type(x).__name__}")
+        return _MARK % (len(parts) - 1)
+
+    text = json.dumps(obj, default=default, separators=(",", ":")).encode()
+    if not parts:
+        return text
+    pieces = re.split(rb'"\\u0000raw(\d+)\\u0000"', text)
+    return b"".join(parts[int(p)] if i % 2 else p for i, p in enumerate(pieces))
 
 
 # --------------------------------------------------------------------------- tree walking
 
 
-def _containers(doc: Any, limit: int = 4000) -> list[Any]:
-    """The dicts and lists inside ``doc`` (breadth first, at most ``limit``)."""
-    out, queue = [], [doc]
-    while queue and len(out) < limit:
-        x = queue.pop(0)
-        if isinstance(x, (dict, list)):
-            out.append(x)
-            queue.extend(x.values() if isinstance(x, dict) else x)
-    return out
+_CONTAINERS: list[Any] = [None, []]  # (document, its containers): computed once per document
+
+
+def _containers(doc: Any, limit: int = 3000) -> list[Any]:
+    """The dicts and lists inside ``doc`` (breadth first, at most ``limit``; cached for the
+    document being mutated: containers added by a mutation are not seen by the next)."""
+    if _CONTAINERS[0] is doc:
+        return _CONTAINERS[1]
+    out, i = [doc] if isinstance(doc, (dict, list)) else [], 0
+    while i < len(out) and len(out) < limit:
+        x = out[i]
+        i += 1
+        out.extend(v for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list)))
+    _CONTAINERS[:] = [doc, out[:limit]]
+    return _CONTAINERS[1]
 
 
 def _pick_dict(rng: random.Random, doc: Any) -> dict | None:
@@ -182,8 +187,9 @@ def m_number(rng: random.Random, doc: Any) -> None:
         d = rng.choice(ds)
         k = rng.choice([k for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)])
         v = d[k]
+        big = int(abs(v)) if math.isfinite(v) else 7
         d[k] = rng.choice((-v, v * 10 ** rng.randint(3, 30), float("nan"), float("inf"), -float("inf"),
-                           2 ** 64 + int(abs(v)), -(2 ** 63) - 1, v + 0.5, Raw(b"1e400"), 0))
+                           2 ** 64 + big, -(2 ** 63) - 1, v + 0.5, Raw(b"1e400"), 0))
 
 
 def m_duplicate_key(rng: random.Random, doc: Any) -> None:
@@ -198,7 +204,7 @@ def m_duplicate_key(rng: random.Random, doc: Any) -> None:
     d = h[k]
     dup = rng.choice(list(d))
     pairs = Pairs(d.items())
-    pairs.insert(rng.randint(0, len(pairs)), (dup, _odd(rng) if rng.random() < 0.6 else copy.deepcopy(d[dup])))
+    pairs.items.insert(rng.randint(0, len(pairs.items)), (dup, _odd(rng) if rng.random() < 0.6 else copy.deepcopy(d[dup])))
     h[k] = pairs
 
 
@@ -309,7 +315,7 @@ def mutate_bytes(rng: random.Random, data: bytes, n: int | None = None) -> bytes
 def mutate_doc(rng: random.Random, doc: Any, *, max_tree: int = 4, byte_edits: float = 0.3) -> bytes:
     """A mutated copy of ``doc`` as JSON bytes: 1–``max_tree`` tree mutations, then (with
     probability ``byte_edits``) byte edits. ``doc`` itself is not changed."""
-    d = copy.deepcopy(doc)
+    d = marshal.loads(marshal.dumps(doc))  # a deep copy, in C
     for _ in range(rng.randint(1, max_tree)):
         rng.choice(TREE_MUTATIONS)(rng, d)
     data = emit(d)
