@@ -5,8 +5,8 @@ A crash (docs/fuzzing.md) is: an exception the reader does not document (anythin
 with exit code 70, or a message of more than one line or not naming the file), a hang over
 :data:`HANG_S` seconds (a per-input ``SIGALRM`` watchdog; the parent kills a worker stuck in C
 code, :mod:`fuzz.run`), or a peak RSS more than ``2 × input + 200 MB`` above the process's
-level before the input (``ru_maxrss``, checked after each input; an address-space limit
-stops a runaway allocation before it takes the machine).
+RSS before the input (the kernel's peak mark reset before each input, read after it; an
+address-space limit stops a runaway allocation before it takes the machine).
 
 Input ``i`` of target ``T`` under seed ``s`` is made from ``random.Random(f"{s}:{T}:{i}")``:
 every input can be made again from its index alone (a worker killed in the middle of one is
@@ -77,7 +77,33 @@ def signature(exc: BaseException) -> str:
     return f"{type(exc).__name__}@{where}"
 
 
-def _maxrss_bytes() -> int:
+def _rss_now() -> int:
+    """This process's resident set now, bytes (``/proc/self/statm``)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+
+
+def _reset_peak() -> int:
+    """Reset the kernel's peak-RSS mark to the current RSS (``/proc/self/clear_refs`` ``5``,
+    Linux >= 4.0) and return the current RSS, bytes: the peak measured after an input is then
+    that input's own."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass  # no reset: the peak is the process's since it started (a blow-up may hide under it)
+    return _rss_now()
+
+
+def _peak() -> int:
+    """The peak RSS since :func:`_reset_peak`, bytes (``VmHWM``; ``ru_maxrss`` without /proc)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -96,8 +122,8 @@ def limit_address_space(extra_bytes: int = 6 << 30) -> None:
 def run_one(target: Target, data: bytes) -> tuple[str, str, str] | None:
     """Feed ``data`` to ``target`` under the watchdog: None, or (kind, signature, text) of
     the crash."""
-    before = _maxrss_bytes()
-    old = signal.signal(signal.SIGALRM, _alarm)
+    before = _reset_peak()
+    old = signal.signal(signal.SIGALRM, _alarm) or signal.SIG_DFL  # None: a handler set in C (libFuzzer)
     signal.setitimer(signal.ITIMER_REAL, HANG_S)
     try:
         target.run(data)
@@ -116,7 +142,7 @@ def run_one(target: Target, data: bytes) -> tuple[str, str, str] | None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    grew = _maxrss_bytes() - before
+    grew = _peak() - before
     if grew > 2 * len(data) + MEM_SLACK_BYTES:
         return "memory", "memory", f"peak RSS grew by {grew >> 20} MB on a {len(data)}-byte input"
     return None

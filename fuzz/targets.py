@@ -393,7 +393,7 @@ def targets() -> dict[str, Target]:
 
     E = (TraceroofError,)
     out = [
-        Target("kineto_decode", 30, make_kineto, run_kineto_decode, (ValueError,),
+        Target("kineto_decode", 40, make_kineto, run_kineto_decode, (ValueError,),
                "Kineto JSON decoder alone (strict pass, chunks, recovery), in memory"),
         Target("kineto_stream", 20, make_kineto, run_kineto_stream, (ValueError,),
                "Kineto streaming decoder alone, 1 KiB blocks"),
@@ -401,8 +401,8 @@ def targets() -> dict[str, Target]:
         Target("kineto_file", 5, make_kineto_any, run_kineto_file, E,
                "read_trace on a .json/.json.gz file: sniff, stream, gzip wrappers"),
         Target("tar", 2, make_tar, run_tar, E, "read_trace on a .tar/.tar.gz of Kineto members"),
-        Target("protowire", 25, make_small_xplane, run_protowire, (), "protobuf wire walkers alone"),
-        Target("xplane_scan", 8, make_small_xplane, run_xplane_scan, (), "XSpace scanner and event decoder"),
+        Target("protowire", 30, make_small_xplane, run_protowire, (), "protobuf wire walkers alone"),
+        Target("xplane_scan", 12, make_small_xplane, run_xplane_scan, (), "XSpace scanner and event decoder"),
         Target("xplane", 3, make_xplane, run_xplane, E, "XPlane reader (read_bytes), tables built"),
         Target("xplane_file", 1, make_small_xplane, run_xplane_file, E, "read_trace on an .xplane.pb"),
         Target("cache", 1, make_cache, run_cache, E, "a Parquet cache with meta.json or a part damaged"),

@@ -138,13 +138,13 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
 
 def _gunzip_partial(data: bytes) -> bytes:
     """Decompress as much of a cut or corrupt gzip stream as possible (BC-35 on .gz files):
-    what inflates before the cut or the corrupt block is kept, as the streaming reader keeps
-    it (64 KiB of input at a time)."""
+    what inflates before the cut or the corrupt block is kept (4 KiB of input at a time: the
+    output of the piece that fails is lost)."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     out = []
-    for i in range(0, len(data), 1 << 16):
+    for i in range(0, len(data), 1 << 12):
         try:
-            out.append(d.decompress(data[i : i + (1 << 16)]))
+            out.append(d.decompress(data[i : i + (1 << 12)]))
         except zlib.error:
             break
         if d.eof:
