@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import marshal
 import random
 import shutil
 import tarfile
@@ -366,23 +367,41 @@ def run_analyze(data: bytes) -> None:
         check_error(exc, str(f))
 
 
+def make_event_array(rng: random.Random) -> bytes:
+    """A Kineto event array (``[{...}, ...]``: the pieces the decoders hand the native
+    scanner), its events mutated as in :func:`make_kineto`, sometimes byte-edited."""
+    doc = {"traceEvents": J.kineto_window(rng, rng.choice(S.kineto_docs()))["traceEvents"]}
+    d = marshal.loads(marshal.dumps(doc))
+    for _ in range(rng.randint(1, 4)):
+        rng.choice(J.TREE_MUTATIONS)(rng, d)
+    ev = d.get("traceEvents")
+    data = J.emit(ev if isinstance(ev, list) else d)
+    return J.mutate_bytes(rng, data) if rng.random() < 0.3 else data
+
+
 def _native() -> Callable[[bytes], None] | None:
-    """The target for engineer A's C scanner (:mod:`traceroof.parsers.kineto_native`), when it
-    is importable and built: its documented entry point, fed the bytes."""
+    """The target for engineer A's C scanner (:mod:`traceroof.parsers.kineto_native`, its
+    entry point ``scan(data) -> Columns | None``, documented never to raise on any input),
+    when the module imports and the extension is built. Beyond "no exception", it is checked
+    against msgspec: what it accepts, msgspec decodes, with as many events."""
     try:
-        from traceroof.parsers import kineto_native as N  # noqa: F401
+        from traceroof.parsers import kineto_native as N
     except ImportError:
         return None
-    fn = getattr(N, "fuzz_entry", None) or getattr(N, "decode", None) or getattr(N, "scan", None)
-    if fn is None or (hasattr(N, "available") and not N.available()):
+    if not getattr(N, "AVAILABLE", False):
         return None
+    from traceroof.parsers.kineto_events import EVENTS_DECODER
 
     def run(data: bytes) -> None:
+        cols = N.scan(data)
+        if cols is None:
+            return
         try:
-            fn(data)
-        except ValueError as exc:
-            if type(exc) is not ValueError and not type(exc).__name__.endswith("FormatError"):
-                raise
+            n = len(EVENTS_DECODER.decode(data))
+        except (ValueError, RecursionError) as exc:  # msgspec.DecodeError is a ValueError
+            raise AssertionError(f"kineto_native accepted {cols.n} events that msgspec rejects ({exc})") from exc
+        if n != cols.n:
+            raise AssertionError(f"kineto_native: {cols.n} events, msgspec {n}")
 
     return run
 
@@ -413,6 +432,6 @@ def targets() -> dict[str, Target]:
     ]
     native = _native()
     if native is not None:
-        out.insert(2, Target("kineto_native", 20, make_kineto, native, (ValueError,),
+        out.insert(2, Target("kineto_native", 30, make_event_array, native, (),
                              "engineer A's C scanner of Kineto chunks (kineto_native)"))
     return {t.name: t for t in out}
