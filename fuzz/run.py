@@ -120,6 +120,8 @@ class _Run:
                 keep.append(r)
                 continue
             p.join()
+            if not r["done"]:
+                self.collect()  # its result may have reached the queue just before it exited
             if r["done"]:
                 continue
             i = r["cur"].value

@@ -145,12 +145,20 @@ def saved_report() -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=None)
-def cache_dir() -> Path:
-    """A cache (``traceroof ingest``) of the generated trace."""
-    from traceroof.ingest import write_cache
+def cache_dir(layout: int = 1) -> Path:
+    """A cache of the generated trace: ``layout`` 1, a single cache (``write_cache``); 2, a
+    dataset of two rank files (``ingest_file`` each, then ``finalize``)."""
+    from traceroof.ingest import finalize, ingest_file, write_cache
     from traceroof.parsers import kineto
 
-    trace = kineto.read_bytes(json.dumps(generated_kineto()).encode(), path="seed.json")
-    out = workdir() / "seed-cache"
-    write_cache(trace, out)
+    doc = generated_kineto()
+    out = workdir() / f"seed-cache{layout}"
+    if layout == 1:
+        write_cache(kineto.read_bytes(json.dumps(doc).encode(), path="seed.json"), out)
+        return out
+    for r in (0, 1):
+        f = workdir() / f"rank{r}.json"
+        f.write_text(json.dumps({**doc, "distributedInfo": {"rank": r, "world_size": 2}}))
+        ingest_file(f, out)
+    finalize(out)
     return out

@@ -155,20 +155,25 @@ def make_small_xplane(rng: random.Random) -> bytes:
 
 
 def make_cache(rng: random.Random) -> bytes:
-    """A cache edit: ``m`` + a mutated ``meta.json``, or ``o``/``h`` + a damaged Parquet part,
-    or ``d`` + the name of a file to delete."""
-    r = rng.randrange(6)
-    root = S.cache_dir()
-    if r < 3:
-        import json
+    """A cache edit: the layout (``1`` single cache, ``2`` dataset) then ``m`` + a mutated
+    JSON file's index and bytes (``meta.json``, a dataset fragment), ``p`` + a damaged
+    Parquet part's index and bytes, or ``d`` + the index of a file to delete."""
+    import json
 
-        return b"m" + J.mutate_doc(rng, json.loads((root / "meta.json").read_text()), byte_edits=0.15)
+    layout = rng.choice((1, 2))
+    root = S.cache_dir(layout)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    docs = [i for i, p in enumerate(files) if p.suffix == ".json"]
+    parts = [i for i, p in enumerate(files) if p.suffix == ".parquet"]
+    r = rng.randrange(6)
+    head = bytes([48 + layout])
+    if r < 3:
+        i = rng.choice(docs)
+        return head + b"m" + bytes([i]) + J.mutate_doc(rng, json.loads(files[i].read_text()), byte_edits=0.15)
     if r < 5:
-        which = "o" if r == 3 else "h"
-        part = next((root / ("ops" if which == "o" else "host")).rglob("*.parquet"))
-        return which.encode() + J.mutate_bytes(rng, part.read_bytes(), rng.randint(1, 4))
-    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    return b"d" + rng.choice(files).encode()
+        i = rng.choice(parts)
+        return head + b"p" + bytes([i]) + J.mutate_bytes(rng, files[i].read_bytes(), rng.randint(1, 4))
+    return head + b"d" + bytes([rng.randrange(len(files))])
 
 
 def make_report(rng: random.Random) -> bytes:
@@ -297,20 +302,20 @@ def run_xplane_file(data: bytes) -> None:
 
 
 def run_cache(data: bytes) -> None:
-    """A cache directory with one file replaced or deleted, read by ``read_trace``."""
+    """A cache directory (either layout) with one file replaced or deleted, read by ``read_trace``."""
+    if len(data) < 3 or data[:1] not in (b"1", b"2"):
+        return
+    src = S.cache_dir(int(data[:1]))
     d = S.workdir() / "cache"
     if d.exists():
         shutil.rmtree(d)
-    shutil.copytree(S.cache_dir(), d)
-    op, payload = data[:1], data[1:]
-    if op == b"m":
-        (d / "meta.json").write_bytes(payload)
-    elif op in (b"o", b"h"):
-        next((d / ("ops" if op == b"o" else "host")).rglob("*.parquet")).write_bytes(payload)
-    elif op == b"d":
-        f = d / payload.decode("utf-8", "replace")
-        if f.is_file() and f.resolve().is_relative_to(d.resolve()):
-            f.unlink()
+    shutil.copytree(src, d)
+    files = sorted(p for p in d.rglob("*") if p.is_file())
+    op, f, payload = data[1:2], files[data[2] % len(files)], data[3:]
+    if op == b"d":
+        f.unlink()
+    elif op in (b"m", b"p"):
+        f.write_bytes(payload)
     from traceroof.errors import TraceroofError
     from traceroof.io import read_trace
 
@@ -424,7 +429,7 @@ def targets() -> dict[str, Target]:
         Target("xplane_scan", 12, make_small_xplane, run_xplane_scan, (), "XSpace scanner and event decoder"),
         Target("xplane", 3, make_xplane, run_xplane, E, "XPlane reader (read_bytes), tables built"),
         Target("xplane_file", 1, make_small_xplane, run_xplane_file, E, "read_trace on an .xplane.pb"),
-        Target("cache", 1, make_cache, run_cache, E, "a Parquet cache with meta.json or a part damaged"),
+        Target("cache", 1, make_cache, run_cache, E, "a Parquet cache (single or dataset) with a JSON file or a part damaged, or a file deleted"),
         Target("report", 1, make_report, run_report, E, "saved report: load_report, gate, the dashboard's view"),
         Target("jax_json", 2, make_jax_json, run_jax_json, E, "jax trace-viewer / Perfetto JSON export"),
         Target("perfetto", 2, make_perfetto, run_perfetto, E, "Perfetto protobuf trace (rejected clearly)"),

@@ -183,6 +183,10 @@ def cache(tmp_path):
      "tables.ops.files"),
     (lambda m: json.dumps({**m, "meta": {**m["meta"], "rank_labels": [1, 2]}}), "meta"),
     (lambda m: json.dumps({**m, "meta": {**m["meta"], "devices": [7]}}), "meta"),
+    (lambda m: json.dumps({**m, "costs": {**m["costs"], "model_id": [1]}}), "costs.model_id"),  # unhashable
+    (lambda m: json.dumps({**m, "costs": {**m["costs"], "coverage": {**m["costs"]["coverage"],
+                                                                     "by_source_ns": {"trace": float("inf")}}}}),
+     "costs"),  # json.loads reads Infinity: int(inf) raised OverflowError
 ])
 def test_a_damaged_cache_manifest_is_a_format_error_naming_the_place(cache, edit, where):
     f = cache / "meta.json"
@@ -279,3 +283,13 @@ def test_gate_on_a_damaged_report_exits_4_with_one_line(tmp_path, saved, capsys)
         main(["gate", str(f), "--min-hfu", "0.1"])
     err = capsys.readouterr().err
     assert ex.value.code == 4 and err.count("\n") == 1 and "summary.step_time_ns" in err
+
+
+def test_header_numbers_out_of_range_are_ignored_with_a_warning():
+    # distributedInfo.rank past Int32 crashed the rank column's literal (InvalidOperationError)
+    data = kineto(_five(), distributedInfo={"rank": -(2 ** 63), "world_size": 10 ** 30},
+                  baseTimeNanoseconds=10 ** 40)
+    for t in _both(data):
+        assert t.ops["rank"].unique().to_list() == [0]
+        assert t.meta.world_size is None and t.meta.base_time_ns is None
+        assert sum("ignored" in w for w in t.meta.warnings) == 3

@@ -222,12 +222,15 @@ def _split_costs(trace: Trace, entries: list[Any], where: Path) -> Trace:
     trace.ops = trace.ops.drop(stored)
     if not entries or any(not isinstance(e, dict) for e in entries):
         return trace
+    bad = next((e.get("model_id") for e in entries if not isinstance(e.get("model_id"), (str, type(None)))), None)
+    if bad is not None:
+        raise TraceFormatError(where, "costs.model_id", f"a cost model id (text), found {bad!r:.60}")
     models = {e.get("model_id") for e in entries}
     if len(models) != 1:
         return trace
     try:
         coverage = Coverage.merge([Coverage.from_json(e["coverage"]) for e in entries])
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # OverflowError: int(inf)
         raise TraceFormatError(where, "costs", f"a cost model id and a coverage ({type(exc).__name__}: {exc})") from exc
     trace.stored_costs = StoredCosts(model_id=str(models.pop()), columns=columns, coverage=coverage.to_json())
     return trace

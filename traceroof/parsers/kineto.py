@@ -380,10 +380,16 @@ def _read_header(header: Any, meta: TraceMeta, path: str) -> None:
     di = header.distributedInfo
     if isinstance(di, dict):
         ws = as_int(di.get("world_size"))
+        if ws is not None and ws - 1 not in _RANKS:
+            meta.warn(f"{path}: distributedInfo.world_size {ws} is not a world size (1 to 2^31): ignored")
+            ws = None
         meta.world_size = ws
         if di.get("backend"):
             meta.versions["distributed_backend"] = str(di["backend"])
     base = as_int(header.baseTimeNanoseconds)
+    if base is not None and not -(2**63) <= base < 2**63:
+        meta.warn(f"{path}: baseTimeNanoseconds {base:.3g} is past int64 ns: ignored")
+        base = None
     meta.base_time_ns = base
     for key in ("cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "roctracer_version"):
         v = getattr(header, key)
@@ -405,12 +411,18 @@ def _declared_rank(header: Any) -> int | None:
     return as_int(di.get("rank")) if isinstance(di, dict) else None
 
 
+#: the ranks the ``rank`` column (Int32) holds
+_RANKS = range(0, 2**31)
+
+
 def _rank_from(header: Any, path: str, meta: TraceMeta) -> int:
     declared = _declared_rank(header)
-    if declared is not None:
+    if declared is not None and declared in _RANKS:
         return int(declared)
+    if declared is not None:
+        meta.warn(f"{path}: distributedInfo.rank {declared} is not a rank (0 to 2^31-1): ignored")
     m = _RANK_IN_NAME.search(Path(path).name)
-    if m:
+    if m and int(m.group(1)) in _RANKS:
         meta.warn(f"{path}: no distributedInfo; rank {m.group(1)} taken from the file name")
         return int(m.group(1))
     return 0
