@@ -231,6 +231,7 @@ def _set(d: dict, path: str, value) -> dict:
     ("ranking", [{"label": "a", "extra": 1.5}, {"label": "b", "extra": [[[1]]]}], "ranking.extra: expected a scalar"),
     ("steps", [{"step": 1}, {"step": "two"}], "report.steps[1].step: expected integer"),
     ("ops.kind", None, "ops.kind: expected an array"),
+    ("ops.start_ns", KeyError, "ops.start_ns: expected the op table's column"),  # the timeline read it
 ])
 def test_a_damaged_saved_report_is_one_line_naming_the_key(tmp_path, saved, path, value, says):
     from traceroof.analysis import load_report

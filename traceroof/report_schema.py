@@ -248,8 +248,8 @@ def _anyof_names(s: dict[str, Any]) -> str:
 
 
 def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
-    """The saved op table: columns of one length, scalar values, the declared types of the
-    op-table columns and a known ``kind``."""
+    """The saved op table: every declared column, of one length, scalar values, the declared
+    types of the op-table columns and a known ``kind``."""
     from .schema import KINDS, OP_SCHEMA, ROOFLINE_SCHEMA
 
     if not isinstance(ops, dict):
@@ -258,6 +258,9 @@ def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
     if len(lengths) > 1:
         return "ops", "columns of one length", sorted(lengths)
     declared = {**OP_SCHEMA, **ROOFLINE_SCHEMA}
+    missing = [c for c in declared if c not in ops]
+    if missing:  # every saved op table has them; the dashboard and the gate read them
+        return f"ops.{missing[0]}", "the op table's column (schema.OP_SCHEMA, ROOFLINE_SCHEMA)", None
     scalar = {"type": ["string", "number", "boolean", "null"]}
     for name, col in ops.items():
         if not isinstance(col, list):
