@@ -96,9 +96,9 @@ def run_atheris(names: list[str], weights: dict[str, float], args: argparse.Name
                      f"-artifact_prefix={out}/atheris-{n}-", "-print_final_stats=1", str(corpus)]
             if args.seconds:
                 flags.insert(0, f"-max_total_time={max(1, int(args.seconds * weights[n] / total_w))}")
-            p = subprocess.Popen([sys.executable, "-m", "fuzz.atheris_main", n, *flags],
-                                 cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT)
+            with open(out / f"atheris-{n}.log", "wb") as log:  # a file, not a pipe: a full pipe blocks libFuzzer
+                p = subprocess.Popen([sys.executable, "-m", "fuzz.atheris_main", n, *flags],
+                                     cwd=Path(__file__).resolve().parents[1], stdout=log, stderr=subprocess.STDOUT)
             procs.append((n, p))
         time.sleep(0.2)
         for n, p in list(procs):
@@ -110,8 +110,7 @@ def run_atheris(names: list[str], weights: dict[str, float], args: argparse.Name
 
 
 def _collect(run, n: str, p: subprocess.Popen, out: Path) -> None:  # noqa: ANN001
-    log = p.stdout.read() if p.stdout else b""
-    (out / f"atheris-{n}.log").write_bytes(log)
+    log = (out / f"atheris-{n}.log").read_bytes()
     m = _DONE.search(log)
     execs = re.findall(rb"stat::number_of_executed_units:\s*(\d+)", log)
     run.inputs[n] = int(execs[-1]) if execs else (int(m.group(1)) if m else 0)
