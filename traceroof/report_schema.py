@@ -248,7 +248,7 @@ def _anyof_names(s: dict[str, Any]) -> str:
 
 
 def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
-    """The saved op table: every declared column, of one length, scalar values, the declared
+    """The saved op table: every declared column (when it has rows), of one length, scalar values, the declared
     types of the op-table columns and a known ``kind``."""
     from .schema import KINDS, OP_SCHEMA, ROOFLINE_SCHEMA
 
@@ -259,7 +259,7 @@ def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
         return "ops", "columns of one length", sorted(lengths)
     declared = {**OP_SCHEMA, **ROOFLINE_SCHEMA}
     missing = [c for c in declared if c not in ops]
-    if missing:  # every saved op table has them; the dashboard and the gate read them
+    if missing and lengths and max(lengths):  # a table of ops has them all: the dashboard reads them
         return f"ops.{missing[0]}", "the op table's column (schema.OP_SCHEMA, ROOFLINE_SCHEMA)", None
     scalar = {"type": ["string", "number", "boolean", "null"]}
     for name, col in ops.items():
