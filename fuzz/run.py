@@ -149,6 +149,8 @@ def run_structured(names: list[str], weights: dict[str, float], args: argparse.N
     run = _Run(args.seed, Path(args.out), deadline)
     todo = plan(names, weights, args.runs, args.jobs)
     while todo or run.running:
+        if deadline is not None and time.time() > deadline:
+            todo = []  # time is up: no new chunk (the running ones stop at their next input)
         while todo and len(run.running) < args.jobs:
             run.start(todo.pop(0))
         run.collect()
