@@ -294,3 +294,16 @@ def test_header_numbers_out_of_range_are_ignored_with_a_warning():
         assert t.ops["rank"].unique().to_list() == [0]
         assert t.meta.world_size is None and t.meta.base_time_ns is None
         assert sum("ignored" in w for w in t.meta.warnings) == 3
+
+
+def test_one_long_event_streams_in_linear_time():
+    # no event boundary for 10 MB: the stream read one more block per try and searched the
+    # whole buffer again (O(n^2 / block): over 10 s at 1 KiB blocks); now it reads
+    # geometrically more
+    evs = _five()
+    evs[2]["args"]["Input Dims"] = [[1] * 3_200_000]  # ~10 MB of one event, no "}, {" inside
+    data = kineto(evs)
+    t0 = time.process_time()
+    streamed = K.read_fileobj(io.BytesIO(data), path="t.json", block_bytes=1024)
+    assert time.process_time() - t0 < 3.0
+    assert streamed.ops["name"].to_list() == [f"k{i}" for i in range(5)]

@@ -275,7 +275,9 @@ class _Stream:
             while True:
                 m = BOUNDARY.search(buf.data, target) if target < len(buf.data) else None
                 if m is None and not self.src.eof:
-                    buf.fill(max(len(buf.data), target) + self.block)
+                    # no event boundary yet (one long event): read geometrically more, so that
+                    # an event of n bytes costs O(n) copies and searches, not O(n^2 / block)
+                    buf.fill(max(2 * len(buf.data), target + self.block))
                     continue
                 stop = (m.start() + 1) if m else len(buf.data)
                 piece = b"".join((b"[", memoryview(buf.data)[:stop], b"]"))
