@@ -319,9 +319,15 @@ def mutate_doc(rng: random.Random, doc: Any, *, max_tree: int = 4, byte_edits: f
     for _ in range(rng.randint(1, max_tree)):
         rng.choice(TREE_MUTATIONS)(rng, d)
     data = emit(d)
+    if len(data) > MAX_DOC_BYTES:  # repeated events of deep nesting: cut (a cut is a mutation too)
+        data = data[: rng.randrange(MAX_DOC_BYTES // 2, MAX_DOC_BYTES)]
     if rng.random() < byte_edits:
         data = mutate_bytes(rng, data)
     return data
+
+
+#: the largest document :func:`mutate_doc` returns (bigger inputs cost seconds, find nothing more)
+MAX_DOC_BYTES = 4 << 20
 
 
 def kineto_window(rng: random.Random, seed: dict[str, Any], max_events: int = 200) -> dict[str, Any]:

@@ -31,6 +31,8 @@ if __package__ in (None, ""):  # run as a script: python fuzz/run.py
 
 #: inputs per worker process (a fresh process per chunk: bounded state, load balanced)
 CHUNK = 20_000
+#: inputs of each target's first chunk (the round robin reaches every target soon)
+PROBE = 1_000
 #: seconds without progress on one input after which the parent kills the worker
 STUCK_S = 30
 
@@ -58,16 +60,20 @@ def _worker(name: str, seed: int, start: int, count: int, out: str, deadline: fl
 
 def plan(names: list[str], weights: dict[str, float], runs: int, jobs: int) -> list[tuple[str, int, int]]:
     """``(target, start, count)`` chunks: ``runs`` split by weight, each target's share cut
-    into pieces of at most :data:`CHUNK` (and at least ``jobs`` pieces when it is big)."""
+    into pieces of at most :data:`CHUNK` (and at least ``jobs`` pieces when it is big),
+    ordered round robin over the targets."""
     total = sum(weights[n] for n in names)
-    out = []
+    per: list[list[tuple[str, int, int]]] = []
     for n in names:
         share = max(1, round(runs * weights[n] / total)) if len(names) > 1 else runs
         pieces = max(math.ceil(share / CHUNK), min(jobs, math.ceil(share / 500)))
         size = math.ceil(share / pieces)
-        for s in range(0, share, size):
-            out.append((n, s, min(size, share - s)))
-    return out
+        chunks = [(n, s, min(size, share - s)) for s in range(0, share, size)]
+        if chunks[0][2] > PROBE:  # a first, short chunk of each target: a timed run reaches them all
+            chunks[:1] = [(n, 0, PROBE), (n, PROBE, chunks[0][2] - PROBE)]
+        per.append(chunks)
+    # round robin over the targets: a run cut short by --seconds has reached every one
+    return [c for i in range(max(map(len, per))) for chunks in per if i < len(chunks) for c in [chunks[i]]]
 
 
 class _Run:
