@@ -322,7 +322,7 @@ def run_cache(data: bytes) -> None:
     try:
         read_trace(str(d), jobs=1)
     except TraceroofError as exc:
-        check_error(exc, "cache")
+        check_error(exc, str(S.workdir()))  # the cache, or the source files its fragments name
 
 
 def run_report(data: bytes) -> None:

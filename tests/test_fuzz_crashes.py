@@ -183,6 +183,9 @@ def cache(tmp_path):
      "tables.ops.files"),
     (lambda m: json.dumps({**m, "meta": {**m["meta"], "rank_labels": [1, 2]}}), "meta"),
     (lambda m: json.dumps({**m, "meta": {**m["meta"], "devices": [7]}}), "meta"),
+    # fields of the wrong type crashed the merge of a dataset's fragments (unhashable, str < int)
+    (lambda m: json.dumps({**m, "meta": {**m["meta"], "devices": [{"name": ["H100"]}]}}), "meta"),
+    (lambda m: json.dumps({**m, "meta": {**m["meta"], "ranks": ["zero"]}}), "meta"),
     (lambda m: json.dumps({**m, "costs": {**m["costs"], "model_id": [1]}}), "costs.model_id"),  # unhashable
     (lambda m: json.dumps({**m, "costs": {**m["costs"], "coverage": {**m["costs"]["coverage"],
                                                                      "by_source_ns": {"trace": float("inf")}}}}),

@@ -41,8 +41,11 @@ when the cost model is still the same.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +161,11 @@ def meta_from_json(f: Path, d: dict[str, Any]) -> TraceMeta:
     Raises:
         TraceFormatError: fields that are not TraceMeta fields (names the file).
     """
+    bad = _field_problem(TraceMeta, d) or next(
+        (p for x in (d.get("devices") if isinstance(d.get("devices"), list) else [])
+         if isinstance(x, dict) for p in [_field_problem(DeviceInfo, x)] if p), None)
+    if bad:
+        raise TraceFormatError(f, "meta", f"TraceMeta fields of their types ({bad})")
     try:
         d = dict(d)
         devices = [DeviceInfo(**x) for x in d.pop("devices", [])]
@@ -166,6 +174,41 @@ def meta_from_json(f: Path, d: dict[str, Any]) -> TraceMeta:
         return TraceMeta(devices=devices, rank_labels=labels, **d)
     except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong shape
         raise TraceFormatError(f, "meta", f"TraceMeta fields ({type(exc).__name__}: {exc})") from exc
+
+
+def _json_fits(v: Any, hint: Any) -> bool:
+    """``v`` (read from JSON) has the type ``hint`` (str, int, float, bool, None unions,
+    ``list[X]``, ``dict[K, V]`` whose keys came back as text); a dataclass or Any: any dict /
+    anything."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_json_fits(v, a) for a in args)
+    if hint is type(None):
+        return v is None
+    if hint is bool:
+        return isinstance(v, bool)
+    if hint is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if hint is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if hint is str:
+        return isinstance(v, str)
+    if origin is list:
+        return isinstance(v, list) and all(_json_fits(x, args[0]) for x in v) if args else isinstance(v, list)
+    if origin is dict:
+        return isinstance(v, dict) and (not args or all(_json_fits(x, args[1]) for x in v.values()))
+    if dataclasses.is_dataclass(hint):
+        return isinstance(v, dict)
+    return True  # Any
+
+
+def _field_problem(cls: type, d: dict[str, Any]) -> str | None:
+    """The first field of dataclass ``cls`` whose value in ``d`` is not of its type."""
+    hints = typing.get_type_hints(cls)
+    for k, v in d.items():
+        if k in hints and not _json_fits(v, hints[k]):
+            return f"{cls.__name__}.{k} is {type(v).__name__} {v!r:.40}, expected {hints[k]}"
+    return None
 
 
 def _read_table(p: Path, name: str, entry: Any, manifest: Path | None = None) -> pl.DataFrame:
