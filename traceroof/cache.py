@@ -41,8 +41,11 @@ when the cost model is still the same.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +114,7 @@ def _read_doc(f: Path, where: str, what: str, fmt: str) -> dict[str, Any]:
     """
     try:
         doc = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise TraceFormatError(f, where, f"a readable {what} ({type(exc).__name__}: {exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         raise TraceFormatError(f, where, f'a {what} ("format": "{fmt}")')
@@ -158,14 +161,54 @@ def meta_from_json(f: Path, d: dict[str, Any]) -> TraceMeta:
     Raises:
         TraceFormatError: fields that are not TraceMeta fields (names the file).
     """
+    bad = _field_problem(TraceMeta, d) or next(
+        (p for x in (d.get("devices") if isinstance(d.get("devices"), list) else [])
+         if isinstance(x, dict) for p in [_field_problem(DeviceInfo, x)] if p), None)
+    if bad:
+        raise TraceFormatError(f, "meta", f"TraceMeta fields of their types ({bad})")
     try:
         d = dict(d)
         devices = [DeviceInfo(**x) for x in d.pop("devices", [])]
         # JSON object keys are strings: the rank labels' ranks come back as ints
         labels = {int(k): str(v) for k, v in (d.pop("rank_labels", None) or {}).items()}
         return TraceMeta(devices=devices, rank_labels=labels, **d)
-    except TypeError as exc:
-        raise TraceFormatError(f, "meta", f"TraceMeta fields ({exc})") from exc
+    except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong shape
+        raise TraceFormatError(f, "meta", f"TraceMeta fields ({type(exc).__name__}: {exc})") from exc
+
+
+def _json_fits(v: Any, hint: Any) -> bool:
+    """``v`` (read from JSON) has the type ``hint`` (str, int, float, bool, None unions,
+    ``list[X]``, ``dict[K, V]`` whose keys came back as text); a dataclass or Any: any dict /
+    anything."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_json_fits(v, a) for a in args)
+    if hint is type(None):
+        return v is None
+    if hint is bool:
+        return isinstance(v, bool)
+    if hint is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if hint is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if hint is str:
+        return isinstance(v, str)
+    if origin is list:
+        return isinstance(v, list) and all(_json_fits(x, args[0]) for x in v) if args else isinstance(v, list)
+    if origin is dict:
+        return isinstance(v, dict) and (not args or all(_json_fits(x, args[1]) for x in v.values()))
+    if dataclasses.is_dataclass(hint):
+        return isinstance(v, dict)
+    return True  # Any
+
+
+def _field_problem(cls: type, d: dict[str, Any]) -> str | None:
+    """The first field of dataclass ``cls`` whose value in ``d`` is not of its type."""
+    hints = typing.get_type_hints(cls)
+    for k, v in d.items():
+        if k in hints and not _json_fits(v, hints[k]):
+            return f"{cls.__name__}.{k} is {type(v).__name__} {v!r:.40}, expected {hints[k]}"
+    return None
 
 
 def _read_table(p: Path, name: str, entry: Any, manifest: Path | None = None) -> pl.DataFrame:
@@ -176,6 +219,8 @@ def _read_table(p: Path, name: str, entry: Any, manifest: Path | None = None) ->
         raise TraceFormatError(manifest, f"tables.{name}", "a list of Parquet files")
     frames = []
     for rel in entry["files"]:
+        if not isinstance(rel, str):
+            raise TraceFormatError(manifest, f"tables.{name}.files", f"paths of Parquet files, found {rel!r}")
         f = p / rel
         if not f.is_file():
             raise TraceFormatError(f, "file", f"a Parquet part listed in {manifest}, found nothing")
@@ -220,12 +265,15 @@ def _split_costs(trace: Trace, entries: list[Any], where: Path) -> Trace:
     trace.ops = trace.ops.drop(stored)
     if not entries or any(not isinstance(e, dict) for e in entries):
         return trace
+    bad = next((e.get("model_id") for e in entries if not isinstance(e.get("model_id"), (str, type(None)))), None)
+    if bad is not None:
+        raise TraceFormatError(where, "costs.model_id", f"a cost model id (text), found {bad!r:.60}")
     models = {e.get("model_id") for e in entries}
     if len(models) != 1:
         return trace
     try:
         coverage = Coverage.merge([Coverage.from_json(e["coverage"]) for e in entries])
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # OverflowError: int(inf)
         raise TraceFormatError(where, "costs", f"a cost model id and a coverage ({type(exc).__name__}: {exc})") from exc
     trace.stored_costs = StoredCosts(model_id=str(models.pop()), columns=columns, coverage=coverage.to_json())
     return trace

@@ -214,10 +214,14 @@ class Report:
             raise InputNotFoundError(f"{p}: no such file")
         try:
             d = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ReportVersionError(f"{p}: not a traceroof report JSON ({exc})") from exc
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # nested too deep
+            raise ReportVersionError(f"{p}: not a traceroof report JSON ({type(exc).__name__}: {exc})") from exc
         if not isinstance(d, dict) or "schema_version" not in d:
             raise ReportVersionError(f"{p}: not a traceroof report (no schema_version)")
+        if d["schema_version"] in READABLE_VERSIONS:
+            from .report_schema import check_report
+
+            check_report(d, str(p))  # a damaged or hand-edited report: one line, not a traceback
         return cls.from_dict(d, source=str(p))
 
 

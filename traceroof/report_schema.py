@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import re
 import types
 import typing
 from typing import Any, Union
@@ -31,7 +33,7 @@ from .sections import (
     TraceInfo,
 )
 
-__all__ = ["RANKING_COLUMNS", "report_schema", "validate_report"]
+__all__ = ["RANKING_COLUMNS", "check_report", "report_schema", "validate_report"]
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -175,3 +177,181 @@ def validate_report(d: dict[str, Any]) -> None:
     import jsonschema
 
     jsonschema.validate(d, report_schema(), cls=jsonschema.Draft202012Validator)
+
+
+# --------------------------------------------------------------------------- reading a report
+
+#: the top-level keys :meth:`~traceroof.report.Report.from_dict` cannot do without
+NEEDED_KEYS = ("trace", "chip", "coverage", "summary")
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "null": (type(None),), "array": (list,), "object": (dict,),
+}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_type(v: Any) -> str:
+    for name in ("null", "boolean", "integer", "number", "string", "array", "object"):
+        if isinstance(v, _JSON_TYPES[name]) and not (name in ("integer", "number") and isinstance(v, bool)):
+            return name
+    return type(v).__name__
+
+
+def _fits(v: Any, schema: dict[str, Any]) -> str | None:
+    """None when the value ``v`` has the schema's type (no recursion), else what was expected."""
+    want = schema.get("type")
+    if want is None:
+        return None
+    names = [want] if isinstance(want, str) else list(want)
+    got = _json_type(v)
+    if got in names or (got == "integer" and "number" in names):
+        return None
+    return " or ".join(names)
+
+
+def _problem(v: Any, schema: dict[str, Any], path: str) -> tuple[str, str, Any] | None:
+    """The first place where ``v`` breaks ``schema`` (types, items, properties; keys the
+    reader tolerates, missing or extra, are not problems): (path, expected, found)."""
+    stack: list[tuple[Any, dict[str, Any], str]] = [(v, schema, path)]
+    while stack:
+        x, s, where = stack.pop()
+        if "anyOf" in s:
+            if all(_problem(x, alt, where) is not None for alt in s["anyOf"]):
+                first = _problem(x, s["anyOf"][0], where)
+                return first if _json_type(x) in ("object", "array") and first else (where, _anyof_names(s), x)
+            continue
+        want = _fits(x, s)
+        if want is not None:
+            return where, want, x
+        if isinstance(x, float) and not math.isfinite(x):
+            return where, "a finite number", x
+        if isinstance(x, str) and _SURROGATE.search(x):
+            return where, "text (a lone UTF-16 surrogate is not text)", x
+        if isinstance(x, dict):
+            props, extra = s.get("properties", {}), s.get("additionalProperties")
+            for k, val in x.items():
+                sub = props.get(k, extra if isinstance(extra, dict) else {})
+                stack.append((val, sub, f"{where}.{k}"))
+        elif isinstance(x, list):
+            item = s.get("items", {})
+            stack.extend((val, item, f"{where}[{i}]") for i, val in enumerate(x))
+    return None
+
+
+def _anyof_names(s: dict[str, Any]) -> str:
+    names = []
+    for alt in s["anyOf"]:
+        t = alt.get("type", "a section" if "properties" in alt else "anything")
+        names += [t] if isinstance(t, str) else list(t)
+    return " or ".join(dict.fromkeys(names))
+
+
+def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
+    """The saved op table: every declared column (when it has rows), of one length, scalar values, the declared
+    types of the op-table columns and a known ``kind``."""
+    from .schema import KINDS, OP_SCHEMA, ROOFLINE_SCHEMA
+
+    if not isinstance(ops, dict):
+        return "ops", "an object of columns", ops
+    lengths = {len(col) for col in ops.values() if isinstance(col, list)}
+    if len(lengths) > 1:
+        return "ops", "columns of one length", sorted(lengths)
+    declared = {**OP_SCHEMA, **ROOFLINE_SCHEMA}
+    missing = [c for c in declared if c not in ops]
+    if missing and lengths and max(lengths):  # a table of ops has them all: the dashboard reads them
+        return f"ops.{missing[0]}", "the op table's column (schema.OP_SCHEMA, ROOFLINE_SCHEMA)", None
+    scalar = {"type": ["string", "number", "boolean", "null"]}
+    for name, col in ops.items():
+        if not isinstance(col, list):
+            return f"ops.{name}", "an array", col
+        dtype = declared.get(name)
+        want = scalar if dtype is None or name == "kind" else _polars_type(dtype)
+        got = _problem(col, {"type": "array", "items": want}, f"ops.{name}")
+        if got is not None:
+            return got
+        got = _one_type(col, f"ops.{name}")
+        if got is not None:
+            return got
+        if name == "kind":
+            bad = next((v for v in col if v is not None and v not in KINDS), None)
+            if bad is not None:
+                return "ops.kind", f"one of {', '.join(KINDS)}", bad
+    return None
+
+
+def _one_type(values: list[Any], where: str) -> tuple[str, str, Any] | None:
+    """A table column: scalars of one JSON type (ints among floats allowed)."""
+    kinds = {_json_type(v) for v in values} - {"null"}
+    if kinds & {"array", "object"}:
+        return where, "a scalar (string, number, boolean or null)", next(v for v in values if isinstance(v, (list, dict)))
+    if {"integer", "number"} <= kinds:
+        kinds.discard("integer")  # ints among floats: one number column
+    if len(kinds) > 1:
+        return where, "values of one type", sorted(kinds)
+    return None
+
+
+def _rows_problem(rows: list[Any], table: str) -> tuple[str, str, Any] | None:
+    """A saved table (``steps``, ``ranking``: one object per row): its columns as
+    :func:`_one_type` wants them."""
+    cols: dict[str, list[Any]] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            return f"{table}[{i}]", "an object (one table row)", row
+        for k, v in row.items():
+            cols.setdefault(k, []).append(v)
+    for k, vals in cols.items():
+        got = _one_type(vals, f"{table}.{k}")
+        if got is not None:
+            return got
+    return None
+
+
+def _value_problem(d: dict[str, Any]) -> tuple[str, str, Any] | None:
+    """Values the types do not pin down: the grouping's name, and the keys a finding cannot
+    be rebuilt without (its fields without a default)."""
+    from .findings import Finding
+
+    group_by = (d.get("filters") or {}).get("group_by")
+    if group_by not in (None, "op", "kernel"):
+        return "filters.group_by", "'op' or 'kernel'", group_by
+    needed = [f.name for f in dataclasses.fields(Finding)
+              if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    for i, f in enumerate(d.get("findings") or []):
+        lacks = [k for k in needed if k not in f]
+        if lacks:
+            return f"findings[{i}]", f"the key '{lacks[0]}' of a finding", sorted(f)[:5]
+    return None
+
+
+def check_report(d: dict[str, Any], source: str) -> None:
+    """Check a saved report's JSON before it is rebuilt: every value present has the type
+    :func:`report_schema` declares (finite numbers, text without lone surrogates, the op
+    table's columns as :data:`traceroof.schema.OP_SCHEMA` types them) and the top-level
+    sections :data:`NEEDED_KEYS` are there. Keys a newer or older traceroof wrote or left
+    out are tolerated (the sections take their defaults). No jsonschema needed.
+
+    Raises:
+        ReportVersionError: ``<source>: <key path>: expected <type>, found <value>``.
+    """
+    from .errors import ReportVersionError
+
+    missing = [k for k in NEEDED_KEYS if k not in d]
+    if missing:
+        raise ReportVersionError(f"{source}: top level: expected the key '{missing[0]}' of a traceroof report")
+    schema = dict(report_schema())
+    schema["properties"] = {k: v for k, v in schema["properties"].items() if k not in ("schema_version", "ops")}
+    got = _problem(d, schema, "report")
+    if got is None:
+        got = _value_problem(d)
+    for table in ("steps", "ranking"):
+        if got is None and isinstance(d.get(table), list):
+            got = _rows_problem(d[table], table)
+    if got is None and d.get("ops") is not None:
+        got = _ops_problem(d["ops"])
+    if got is not None:
+        where, want, found = got
+        text = repr(found)
+        raise ReportVersionError(f"{source}: {where}: expected {want}, found "
+                                 f"{text if len(text) <= 60 else text[:57] + '...'}")

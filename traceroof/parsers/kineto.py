@@ -18,6 +18,7 @@ import gzip
 import logging
 import os
 import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -114,7 +115,7 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged deflate block
             data = _gunzip_partial(data)
             if not data:
                 raise TraceFormatError(path, "byte 0", f"a readable gzip stream ({exc})") from exc
@@ -139,14 +140,19 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
 
 
 def _gunzip_partial(data: bytes) -> bytes:
-    """Decompress as much of a cut gzip stream as possible (BC-35 on .gz files)."""
-    import zlib
-
+    """Decompress as much of a cut or corrupt gzip stream as possible (BC-35 on .gz files):
+    what inflates before the cut or the corrupt block is kept (4 KiB of input at a time: the
+    output of the piece that fails is lost)."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        return d.decompress(data)
-    except zlib.error:
-        return b""
+    out = []
+    for i in range(0, len(data), 1 << 12):
+        try:
+            out.append(d.decompress(data[i : i + (1 << 12)]))
+        except zlib.error:
+            break
+        if d.eof:
+            break
+    return b"".join(out)
 
 
 class _Builder:
@@ -389,10 +395,16 @@ def _read_header(header: Any, meta: TraceMeta, path: str) -> None:
     di = header.distributedInfo
     if isinstance(di, dict):
         ws = as_int(di.get("world_size"))
+        if ws is not None and ws - 1 not in _RANKS:
+            meta.warn(f"{path}: distributedInfo.world_size {ws} is not a world size (1 to 2^31): ignored")
+            ws = None
         meta.world_size = ws
         if di.get("backend"):
             meta.versions["distributed_backend"] = str(di["backend"])
     base = as_int(header.baseTimeNanoseconds)
+    if base is not None and not -(2**63) <= base < 2**63:
+        meta.warn(f"{path}: baseTimeNanoseconds {base:.3g} is past int64 ns: ignored")
+        base = None
     meta.base_time_ns = base
     for key in ("cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "roctracer_version"):
         v = getattr(header, key)
@@ -414,12 +426,18 @@ def _declared_rank(header: Any) -> int | None:
     return as_int(di.get("rank")) if isinstance(di, dict) else None
 
 
+#: the ranks the ``rank`` column (Int32) holds
+_RANKS = range(0, 2**31)
+
+
 def _rank_from(header: Any, path: str, meta: TraceMeta) -> int:
     declared = _declared_rank(header)
-    if declared is not None:
+    if declared is not None and declared in _RANKS:
         return int(declared)
+    if declared is not None:
+        meta.warn(f"{path}: distributedInfo.rank {declared} is not a rank (0 to 2^31-1): ignored")
     m = _RANK_IN_NAME.search(Path(path).name)
-    if m:
+    if m and int(m.group(1)) in _RANKS:
         meta.warn(f"{path}: no distributedInfo; rank {m.group(1)} taken from the file name")
         return int(m.group(1))
     return 0

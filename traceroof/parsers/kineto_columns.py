@@ -59,7 +59,10 @@ def ints(vals: list[Any], dtype: Any = pl.Int64) -> pl.Series:
     try:
         return pl.Series(vals, dtype=dtype)  # strict: floats, strings and overflows raise
     except Exception:  # noqa: BLE001 - any oddity: the exact per-value path decides
-        return pl.Series([as_int(v) for v in vals], dtype=pl.Int64, strict=False).cast(dtype, strict=False)
+        bits = 32 if dtype == pl.Int32 else 64
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        # a value past the column's integer range (2**64, 1e30) is no id or size: unknown
+        return pl.Series([x if x is None or lo <= x <= hi else None for x in map(as_int, vals)], dtype=dtype)
 
 
 def strs(vals: list[Any]) -> pl.Series:

@@ -30,6 +30,7 @@ import msgspec
 
 from .kineto_events import (
     BOUNDARY,
+    DECODE_ERRORS,
     EVENTS_KEY,
     MAX_EXTENSIONS,
     NO_RAW,
@@ -73,7 +74,7 @@ def decode(
     stats = DecodeStats()
     try:
         top = _TOP_DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except DECODE_ERRORS as exc:
         logger.debug("%s: strict decode failed (%s); recovering", path, exc)
         stats.strict = False
         return recover(data, on_chunk, stats)
@@ -129,7 +130,7 @@ def _chunks(raw: memoryview, scanner: Scanner | None = None) -> Iterator[list[Ev
     if n <= CHUNK_BYTES * 1.5:
         try:
             events = decode_piece(scanner, raw)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise _BadPiece(body_start, end) from exc
         yield events
         return
@@ -148,7 +149,7 @@ def _chunks(raw: memoryview, scanner: Scanner | None = None) -> Iterator[list[Ev
             try:
                 events = decode_piece(None, b"[" + piece + b"]")
                 break
-            except msgspec.DecodeError as exc:
+            except DECODE_ERRORS as exc:
                 extensions += 1
                 if m is None or extensions > MAX_EXTENSIONS:
                     raise _BadPiece(pos, end) from exc  # bad content, not a cut inside a string

@@ -20,6 +20,11 @@ from . import kineto_vocab as V
 
 Num = int | float | str | None
 
+#: what a msgspec decode raises on input it cannot decode: ``DecodeError`` (``ValidationError``
+#: is one) and ``RecursionError`` for nesting deeper than the interpreter's recursion limit
+#: (msgspec counts its depth against it: ``[[[…]]]`` 1,000 deep in an event or header)
+DECODE_ERRORS = (msgspec.DecodeError, RecursionError)
+
 #: an absent raw field (msgspec cannot make ``Raw`` optional); ``len(NO_RAW) == 0``.
 NO_RAW = msgspec.Raw(b"")
 
@@ -51,8 +56,11 @@ class Event(msgspec.Struct, gc=False):
     """One ``traceEvents`` element, only the fields traceroof uses."""
 
     ph: Any = None
-    cat: Any = None
-    name: Any = None
+    # a number or string (``"name": 7`` is kept as "7"): an array or object here is a damaged
+    # event, dropped and counted by the recovery, never a column of nested values (polars
+    # takes seconds and GBs to refuse ``[[[...]]]`` 500 deep)
+    cat: Num = None
+    name: Num = None
     pid: Num = None
     tid: Num = None
     ts: msgspec.Raw = NO_RAW
@@ -133,7 +141,7 @@ def decode_prefix_strict(prefix: bytes) -> Top | None:
         text = text[:-1]
     try:
         return HEADER_DECODER.decode(text + b"}")
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except DECODE_ERRORS:
         return None
 
 

@@ -72,9 +72,9 @@ def _device_columns(dev: pl.DataFrame, rank: int, origin: int) -> pl.DataFrame:
     """The raw device events with their rank, device, stream and ``start_ns`` (relative to ``origin``)."""
     return dev.with_columns(
         pl.lit(rank, dtype=pl.Int32).alias("rank"),
-        pl.coalesce(pl.col("device_arg"), pl.col("pid").cast(pl.Int64, strict=False))
+        pl.coalesce(pl.col("device_arg").cast(pl.Int32, strict=False),  # past Int32: not a device
+                    pl.col("pid").cast(pl.Int32, strict=False))
         .fill_null(0)
-        .cast(pl.Int32)
         .alias("device"),
         pl.coalesce(
             pl.col("stream_arg"),

@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-import msgspec
-
 from .kineto_events import (
     BOUNDARY,
+    DECODE_ERRORS,
     EVENT_DECODER,
     EVENTS_KEY,
     HEADER_DECODER,
@@ -117,7 +116,7 @@ def find_array_end(buf: bytes, start: int) -> tuple[int, Top | None] | None:
             return close, None
         try:
             return close, HEADER_DECODER.decode(b"{" + tail[1:])
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except DECODE_ERRORS:
             continue
     return None
 
@@ -158,12 +157,12 @@ def _decode_each(
 def _decode_one(chunk: bytes, stats: DecodeStats, offset: int) -> Event | None:
     try:
         return EVENT_DECODER.decode(chunk)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except DECODE_ERRORS:
         pass
     fixed, n_enc = _repair(chunk)
     try:
         ev = EVENT_DECODER.decode(fixed)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except DECODE_ERRORS:
         stats.dropped += 1
         if len(stats.dropped_offsets) < 20:
             stats.dropped_offsets.append(offset)
@@ -224,7 +223,7 @@ def _split_tail(chunk: bytes, stats: DecodeStats, offset: int, size: int) -> tup
         stats.truncated_at = size
         stats.truncated_mid_event = False
         return chunk, None
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except DECODE_ERRORS:
         pass
     idx = len(chunk)
     for _ in range(64):
@@ -235,16 +234,16 @@ def _split_tail(chunk: bytes, stats: DecodeStats, offset: int, size: int) -> tup
         tail = chunk[idx + 1 :].lstrip()
         try:
             EVENT_DECODER.decode(head) if head else None
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except DECODE_ERRORS:
             try:
                 EVENT_DECODER.decode(_repair(head)[0])
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except DECODE_ERRORS:
                 continue
         header = None
         if tail.startswith(b","):
             try:
                 header = HEADER_DECODER.decode(b"{" + tail[1:])
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except DECODE_ERRORS:
                 header = None
         return head, header
     # no closing bracket that works: the file was cut inside the last event

@@ -12,11 +12,10 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from .kineto_decode import decode
 from .kineto_events import (
     BOUNDARY,
+    DECODE_ERRORS,
     EVENTS_KEY,
     HEADER_DECODER,
     LEADING_WS,
@@ -316,7 +315,9 @@ class _Stream:
             while True:
                 m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
                 if m is None and not self.src.eof:
-                    buf.fill(max(len(buf), target) + self.block)
+                    # no event boundary yet (one long event): read geometrically more, so that
+                    # an event of n bytes costs O(n) copies and searches, not O(n^2 / block)
+                    buf.fill(max(2 * len(buf), target + self.block))
                     continue
                 stop = (m.start() + 1) if m else len(buf)
                 # the native scanner reads the items in place; msgspec needs them wrapped
@@ -328,7 +329,7 @@ class _Stream:
                 try:
                     events = decode_piece(None, piece)
                     break
-                except msgspec.DecodeError as exc:
+                except DECODE_ERRORS as exc:
                     end = _closing_bracket(piece, exc, self.scanner)
                     if end is not None:
                         # the array ends in this piece: the rest of the stream is the tail
@@ -376,7 +377,7 @@ class _Stream:
         if t.startswith(b","):
             try:
                 return HEADER_DECODER.decode(b"{" + t[1:])
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except DECODE_ERRORS:
                 pass
         self.stats.strict = False  # a cut or broken tail: unreadable, as in memory
         return None
@@ -427,7 +428,7 @@ def _closing_bracket(wrapped: bytes, exc: Exception, scanner: Scanner | None = N
         return None
     try:
         events = decode_piece(scanner, memoryview(wrapped)[: close + 1])
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return None
     return close - 1, events
 

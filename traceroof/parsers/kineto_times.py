@@ -103,6 +103,7 @@ def _us_text_to_ns(s: pl.Series) -> pl.Series:
 
 def _exp_to_ns(v: str) -> int | None:
     try:
-        return int((Decimal(v) * 1000).to_integral_value())
-    except (InvalidOperation, ValueError):
+        ns = int((Decimal(v) * 1000).to_integral_value())
+    except (InvalidOperation, ValueError, OverflowError):  # OverflowError: "1e400", "-Infinity"
         return None
+    return ns if -(1 << 63) <= ns < 1 << 63 else None  # past int64 ns (±292 years): unknown

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -107,7 +108,7 @@ def read_head(path: str | os.PathLike[str], head: bytes | None = None) -> Head:
         try:
             with gzip.open(p, "rb") as fh:
                 inner = fh.read(HEAD_BYTES)
-        except (OSError, EOFError):
+        except (OSError, EOFError, zlib.error):  # zlib.error: a corrupt deflate block
             inner = b""
         return Head(p, head, True, inner, None)
     try:

@@ -7,6 +7,8 @@ reader (:func:`traceroof.parsers.kineto.read_fileobj`) and merged by
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,8 +70,9 @@ def read(p: Path, progress: Progress | None = None) -> Trace:
                 done_events += event_count(t)
                 if progress is not None:
                     progress.update(done_bytes, done_events)
-    except tarfile.TarError as exc:
-        raise TraceFormatError(p, "archive", f"a readable tar archive ({exc})") from exc
+    except (tarfile.TarError, zlib.error, EOFError, gzip.BadGzipFile) as exc:  # a damaged .tar or its gzip
+        why = " ".join(str(exc).split())  # tarfile lists one line per method it tried: one line
+        raise TraceFormatError(p, "archive", f"a readable tar archive ({type(exc).__name__}: {why})") from exc
     # per-rank files archived with their merged copy: each op once (traceroof.duplicates)
     copies = find_copies(traces)
     trace = merge(copies.keep(traces))

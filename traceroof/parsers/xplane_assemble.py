@@ -47,8 +47,10 @@ def assemble(all_parts: list[Parts], sources: list[str]) -> Trace:
             meta.warn(w)
         for k, v in part.stats.items():
             meta.count(k, v)
-    ops = pl.concat(ops_frames, how="diagonal_relaxed") if ops_frames else pl.DataFrame()
-    host = pl.concat(host_frames, how="diagonal_relaxed") if host_frames else pl.DataFrame()
+    ops = _drop_negative(pl.concat(ops_frames, how="diagonal_relaxed") if ops_frames else pl.DataFrame(),
+                         meta, "device ops")
+    host = _drop_negative(pl.concat(host_frames, how="diagonal_relaxed") if host_frames else pl.DataFrame(),
+                          meta, "host events")
     mins = [int(x) for x in (ops["start_ns"].min() if ops.height else None,
                              host["start_ns"].min() if host.height else None) if x is not None]
     origin = min(mins) if mins else 0
@@ -120,6 +122,22 @@ def _link_launches(ops: pl.DataFrame, host: pl.DataFrame, origin: int) -> pl.Dat
     return ops.with_columns(
         aligned(ops, masked(l_start, found, pl.Int64).alias("launch_start_ns")),
         aligned(ops, masked(l_dur, found, pl.Int64).alias("launch_dur_ns")))
+
+
+def _drop_negative(df: pl.DataFrame, meta: TraceMeta, what: str) -> pl.DataFrame:
+    """``df`` without its rows of negative ``dur_ns`` (a ``duration_ps`` past 2^63 ps, read
+    as signed, or an ``offset_ps + duration_ps`` that overflows int64: a damaged event, never
+    a time), counted in ``meta.stats['xplane.negative_duration_<what>']`` and a warning."""
+    if not df.height or "dur_ns" not in df.columns:
+        return df
+    bad = df["dur_ns"] < 0
+    n = int(bad.sum())
+    if not n:
+        return df
+    key = "xplane.negative_duration_" + what.replace(" ", "_")
+    meta.count(key, n)
+    meta.warn(f"{n} {what} with a negative duration (damaged duration_ps/offset_ps) left out")
+    return df.filter(~bad)
 
 
 def _finish_ops(ops: pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,1 @@
+"""traceroof's fuzz harness (docs/fuzzing.md): ``python fuzz/run.py TARGET --runs N``."""
