@@ -119,30 +119,94 @@ def test_jax_twin_matmuls_are_cost_analysis(model):
     assert float(r.ops["flops"].sum()) == pytest.approx(oracle["flops"], rel=1e-5)
 
 
+@lru_cache(maxsize=None)
+def _h100_attention_per_layer(model) -> float:
+    """FLOPs of one H100 attention op from the raw trace: each ``aten::scaled_dot_product_attention``
+    cpu_op's q, k, v [b, h, s, d] and its is_causal flag (Concrete Inputs[5]): Q·Kᵀ and P·V are
+    2·b·h·s²·d each, 4·b·h·s²·d together, over the s·(s+1)/2 causal pairs instead of s² when
+    causal. All of one trace's attention ops have one shape (asserted)."""
+    with gzip.open(H100 / MODELS[model], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    per_op = set()
+    for e in events:
+        if e.get("cat") == "cpu_op" and e["name"] == "aten::scaled_dot_product_attention":
+            (b, h, s, d), causal = e["args"]["Input Dims"][0], e["args"]["Concrete Inputs"][5] == "True"
+            per_op.add(4 * b * h * d * (s * (s + 1) // 2 if causal else s * s))
+    assert len(per_op) == 1, per_op
+    return float(per_op.pop())
+
+
+def _twin_attention_per_layer(oracle) -> float:
+    """The twin's attention dots (batch > 1: the per-head Q·Kᵀ and P·V) from ``cost_analysis()``
+    of each dot alone (oracle.json), per layer."""
+    dots = sum(r["flops_per_op"] * r["count"] for r in oracle["matmuls"] if r["batch"] > 1)
+    return dots / oracle["config"]["layers"]
+
+
+def _coverage_from_tables(m, a, b):
+    """Coverage recomputed from the two reports' own op tables (:func:`_per_step_flops`) and
+    the matching's list of matched pairs (one to one: count × FLOPs) and matched groups."""
+    one = sum(r.matched * r.flops_per_op for r in m.signatures if r.flops_per_op)
+    grp_a = sum(g.flops_a for g in m.groups if g.matched)
+    grp_b = sum(g.flops_b for g in m.groups if g.matched)
+    return (one + grp_a) / _per_step_flops(a), (one + grp_b) / _per_step_flops(b)
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_the_twins_attention_is_the_h100_attention(model):
+    """The twin's attention dots against the H100's attention ops, both from raw sources (the
+    oracle json, the trace's cpu_op shapes): bert's and vit's are exact; qwen's twin computes
+    query blocks with each diagonal block whole, 7.5 % above the causal formula (not fixed:
+    the twin was not re-recorded)."""
+    oracle = json.loads(_exists(JAX / f"{model}.oracle.json").read_text())
+    a, t = _h100_attention_per_layer(model), _twin_attention_per_layer(oracle)
+    excess = t / a - 1
+    assert excess == pytest.approx({"bert": 0.0, "vit": 0.0, "qwen": 0.075}[model], abs=0.005)
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 def test_pytorch_h100_against_jax_cpu(model):
+    """The H100 trace against its jax twin, each kind graded against raw sources. The
+    projections meet one to one by FLOPs (bf16 on the H100, f32 dots on the CPU). The
+    attention does not match: on the twin its dots are fused with the softmax's elementwise ops,
+    whose FLOPs the fusion's count holds (bert +2.3 %, vit +4.0 %, over the 1 % rule), and qwen's
+    twin also computes 7.5 % more attention than the causal formula: unmatched, said so."""
     a, b = _h100(model), _report(JAX / f"{model}.xplane.pb", CPU)
     m = match(a, b)
     assert m.flops_a == pytest.approx(_per_step_flops(a), rel=1e-9)
     assert m.flops_b == pytest.approx(_per_step_flops(b), rel=1e-9)
-    assert m.coverage_a >= 0.95 and m.coverage_b >= 0.95
+    assert (m.coverage_a, m.coverage_b) == pytest.approx(_coverage_from_tables(m, a, b), rel=1e-4)
     fams = _check_groups(m)
-    # the attention ops of the H100 (flash) are the twin's batched dots: one group with the matmuls
-    assert "matmul+attention" in fams
+    assert "matmul+attention" not in fams
+    oracle = json.loads(_exists(JAX / f"{model}.oracle.json").read_text())
     attn = next(g for g in m.groups if g.kind == "attention")
-    assert attn.flops_a > 0 and attn.flops_b == 0 and attn.matched
-    assert m.matched_flops_b == pytest.approx(m.matched_flops_a, rel=GROUP_TOLERANCE)
-    # the projections meet one to one by FLOPs (bf16 on the H100, f32 dots on the CPU): per
-    # step as many on both sides, their FLOPs the trace's GEMMs' 2·M·K·N
+    layers = oracle["config"]["layers"]
+    # A's attention in the report is the raw trace's, per step (one step, `layers` ops)
+    assert attn.flops_a == pytest.approx(layers * _h100_attention_per_layer(model), rel=1e-9)
+    assert attn.flops_b == 0 and not attn.matched
+    # B's leftover matmul FLOPs hold the attention dots (oracle) plus the fused elementwise
+    # FLOPs: more than 1 % over A's attention, so no group
+    mm = next(g for g in m.groups if g.kind == "matmul")
+    assert not mm.matched
+    extra = mm.flops_b - mm.flops_a
+    assert extra >= layers * _twin_attention_per_layer(oracle)
+    assert extra > (1 + GROUP_TOLERANCE) * attn.flops_a
+    # the projections meet one to one by FLOPs: per step as many on both sides, their FLOPs
+    # the trace's GEMMs' 2·M·K·N, and counted as matched
     paired = [r for r in m.signatures if r.kind == "matmul" and r.dtype == "bf16" and r.dtype_b == "fp32"]
     assert paired and all(r.count_b <= r.count_a for r in paired)
-    gemm_flops = sum(2 * mm * k * n * c for (mm, k, n), c in _h100_gemms(model).items())
+    gemm_flops = sum(2 * mm_ * k * n * c for (mm_, k, n), c in _h100_gemms(model).items())
     assert sum(r.flops_per_op * r.count_a for r in paired) == pytest.approx(gemm_flops, rel=1e-6)
+    matched_pairs = sum(r.flops_per_op * r.matched for r in paired)
+    assert m.matched_flops_a >= matched_pairs
     # but on qwen XLA's CPU backend fuses one layer's o, gate, up and down projections into one
     # ynn fusion (174.28 GFLOP with the elementwise ops between): 3 · 2·8944·1024·2816 +
-    # 2·8944·1024·1024 = 173 501 579 264 FLOPs meet only through the group
+    # 2·8944·1024·1024 = 173 501 579 264 FLOPs stay unmatched on A
     missing = sum((r.count_a - r.count_b) * r.flops_per_op for r in paired)
     assert missing == pytest.approx({"qwen": 3 * 2 * 8944 * 1024 * 2816 + 2 * 8944 * 1024 * 1024}.get(model, 0))
+    # what is left unmatched on A is the attention, the norms and elementwise ops, and on qwen
+    # the fused projections: coverage under 1 by exactly those
+    assert m.coverage_a < 1 - attn.flops_a / m.flops_a + 1e-9
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -171,17 +235,17 @@ def test_chip_twin_is_what_the_generator_writes(tmp_path):
             assert json.load(f) == json.load(g), model
 
 
-def _attention_pair(tmp_path, causal_b: bool):
+def _attention_pair(tmp_path, causal_a: bool):
     """A: SDPA (not causal) over q, k, v [2, 8, 256, 64] plus a projection matmul. B: the same
     attention as two bmm (Q·Kᵀ [16, 256, 64]·[16, 64, 256], P·V [16, 256, 256]·[16, 256, 64]),
-    the same projection; ``causal_b`` makes A's SDPA causal instead (half the score pairs)."""
+    the same projection; ``causal_a`` makes A's SDPA causal instead (half the score pairs)."""
     out = []
     for side in ("a", "b"):
         tb = TraceBuilder(queue_ns=0)
         tb.begin_step(0)
         tb.op("aten::mm", [[512, 512], [512, 512]], BF16, [Kernel("sm90_gemm_bf16", 30_000)])
         if side == "a":
-            flag = "True" if causal_b else "False"
+            flag = "True" if causal_a else "False"
             tb.op("aten::scaled_dot_product_attention", [[2, 8, 256, 64]] * 3 + [[], [], [], [], []],
                   ["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", "", "Scalar"],
                   [Kernel("flash_fwd_kernel", 20_000)], ["", "", "", "", "0.", flag, "", "False"])
@@ -194,7 +258,7 @@ def _attention_pair(tmp_path, causal_b: bool):
 
 
 def test_attention_meets_its_matmuls_as_one_group(tmp_path):
-    a, b = _attention_pair(tmp_path, causal_b=False)
+    a, b = _attention_pair(tmp_path, causal_a=False)
     m = match(a, b)
     assert ("matmul", "attention") in FAMILIES
     # by hand: attention 4·2·8·256²·64 = 268 435 456 = B's two bmm 2 · 2·16·256·256·64
@@ -208,7 +272,7 @@ def test_attention_meets_its_matmuls_as_one_group(tmp_path):
 def test_causal_attention_is_not_the_full_square(tmp_path):
     # A's SDPA is causal: 4·2·8·64·(256·257/2) = 134 742 016 FLOPs against B's full-square dots
     # (268 435 456): the group differs by ~50 %, far past 1 %: unmatched, and said so
-    a, b = _attention_pair(tmp_path, causal_b=True)
+    a, b = _attention_pair(tmp_path, causal_a=True)
     m = match(a, b)
     g = {x.kind: x for x in m.groups}
     assert g["attention"].flops_a == 4 * 2 * 8 * 64 * (256 * 257 // 2)
@@ -232,8 +296,62 @@ def test_cli_json_says_how_the_ops_matched():
     j = json.loads(res.output)["matching"]
     m = match(_h100("bert"), _report(twin, CPU))
     assert (j["coverage_a"], j["coverage_b"]) == pytest.approx((m.coverage_a, m.coverage_b), rel=1e-12)
-    assert {g["kind"]: g["family"] for g in j["groups"] if g["matched"]} == {
-        "matmul": "matmul+attention", "attention": "matmul+attention"}
+    assert {g["kind"]: g["matched"] for g in j["groups"] if g["kind"] in ("matmul", "attention")} == {
+        "matmul": False, "attention": False}  # 2.3 % apart: test_pytorch_h100_against_jax_cpu
     # bert's 4 + 4 + 17 + 1 projections (2 FLOP counts among the 4 + 4), all bf16 → fp32
     fp32 = [s for s in j["signatures"] if s["kind"] == "matmul" and s["dtype_b"] == "fp32"]
     assert sorted(s["count_a"] for s in fp32) == [1, 8, 17]
+
+
+def _side(tmp_path, name, mms, dtypes, attention=None, bmm_n=None):
+    """One generated step: ``mms`` matmuls ([M, K], [K, N]) in ``dtypes``, an SDPA over q, k, v
+    ``attention`` [b, h, s, d] (not causal) and/or the two bmm of an unfused attention
+    [16, 256, 64]·[16, 64, bmm_n], [16, 256, bmm_n]·[16, bmm_n, 64]."""
+    tb = TraceBuilder(queue_ns=0)
+    tb.begin_step(0)
+    for shapes in mms:
+        tb.op("aten::mm", shapes, dtypes, [Kernel("sm90_gemm", 300_000)])
+    if attention:
+        tb.op("aten::scaled_dot_product_attention", [attention] * 3 + [[], [], [], [], []],
+              ["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", "", "Scalar"],
+              [Kernel("flash_fwd_kernel", 20_000)], ["", "", "", "", "0.", "False", "", "False"])
+    if bmm_n:
+        tb.op("aten::bmm", [[16, 256, 64], [16, 64, bmm_n]], dtypes, [Kernel("gemm_batched", 9_000)])
+        tb.op("aten::bmm", [[16, 256, bmm_n], [16, bmm_n, 64]], dtypes, [Kernel("gemm_batched", 9_000)])
+    tb.end_step(sync=True)
+    return analyze(read_trace(tb.write(tmp_path / f"{name}.json.gz")), "h100")
+
+
+def test_a_big_matmul_does_not_hide_a_missing_attention(tmp_path):
+    """A: bf16 mm 4096³ + SDPA [2, 8, 256, 64]; B: the same mm in f32, no attention. The mm
+    pair one to one by FLOPs (2·4096³ = 137 438 953 472 each); A's attention
+    (4·2·8·256²·64 = 268 435 456) has nothing on B: unmatched, and A's coverage says so."""
+    n = 4096
+    a = _side(tmp_path, "a", [[[n, n], [n, n]]], BF16, attention=[2, 8, 256, 64])
+    b = _side(tmp_path, "b", [[[n, n], [n, n]]], ["float", "float"])
+    m = match(a, b)
+    attn = next(g for g in m.groups if g.kind == "attention")
+    assert attn.flops_a == 268_435_456 and not attn.matched
+    assert m.matched_flops_a == m.matched_flops_b == 2 * n**3
+    assert m.coverage_a == pytest.approx(2 * n**3 / (2 * n**3 + 268_435_456), rel=1e-12)
+    assert m.coverage_b == 1.0
+
+
+def test_a_matching_total_does_not_hide_an_attention_mismatch(tmp_path):
+    """Different dtypes, projections of other shapes and an attention that is 2.3 % off: A is
+    bf16 mm [4096, 4096]·[4096, 4096] + SDPA [2, 8, 256, 64] (268 435 456 FLOPs); B is f32
+    2 × mm [2048, 4096]·[4096, 4096] (the same 137 438 953 472 FLOPs, other shapes) and
+    attention as two bmm over 250 keys: 2 · 2·16·256·64·250 = 262 144 000 FLOPs, 2.34 % under
+    A's. The matmul+attention totals agree within 1 % (the projections dominate), the attention
+    does not: no family group, attention unmatched."""
+    n = 4096
+    a = _side(tmp_path, "a", [[[n, n], [n, n]]], BF16, attention=[2, 8, 256, 64])
+    b = _side(tmp_path, "b", [[[n // 2, n], [n, n]]] * 2, ["float", "float"], bmm_n=250)
+    m = match(a, b)
+    g = {x.kind: x for x in m.groups}
+    assert g["attention"].flops_a == 268_435_456 and g["matmul"].flops_b == 2 * n**3 + 262_144_000
+    total_a, total_b = 2 * n**3 + 268_435_456, 2 * n**3 + 262_144_000
+    assert abs(total_a - total_b) <= GROUP_TOLERANCE * total_a  # the total alone would pass
+    assert not g["attention"].matched and g["attention"].family == "attention"
+    assert g["matmul"].family == "matmul"
+    assert m.coverage_a == pytest.approx(2 * n**3 / total_a, rel=1e-12)
