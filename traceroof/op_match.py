@@ -2,7 +2,10 @@
 "Across frameworks and chips").
 
 An op's **compute signature** is its kind, its dtype, its FLOPs and its bytes (each to
-:data:`DIGITS` significant digits). Both are what the cost formulas derive from the op's
+:data:`DIGITS` significant digits). An XLA fusion that holds a dot or convolution and other
+ops signs with the dot's own FLOPs (the op table's ``dot_flops``, :mod:`traceroof.costs.hlo`):
+the rest of its FLOPs is the fused elementwise work, counted with the leftover
+``elementwise`` kind. Both are what the cost formulas derive from the op's
 shapes with one meaning on every side (docs/costs.md: a matmul (M×K)·(K×N) is 2·M·N·K FLOPs
 and its operands' and result's bytes, whichever framework launched it and whatever its
 kernel is called), so two ops with one signature did the same work. Ops without FLOPs match on
@@ -132,8 +135,12 @@ def _sig_table(r: Report) -> tuple[pl.DataFrame, int, bool]:
     ops, n, fallback = compared_ops(r)
     exp = pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(pl.col("expected_ns"))
     by = (r.filters.group_by if r.filters and r.filters.group_by else "op")
-    t = ops.select(pl.col("kind").cast(pl.String), "dtype", "flops", "bytes", "dur_ns", exp.alias("exp_ns"),
-                   group_label_expr(by).alias("label"))
+    # an XLA fusion holding a dot (or convolution) and elementwise ops: its dot's own FLOPs
+    # are what it matches on; the rest, ``fused_flops``, is elementwise work (costs.hlo)
+    dot = pl.col("dot_flops") if "dot_flops" in ops.columns else pl.lit(None, pl.Float64)
+    t = ops.select(pl.col("kind").cast(pl.String), "dtype", pl.coalesce(dot, "flops").alias("flops"),
+                   (pl.col("flops") - dot).fill_null(0.0).alias("fused_flops"), pl.col("flops").alias("all_flops"),
+                   "bytes", "dur_ns", exp.alias("exp_ns"), group_label_expr(by).alias("label"))
     return t.with_columns(_sig("flops").alias("f"), _sig("bytes").alias("b")), n, fallback
 
 
@@ -252,9 +259,13 @@ def match(a: Report, b: Report) -> Matching:
             labels_a=list(x["labels"]) if x else [], labels_b=list(y["labels"]) if y else [],
             dtype_b=kb[1] if kb else None,
             bytes_b_per_op=_mean(y, None, "bytes") if kb and kb[3] is not None else None))
+    for i, (t, n) in enumerate(((ta, na), (tb, nb))):  # fused elementwise FLOPs of dot fusions
+        fused = float(t["fused_flops"].sum() or 0.0) / n
+        if fused:
+            left.setdefault("elementwise", [0.0, 0.0, 0.0, 0.0])[i] += fused
     groups, mf_a, mf_b = _groups(left, mf_a, mf_b)
-    tot_a = float(ta["flops"].sum() or 0.0) / na
-    tot_b = float(tb["flops"].sum() or 0.0) / nb
+    tot_a = float(ta["all_flops"].sum() or 0.0) / na
+    tot_b = float(tb["all_flops"].sum() or 0.0) / nb
     unc = pl.col("f").is_null() & pl.col("b").is_null()
     rows.sort(key=lambda r: -(r.measured_a_ns + r.measured_b_ns))
     return Matching(
