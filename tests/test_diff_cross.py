@@ -354,3 +354,35 @@ def test_a_matching_total_does_not_hide_an_attention_mismatch(tmp_path):
     assert not g["attention"].matched and g["attention"].family == "attention"
     assert g["matmul"].family == "matmul"
     assert m.coverage_a == pytest.approx(2 * n**3 / total_a, rel=1e-12)
+
+
+def test_80_columns_keep_the_op_names():
+    """``traceroof diff H100 twin`` at 80 columns: every line fits (counted in characters), the
+    Ops table drops its expected, gap and FLOPs columns (said in its title) and keeps each op's
+    whole name: the top op of the JSON rows appears on one line."""
+    from traceroof.diff import compare
+    from traceroof.render.diff import NARROW_DROP, table
+
+    d = compare(_h100("bert"), _report(JAX / "bert.xplane.pb", CPU))
+    out = table(d, width=80)
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) <= 80
+    ops_at = next(i for i, x in enumerate(lines) if x.startswith("Ops (per step"))
+    assert all(h in lines[ops_at] for h in NARROW_DROP)
+    header = next(x for x in lines[ops_at:] if "┃ op" in x)
+    assert "FLOPs" not in header and "gap" not in header and "Δ measured" in header
+    assert any(f"│ {d.ops[0].label} " in x for x in lines[ops_at:])
+    wide = table(d, width=160)
+    assert "gap" in next(x for x in wide.splitlines() if "┃ op" in x)
+
+
+def test_a_step_change_far_from_its_base_is_a_factor():
+    """The headline's change: a percentage while B is within ten times A, a factor beyond
+    (qwen's 34.9 ms → 174 s would be "+499599.3 %")."""
+    from traceroof.render.diff import _pct
+
+    assert _pct(100.0, 150.0) == "+50.0 %"
+    assert _pct(34.9, 174_400.0) == "×4,997"  # 174 400 / 34.9 = 4997.1
+    assert _pct(100.0, 5.0) == "×0.05"
+    assert _pct(100.0, 11.0) == "-89.0 %"
+    assert _pct(0.0, 5.0) == "—"
