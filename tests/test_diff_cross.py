@@ -386,3 +386,37 @@ def test_a_step_change_far_from_its_base_is_a_factor():
     assert _pct(100.0, 5.0) == "×0.05"
     assert _pct(100.0, 11.0) == "-89.0 %"
     assert _pct(0.0, 5.0) == "—"
+
+
+def test_committed_twins_hold_no_machine_paths():
+    """No absolute path of the machine that recorded or generated them (``/work/``, ``/root``,
+    ``/home/``, ``/tmp/``) in any committed twin; their source locations are relative."""
+    files = sorted(JAX.glob("*")) + sorted(CHIP.glob("*"))
+    assert len(files) == 9, files
+    for f in files:
+        raw = f.read_bytes()
+        if f.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        for bad in (b"/work/", b"/root", b"/home/", b"/tmp/"):
+            assert bad not in raw, (f.name, bad)
+    locs = _report(JAX / "bert.xplane.pb", CPU).ops["source_location"].drop_nulls()
+    assert locs.len() and locs.str.starts_with("fixtures/make_jax_twins.py:").all()
+
+
+def test_scrub_rewrites_a_path_and_nothing_else(tmp_path):
+    """fixtures/xplane_scrub.py on a committed twin: a longer path in place of the relative one
+    re-encodes every length prefix (the file grows by 11 bytes per occurrence) and the report
+    is the same but for the source locations, which carry the new path."""
+    import xplane_scrub
+
+    src = JAX / "bert.xplane.pb"
+    raw = src.read_bytes()
+    old, new = b"fixtures/make_jax_twins.py", b"/elsewhere/fixtures/make_jax_twins.py"
+    n = raw.count(old)
+    out = tmp_path / "bert.xplane.pb"
+    out.write_bytes(xplane_scrub.scrub(raw, old, new))
+    assert n > 0 and out.stat().st_size == len(raw) + n * (len(new) - len(old))
+    a, b = _report(src, CPU).ops, load_report(out, CPU, jobs=1).ops
+    assert a.drop("source_location").equals(b.drop("source_location"))
+    want = a["source_location"].str.replace("fixtures/", "/elsewhere/fixtures/", literal=True)
+    assert want.equals(b["source_location"])
