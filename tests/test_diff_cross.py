@@ -93,6 +93,55 @@ def test_the_twins_run_what_the_h100_trace_ran(model):
     assert twin == h100 and sum(h100.values()) > 20
 
 
+@lru_cache(maxsize=None)
+def _h100_cpu_ops(model, name) -> list[dict]:
+    """The args of the H100 trace's ``name`` cpu_op events, from the raw JSON."""
+    with gzip.open(H100 / MODELS[model], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    return [e["args"] for e in events if e.get("cat") == "cpu_op" and e["name"] == name]
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_the_twins_attention_dots_are_the_h100_attention_shapes(model):
+    """The twin's batched dots (oracle.json, batch > 1) against the H100's
+    ``aten::scaled_dot_product_attention`` q, k, v [b, h, s, d] and is_causal, from the raw
+    trace: one op per layer; not causal, Q·Kᵀ [b·h, s, d]·[d, s] and P·V [b·h, s, s]·[s, d]
+    once per layer each; causal (qwen), query blocks of B rows (s = n·B) against the first
+    (i + 1)·B keys, i = 0 … n − 1, both dots once per block and layer."""
+    oracle = json.loads(_exists(JAX / f"{model}.oracle.json").read_text())
+    sdpa = _h100_cpu_ops(model, "aten::scaled_dot_product_attention")
+    layers = oracle["config"]["layers"]
+    assert len(sdpa) == layers
+    (b, h, s, d), = {tuple(x["Input Dims"][0]) for x in sdpa}
+    causal, = {x["Concrete Inputs"][5] == "True" for x in sdpa}
+    twin = Counter({(r["batch"], r["m"], r["k"], r["n"]): r["count"] for r in oracle["matmuls"] if r["batch"] > 1})
+    if not causal:
+        want = Counter({(b * h, s, d, s): layers, (b * h, s, s, d): layers})
+    else:
+        blk = min(m for (_, m, _, _) in twin)
+        assert s % blk == 0 and blk < s
+        want = Counter()
+        for i in range(s // blk):
+            want[(b * h, blk, d, (i + 1) * blk)] += layers  # Q·Kᵀ of block i
+            want[(b * h, blk, (i + 1) * blk, d)] += layers  # P·V of block i
+    assert twin == want and causal == (model == "qwen")
+
+
+def test_the_vit_twins_conv_is_the_h100_conv():
+    """vit's patch convolution: the H100's ``aten::_convolution`` [4, 3, 224, 224]·[768, 3, 16,
+    16], stride 16 (raw trace) is 2·(4·768·14·14)·(3·16·16) = 924 844 032 FLOPs; the twin's one
+    conv op in the report (XLA's HLO convolution) is the same."""
+    conv, = _h100_cpu_ops("vit", "aten::_convolution")
+    (n, c, hh, ww), (o, _, kh, kw) = conv["Input Dims"][:2]
+    stride = json.loads(conv["Concrete Inputs"][3])
+    out = n * o * (hh // stride[0]) * (ww // stride[1])
+    want = 2 * out * c * kh * kw
+    assert want == 924_844_032
+    ops = _report(JAX / "vit.xplane.pb", CPU).ops.filter(pl.col("kind") == "conv")
+    assert ops.height == 1
+    assert ops.select(pl.coalesce("dot_flops", "flops")).item() == want
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 def test_jax_twin_matmuls_are_cost_analysis(model):
     """XLA's per-op matmul FLOPs in traceroof's report of the jax twin against
