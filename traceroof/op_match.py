@@ -2,24 +2,31 @@
 "Across frameworks and chips").
 
 An op's **compute signature** is its kind, its dtype, its FLOPs and its bytes (each to
-:data:`DIGITS` significant digits). Both are what the cost formulas derive from the op's
+:data:`DIGITS` significant digits). An XLA fusion that holds a dot or convolution and other
+ops signs with the dot's own FLOPs (the op table's ``dot_flops``, :mod:`traceroof.costs.hlo`):
+the rest of its FLOPs is the fused elementwise work, counted with the leftover
+``elementwise`` kind. Both are what the cost formulas derive from the op's
 shapes with one meaning on every side (docs/costs.md: a matmul (M×K)·(K×N) is 2·M·N·K FLOPs
 and its operands' and result's bytes, whichever framework launched it and whatever its
 kernel is called), so two ops with one signature did the same work. Ops without FLOPs match on
 bytes; ops with neither (no cost model) are left unmatched and counted.
 
 Per signature, per complete device-step, ``min(count A, count B)`` ops are matched one to one.
-A matmul, convolution or attention signature found on one side only is shown against the
+A matmul, convolution or attention signature found on one side only is paired with the
 signatures of its kind and FLOPs found on the other side only (:data:`FLOP_ONLY_KINDS`: the
 same arithmetic in another dtype or with other bytes, as when XLA's CPU backend runs a bf16
-dot in f32); the shares of roof compare there, but such a row's FLOPs count toward the
-coverage only through its kind's group below (their bytes differ, so they are no signature).
+dot in f32); such pairs are matched one to one like a signature (``min`` of the counts), their
+FLOPs counted in the coverage.
 What is left is then matched **by kind, as a group**, when the two sides' remaining FLOPs of
 that kind agree within :data:`GROUP_TOLERANCE` (fusion boundaries differ: one XLA fusion may
 do the work of several PyTorch kernels). Kinds of one :data:`FAMILIES` entry that did not all
-match so are then tried **as one group** under the same tolerance: attention's FLOPs are its
-two matmuls' (Q·Kᵀ and P·V, docs/costs.md), so a fused attention op on one side and the
-batched matmuls of a framework that runs attention unfused on the other are the same work.
+match so are then tried **as one group**: attention's FLOPs are its two matmuls' (Q·Kᵀ and
+P·V, docs/costs.md), so a fused attention op on one side and the batched matmuls of a
+framework that runs attention unfused on the other are the same work. The group matches only
+when both hold, each within :data:`GROUP_TOLERANCE`: the family's FLOPs on the two sides, and
+the attention part itself: A's attention FLOPs beyond B's against B's matmul FLOPs beyond A's
+(the batched dots that stand for the attention; the reverse when B has the attention). A
+total that agrees while the attention does not is a mismatch, never a match.
 The rest stays unmatched, listed by kind.
 """
 
@@ -56,8 +63,7 @@ class SignatureRow:
     ``matched`` ops per step (min of the counts); the labels it goes by on each side.
     ``dtype_b``, ``bytes_b_per_op``: B's, where B's ops have the FLOPs but another dtype or
     other bytes (paired by FLOPs, :data:`FLOP_ONLY_KINDS`: ``matched`` then says how many pair
-    up, and their FLOPs are matched through their kind's :class:`KindGroup`, not here); None
-    where they are A's."""
+    up one to one, and their FLOPs count as matched); None where they are A's."""
 
     kind: str
     dtype: str | None
@@ -129,8 +135,12 @@ def _sig_table(r: Report) -> tuple[pl.DataFrame, int, bool]:
     ops, n, fallback = compared_ops(r)
     exp = pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(pl.col("expected_ns"))
     by = (r.filters.group_by if r.filters and r.filters.group_by else "op")
-    t = ops.select(pl.col("kind").cast(pl.String), "dtype", "flops", "bytes", "dur_ns", exp.alias("exp_ns"),
-                   group_label_expr(by).alias("label"))
+    # an XLA fusion holding a dot (or convolution) and elementwise ops: its dot's own FLOPs
+    # are what it matches on; the rest, ``fused_flops``, is elementwise work (costs.hlo)
+    dot = pl.col("dot_flops") if "dot_flops" in ops.columns else pl.lit(None, pl.Float64)
+    t = ops.select(pl.col("kind").cast(pl.String), "dtype", pl.coalesce(dot, "flops").alias("flops"),
+                   (pl.col("flops") - dot).fill_null(0.0).alias("fused_flops"), pl.col("flops").alias("all_flops"),
+                   "bytes", "dur_ns", exp.alias("exp_ns"), group_label_expr(by).alias("label"))
     return t.with_columns(_sig("flops").alias("f"), _sig("bytes").alias("b")), n, fallback
 
 
@@ -181,6 +191,20 @@ def _within(fa: float, fb: float) -> bool:
     return fa > 0 and fb > 0 and abs(fa - fb) <= GROUP_TOLERANCE * max(fa, fb)
 
 
+def _family_matches(first: list[float], second: list[float]) -> bool:
+    """Whether the leftovers of a two-kind family (``[FLOPs A, FLOPs B, ...]`` of its first
+    kind, e.g. matmul, and of its second, e.g. attention) match as one group: their sums
+    within :data:`GROUP_TOLERANCE`, and the second kind's FLOPs one side has beyond the other
+    within :data:`GROUP_TOLERANCE` of the first kind's FLOPs the other side has beyond the
+    first (A's attention not on B is B's batched dots not on A, and the reverse)."""
+    total = _within(first[0] + second[0], first[1] + second[1])
+    extra_second = second[0] - second[1]  # > 0: A has attention B lacks
+    extra_first = first[1] - first[0]  # > 0: B has matmuls A lacks
+    if extra_second < 0:
+        extra_second, extra_first = -extra_second, -extra_first
+    return total and _within(extra_second, extra_first)
+
+
 def _groups(left: dict[str, list[float]], mf_a: float, mf_b: float) -> tuple[list[KindGroup], float, float]:
     """The leftover kinds as :class:`KindGroup` (by kind, then by :data:`FAMILIES`), and the
     matched FLOPs per step of A and B with the groups' added."""
@@ -190,8 +214,7 @@ def _groups(left: dict[str, list[float]], mf_a: float, mf_b: float) -> tuple[lis
         kinds = [k for k in fam if k in live]
         if len(kinds) < 2 or all(_within(live[k][0], live[k][1]) for k in kinds):
             continue
-        fa, fb = (sum(live[k][i] for k in kinds) for i in (0, 1))
-        if _within(fa, fb):
+        if _family_matches(live[fam[0]], live[fam[1]]):
             family.update({k: "+".join(kinds) for k in kinds})
     groups = []
     for kind, (fa, fb, da, db) in sorted(live.items()):
@@ -221,14 +244,13 @@ def match(a: Report, b: Report) -> Matching:
         m = min(ca, cb)
         fa = (x["flops"] or 0.0) / x["count"] if x else 0.0
         fb = (y["flops"] or 0.0) / y["count"] if y else 0.0
-        one = 0.0 if kb else m  # ops paired by FLOPs alone are shown one to one, counted in their kind's group
-        mf_a += one * fa
-        mf_b += one * fb
+        mf_a += m * fa  # one to one, whether by signature or by FLOPs alone (other dtype or bytes)
+        mf_b += m * fb
         la = left.setdefault(k[0], [0.0, 0.0, 0.0, 0.0])
-        la[0] += (ca - one) * fa
-        la[1] += (cb - one) * fb
-        la[2] += (ca - one) * (x["sum_dur_ns"] / x["count"] if x else 0.0)
-        la[3] += (cb - one) * (y["sum_dur_ns"] / y["count"] if y else 0.0)
+        la[0] += (ca - m) * fa
+        la[1] += (cb - m) * fb
+        la[2] += (ca - m) * (x["sum_dur_ns"] / x["count"] if x else 0.0)
+        la[3] += (cb - m) * (y["sum_dur_ns"] / y["count"] if y else 0.0)
         rows.append(SignatureRow(
             kind=k[0], dtype=k[1], flops_per_op=(fa or fb) if k[2] is not None else None,
             bytes_per_op=_mean(x, y, "bytes") if k[3] is not None else None, count_a=ca, count_b=cb, matched=m,
@@ -237,9 +259,13 @@ def match(a: Report, b: Report) -> Matching:
             labels_a=list(x["labels"]) if x else [], labels_b=list(y["labels"]) if y else [],
             dtype_b=kb[1] if kb else None,
             bytes_b_per_op=_mean(y, None, "bytes") if kb and kb[3] is not None else None))
+    for i, (t, n) in enumerate(((ta, na), (tb, nb))):  # fused elementwise FLOPs of dot fusions
+        fused = float(t["fused_flops"].sum() or 0.0) / n
+        if fused:
+            left.setdefault("elementwise", [0.0, 0.0, 0.0, 0.0])[i] += fused
     groups, mf_a, mf_b = _groups(left, mf_a, mf_b)
-    tot_a = float(ta["flops"].sum() or 0.0) / na
-    tot_b = float(tb["flops"].sum() or 0.0) / nb
+    tot_a = float(ta["all_flops"].sum() or 0.0) / na
+    tot_b = float(tb["all_flops"].sum() or 0.0) / nb
     unc = pl.col("f").is_null() & pl.col("b").is_null()
     rows.sort(key=lambda r: -(r.measured_a_ns + r.measured_b_ns))
     return Matching(

@@ -58,6 +58,10 @@ class HloOpCost:
     flops: float | None
     bytes_accessed: float | None
     transcendentals: float | None = None
+    #: a fusion (or call) holding a dot or convolution and other ops: the dots' and
+    #: convolutions' own FLOPs (:meth:`CostModel.dot_flops`), the rest of ``flops`` being the
+    #: fused elementwise work; None for any other instruction
+    dot_flops: float | None = None
 
 
 @dataclass
@@ -98,6 +102,8 @@ def _cost_one(model: CostModel, info: InstrInfo) -> HloOpCost | None:
     flops, trans = model.flops(info.computation, ins)
     cost = HloOpCost(flops=flops, bytes_accessed=model.bytes(info.computation, ins),
                      transcendentals=trans)
+    if info.opcode in ("fusion", "call"):
+        cost.dot_flops = model.dot_flops(info.computation, ins) or None
     if info.opcode == "while":  # one pass of body + condition, times the trip count
         trip = trip_count(info.text)
         cost.flops = None if trip is None else cost.flops * trip
@@ -215,6 +221,7 @@ def attach_hlo_costs(frame: pl.DataFrame, modules: Any, stats) -> pl.DataFrame:
                 "h_dtype": xla_dtype(operand if kind in ("matmul", "conv", "attention")
                                      and operand else info.shape),
                 "h_flops": cost.flops if cost else None,
+                "h_dot": cost.dot_flops if cost and cost.flops is not None else None,
                 "h_bytes": cost.bytes_accessed if cost else None,
                 "h_comm": comm, "h_group": group, "h_long": info.text[:2000],
                 "h_module": minfo.name,
@@ -223,7 +230,7 @@ def attach_hlo_costs(frame: pl.DataFrame, modules: Any, stats) -> pl.DataFrame:
     is_copy = pl.col("memcpy_bytes").is_not_null()
     if hlo_rows:
         schema = {"program_id": pl.UInt64, "hlo_op": pl.String, "h_op": pl.String,
-                  "h_kind": KIND, "h_dtype": pl.String, "h_flops": pl.Float64,
+                  "h_kind": KIND, "h_dtype": pl.String, "h_flops": pl.Float64, "h_dot": pl.Float64,
                   "h_bytes": pl.Float64, "h_comm": pl.Float64, "h_group": pl.Int32,
                   "h_long": pl.String, "h_module": pl.String}
         hdf = pl.DataFrame(hlo_rows, schema=schema, orient="row")
@@ -235,6 +242,7 @@ def attach_hlo_costs(frame: pl.DataFrame, modules: Any, stats) -> pl.DataFrame:
             pl.coalesce("dtype", "h_dtype").alias("dtype"),
             pl.when(has_trace).then(pl.col("flops")).when(is_copy).then(pl.lit(0.0))
             .otherwise(pl.col("h_flops_share")).alias("flops"),
+            pl.when(has_trace | is_copy).then(None).otherwise(pl.col("h_dot_share")).alias("dot_flops"),
             pl.when(has_trace).then(pl.col("bytes")).when(is_copy).then(pl.col("memcpy_bytes"))
             .otherwise(pl.col("h_bytes_share")).alias("bytes"),
             pl.coalesce("comm_bytes", "h_comm").alias("comm_bytes"),
@@ -249,6 +257,7 @@ def attach_hlo_costs(frame: pl.DataFrame, modules: Any, stats) -> pl.DataFrame:
             .otherwise(None).alias("flops"),
             pl.when(has_trace).then(pl.col("bytes")).when(is_copy).then(pl.col("memcpy_bytes"))
             .otherwise(None).alias("bytes"),
+            pl.lit(None, pl.Float64).alias("dot_flops"),
         )
     frame = frame.with_columns(
         pl.when(has_trace | is_copy).then(pl.lit("trace"))
@@ -300,5 +309,6 @@ def spread_over_kernels(frame: pl.DataFrame) -> pl.DataFrame:
         share[rows[order]] = sub_share
     return frame.with_columns(
         (pl.col("h_flops") * pl.Series(share)).alias("h_flops_share"),
+        (pl.col("h_dot") * pl.Series(share)).alias("h_dot_share"),
         (pl.col("h_bytes") * pl.Series(share)).alias("h_bytes_share"),
     )

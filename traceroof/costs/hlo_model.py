@@ -119,6 +119,21 @@ class CostModel:
             self._flops[comp] = (f, t)
         return self._flops[comp]
 
+    def dot_flops(self, comp: str, ins: Instr, _seen: frozenset[str] = frozenset()) -> float:
+        """FLOPs of the ``dot`` and ``convolution`` instructions in ``ins`` (itself, or inside
+        the computations a fusion or call runs, transitively): the matmul part of a fusion
+        that also holds elementwise work, on the formulas of :meth:`flops` (2·M·N·K; the
+        convolution's window)."""
+        if ins.opcode in ("dot", "convolution"):
+            return self.flops(comp, ins)[0]
+        if ins.opcode not in ("fusion", "call"):
+            return 0.0
+        total = 0.0
+        for c in self.callees(ins):
+            if c not in _seen:
+                total += sum(self.dot_flops(c, i, _seen | {c}) for i in self.instrs(c).values())
+        return total
+
     def _operand_shape(self, comp: str, ins: Instr, k: int) -> str | None:
         if k >= len(ins.operands):
             return None

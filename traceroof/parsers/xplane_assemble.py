@@ -18,6 +18,7 @@ EXTRA_COLUMNS = {
     "program_id": pl.UInt64,  # XLA program id of the module
     "hlo_category": pl.String,  # xprof category (TPU), e.g. "convolution fusion"
     "long_name": pl.String,  # HLO expression with shapes, when the trace or HLO has it
+    "dot_flops": pl.Float64,  # a fusion's dot/convolution FLOPs (the rest of flops: fused elementwise): costs.hlo
     "hlo_op_name": pl.String,  # jax name stack of the HLO op (OpMetadata.op_name): .xplane_source
     "source_location": pl.String,  # "file:line" in the user's code that made it: .xplane_source
 }

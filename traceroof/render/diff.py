@@ -16,8 +16,20 @@ def _signed(v: float) -> str:
     return ("+" if v > 0 else "−" if v < 0 else "") + units.ns(abs(v))
 
 
+#: below this many columns the Ops table drops :data:`NARROW_DROP` (the rest fold)
+NARROW_WIDTH = 100
+#: the Ops table's least important columns, dropped below :data:`NARROW_WIDTH` (--format json keeps all)
+NARROW_DROP = ("expected", "gap", "FLOPs")
+
+
 def _pct(a: float | None, b: float | None) -> str:
-    return f"{(b - a) / a:+.1%}".replace("%", " %") if a and b is not None else "—"
+    """B against A as a signed percentage; as a factor (``×4997``, ``×0.02``) where B is ten
+    times A or more, or a tenth or less: a percentage of a near-zero base says nothing."""
+    if not a or b is None:
+        return "—"
+    if b >= 10 * a or 0 < b <= a / 10:
+        return f"×{b / a:,.0f}" if b >= 10 * a else f"×{b / a:.2g}"
+    return f"{(b - a) / a:+.1%}".replace("%", " %")
 
 
 def headline(d: Diff) -> list[str]:
@@ -170,12 +182,15 @@ def table(d: Diff, *, top: int = 15, width: int | None = None) -> str:
         for row in _terms(terms, top):
             t.add_row(*(escape(c) for c in row))
         con.print(t)
-    t = Table(title="Ops (per step, A → B)", title_justify="left")
-    for h in OP_COLUMNS:
+    narrow = terminal.width(width) < NARROW_WIDTH
+    cols = [i for i, h in enumerate(OP_COLUMNS) if not (narrow and h in NARROW_DROP)]
+    title = "Ops (per step, A → B)" + (f"; {', '.join(NARROW_DROP)}: wider than {NARROW_WIDTH} columns" if narrow else "")
+    t = Table(title=title, title_justify="left")
+    for h in (OP_COLUMNS[i] for i in cols):
         t.add_column(h, justify="left" if h in ("op", "status") else "right", overflow="fold",
-                     min_width=24 if h == "op" else None, no_wrap=h not in ("op", "FLOPs"))
+                     min_width=(16 if narrow else 24) if h == "op" else None, no_wrap=h not in ("op", "FLOPs"))
     for row in _op_rows(d, top):
-        t.add_row(*(escape(c) for c in row))
+        t.add_row(*(escape(row[i]) for i in cols))
     con.print(t)
     rows = _finding_rows(d, top)
     if rows:
