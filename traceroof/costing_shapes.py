@@ -63,10 +63,22 @@ def shape_keys(host: pl.DataFrame, of: pl.DataFrame | None = None) -> tuple[pl.D
     and the recorded text is looked at once per distinct shape."""
     sh = shapes_by_external_id(host, of)
     sk = ["input_dims", "input_types", "concrete_inputs"]
-    keys = sh.select(sk).unique(maintain_order=True).with_row_index("_skey")
-    ids = sh.join(keys, on=sk, how="left", nulls_equal=True, maintain_order="left").select(
-        "rank", "external_id", "_skey")
-    return ids, keys
+    bits = max(sh.height, 1).bit_length()
+    if 3 * bits > 63:  # too many rows to pack three codes into one integer: hash the text
+        keys = sh.select(sk).unique(maintain_order=True).with_row_index("_skey")
+        ids = sh.join(keys, on=sk, how="left", nulls_equal=True, maintain_order="left").select(
+            "rank", "external_id", "_skey")
+        return ids, keys
+    # each text column coded by its dense rank (1.., null 0: a null equals a null, as in the
+    # text), the three codes packed into one integer: equal packed keys ⇔ equal text triples,
+    # and no row of text is encoded for a multi-column hash (+78 MB peak on the 1 GB trace)
+    packed = sh.select(sum(pl.col(c).rank("dense").fill_null(0).cast(pl.Int64) * (1 << bits * (2 - i))
+                           for i, c in enumerate(sk)).alias("_p"))["_p"]
+    first = packed.to_frame().with_row_index("_i").unique("_p", keep="first", maintain_order=True)
+    keys = sh.select(sk)[first["_i"]].with_row_index("_skey")
+    code = packed.replace_strict(first["_p"], pl.int_range(first.height, eager=True, dtype=pl.UInt32),
+                                 return_dtype=pl.UInt32)
+    return sh.select("rank", "external_id", code.alias("_skey")), keys
 
 
 __all__ = ["innermost_of", "shape_keys", "shapes_by_external_id"]

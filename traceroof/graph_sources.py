@@ -54,6 +54,21 @@ class Source:
         return self.host[self.at.gather(lenders)]
 
 
+def shared_strings(col: pl.Series) -> list[str | None]:
+    """``col.to_list()`` (a String column, nulls as None) with one Python string per distinct
+    value, each row a reference to it: equal as a list, but a kernel name of hundreds of
+    characters is made once, not once per row (on the 1 GB replicated trace the eager
+    kernels' names would be ~0.1 GB of Python strings, which the interpreter's allocator
+    keeps after they are freed)."""
+    values = col.drop_nulls().unique(maintain_order=True)
+    if values.len() == col.len():
+        return col.to_list()
+    codes = col.replace_strict(values, pl.int_range(values.len(), eager=True, dtype=pl.UInt32),
+                               default=None, return_dtype=pl.UInt32)
+    table = values.to_list()
+    return [None if c is None else table[c] for c in codes.to_list()]
+
+
 def resolve_given(given: list[str] | None) -> list[str] | None:
     """The capture-trace files ``given`` names (None: look beside the trace; ``[]``: none).
 
@@ -91,7 +106,7 @@ def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trac
     eager = eager.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
     src = Source(label, same_trace, host, at)
     for (rank,), g in eager.group_by("rank", maintain_order=True):
-        src.eager[int(rank)] = Sequence(g["name"].to_list(), g["_l"].to_list())
+        src.eager[int(rank)] = Sequence(shared_strings(g["name"]), g["_l"].to_list())
     counts = eager.filter(pl.col("_l").is_not_null()).group_by("_l").len()
     src.op_kernels = dict(zip(counts["_l"].to_list(), counts["len"].to_list(), strict=True))
     if calls is not None:
@@ -244,4 +259,4 @@ def capture_batch(s: Source, q: Sequence) -> tuple[int, str] | None:
 
 
 __all__ = ["KEY_COLUMNS", "Source", "build_source", "capture_batch", "capture_sources", "capture_traces_beside", "file_batch",
-           "key", "lead", "ops_batch", "resolve_given"]
+           "key", "shared_strings", "lead", "ops_batch", "resolve_given"]

@@ -41,9 +41,12 @@ def _runs(kern: pl.DataFrame) -> list[tuple[int, list[int], list[str]]]:
     runs = (kern.sort("rank", "start_ns", "stream")
             .with_columns((~pl.col("_miss")).cum_sum().over("rank").alias("_run"))
             .filter("_miss")
+            .with_columns(pl.col("name").fill_null("").rank("dense").cast(pl.UInt32).alias("_n"))
             .group_by("rank", "_run", maintain_order=True)
-            .agg("_r", pl.col("name").fill_null("")))
-    return [(int(rank), rows, names) for rank, _run, rows, names in runs.iter_rows()]
+            .agg("_r", "_n"))
+    # each distinct name made once, not once per kernel (the dense rank's order is the sort's)
+    table = kern.filter("_miss")["name"].fill_null("").unique().sort().to_list()
+    return [(int(rank), rows, [table[c - 1] for c in codes]) for rank, _run, rows, codes in runs.iter_rows()]
 
 
 def attribute(replays: Replays, host: pl.DataFrame) -> Replays:
