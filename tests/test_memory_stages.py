@@ -55,6 +55,17 @@ def test_shape_keys_nulls_and_codes_apart():
                                       (None, "float", None), ("a", None, None), (None, "a", None)]
 
 
+def test_shape_keys_a_column_null_on_every_row():
+    host = pl.DataFrame({
+        "rank": [0, 0, 0], "external_id": [1, 2, 3], "cat": ["cpu_op"] * 3, "start_ns": [1, 2, 3],
+        "input_dims": ["[[2]]", "[[3]]", "[[2]]"], "input_types": ["float"] * 3,
+        "concrete_inputs": pl.Series([None, None, None], dtype=pl.String),
+    })
+    ids, keys = shape_keys(host, host.select("rank", "external_id"))
+    assert ids["_skey"].to_list() == [0, 1, 0]
+    assert keys.select(SK).rows() == [("[[2]]", "float", None), ("[[3]]", "float", None)]
+
+
 def test_shared_strings_equal_to_list_one_object_per_value():
     col = pl.Series(["kernel_" + "x" * 200, None, "k2", "kernel_" + "x" * 200, "k2", None])
     got = shared_strings(col)

@@ -11,6 +11,7 @@ framework op). A replay is the list of its kernels' names, in device order.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 #: the shortest run of kernel names an eager match accepts (method c): a shorter run (one
@@ -30,6 +31,30 @@ class Sequence:
 
     names: list[str | None]
     lenders: list[int | None]
+
+
+class KernelCounts(Mapping[int, int]):
+    """lender → the kernels it launched eagerly, over lenders ``0..n-1`` held as one list of
+    counts (0: not a key). A mapping like the dict it replaces, in about an eighth of its
+    memory (a dict of 175 k lenders on the 1 GB replicated trace: 10.5 MB of Python objects,
+    which the interpreter keeps after they are freed)."""
+
+    __slots__ = ("_counts",)
+
+    def __init__(self, counts: list[int]) -> None:
+        self._counts = counts
+
+    def __getitem__(self, lender: int) -> int:
+        n = self._counts[lender] if 0 <= lender < len(self._counts) else 0
+        if not n:
+            raise KeyError(lender)
+        return n
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i, n in enumerate(self._counts) if n)
+
+    def __len__(self) -> int:
+        return sum(1 for n in self._counts if n)
 
 
 @dataclass(frozen=True)
@@ -90,7 +115,7 @@ def kind_clash(replay_kinds: list[str | None], seq: Sequence, op_kinds: list[str
     return None
 
 
-def eager_runs(replay: list[str], eager: Sequence, op_kernels: dict[int, int]) -> Match:
+def eager_runs(replay: list[str], eager: Sequence, op_kernels: Mapping[int, int]) -> Match:
     """Longest exact runs of ``replay``'s kernel names in ``eager`` (greedy, left to right):
     at each position the longest run of equal names (every one with a lender) starting
     there, of at least :data:`MIN_RUN` kernels and :data:`MIN_DISTINCT` distinct names;
@@ -224,7 +249,7 @@ def _distinct_reach(replay: list[str]) -> list[float]:
     return out
 
 
-def _drop_partial(lenders: list[int | None], groups: list[int | None], op_kernels: dict[int, int]) -> None:
+def _drop_partial(lenders: list[int | None], groups: list[int | None], op_kernels: Mapping[int, int]) -> None:
     """Unmatch (in place) every group with fewer kernels than its lender launched eagerly."""
     size: dict[int, int] = {}
     for g in groups:
@@ -236,5 +261,5 @@ def _drop_partial(lenders: list[int | None], groups: list[int | None], op_kernel
             lenders[p], groups[p] = None, None
 
 
-__all__ = ["MIN_DISTINCT", "MIN_RUN", "Match", "Sequence", "eager_runs", "kind_clash", "leading_batch", "name_check",
+__all__ = ["MIN_DISTINCT", "MIN_RUN", "KernelCounts", "Match", "Sequence", "eager_runs", "kind_clash", "leading_batch", "name_check",
            "starts_of", "whole"]

@@ -71,6 +71,7 @@ from .graph_sources import (
     key,
     ops_batch,
     resolve_given,
+    shared_strings,
 )
 from .schema import HOST_SCHEMA, empty
 from .sections import GraphInfo, UnlaunchedInfo
@@ -437,8 +438,10 @@ class Lending:
     next_id: int = -1
     rows: list[int] = field(default_factory=list)
     ext: list[int] = field(default_factory=list)
-    #: per lent row: its source (an index into ``sources``) and lender
-    lent_from: list[tuple[int, int]] = field(default_factory=list)
+    #: per lent row: its source (an index into ``sources``) and lender (two flat lists, not a
+    #: tuple per row: fewer Python objects alive at once, issue 19)
+    lent_source: list[int] = field(default_factory=list)
+    lent_lender: list[int] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     #: per lent instance: (source index, lender, new id, rank) of each of its groups
     parts: list[tuple[int, int, int, int]] = field(default_factory=list)
@@ -461,7 +464,8 @@ class Lending:
             if g is None:
                 continue
             self.rows.append(r)
-            self.lent_from.append((si, match.lenders[p]))
+            self.lent_source.append(si)
+            self.lent_lender.append(match.lenders[p])
             self.ext.append(ids[g])
             lent.append(r)
         self.parts.extend((si, lender_of[g], ids[g], rank) for g in used)
@@ -470,11 +474,15 @@ class Lending:
     def _names(self) -> pl.Series:
         """Per lent row, its lender's op name (String; one gather of the name column per
         source)."""
+        if len(self.sources) == 1:  # the usual case: one gather, no per-row Python
+            src = self.sources[0]
+            lenders = pl.Series(self.lent_lender, dtype=pl.UInt32)
+            return src.host["name"].gather(src.at.gather(lenders)).alias("op")
         out: list[str | None] = [None] * len(self.rows)
         for si, src in enumerate(self.sources):
-            at = [p for p, (s, _) in enumerate(self.lent_from) if s == si]
-            lenders = pl.Series([self.lent_from[p][1] for p in at], dtype=pl.UInt32)
-            for p, name in zip(at, src.host["name"].gather(src.at.gather(lenders)).to_list(), strict=True):
+            at = [p for p, s in enumerate(self.lent_source) if s == si]
+            lenders = pl.Series([self.lent_lender[p] for p in at], dtype=pl.UInt32)
+            for p, name in zip(at, shared_strings(src.host["name"].gather(src.at.gather(lenders))), strict=True):
                 out[p] = name
         return pl.Series("op", out, dtype=pl.String)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import polars as pl
 from . import graph_capture
 from .costing_shapes import innermost_of
 from .errors import InputNotFoundError, TraceroofError
-from .graph_match import Sequence, leading_batch
+from .graph_match import KernelCounts, Sequence, leading_batch
 from .schema import HOST_SCHEMA, empty
 
 #: launch runtime calls a capture records as graph kernels (a graph launch inside a capture,
@@ -45,7 +46,7 @@ class Source:
     at: pl.Series
     captures: dict[int, list[Sequence]] = field(default_factory=dict)
     eager: dict[int, Sequence] = field(default_factory=dict)
-    op_kernels: dict[int, int] = field(default_factory=dict)
+    op_kernels: Mapping[int, int] = field(default_factory=dict)
     #: lender → the leading dimension of its first input (:func:`lead`'s cache)
     lead_dims: dict[int, int | None] = field(default_factory=dict)
 
@@ -107,8 +108,9 @@ def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trac
     src = Source(label, same_trace, host, at)
     for (rank,), g in eager.group_by("rank", maintain_order=True):
         src.eager[int(rank)] = Sequence(shared_strings(g["name"]), g["_l"].to_list())
-    counts = eager.filter(pl.col("_l").is_not_null()).group_by("_l").len()
-    src.op_kernels = dict(zip(counts["_l"].to_list(), counts["len"].to_list(), strict=True))
+    import numpy as np
+
+    src.op_kernels = KernelCounts(np.bincount(eager["_l"].drop_nulls().to_numpy(), minlength=at.len()).tolist())
     if calls is not None:
         calls = calls.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
         src.captures = _window_sequences(win, calls, _eager_names(host, at, eager))
