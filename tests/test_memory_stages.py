@@ -64,6 +64,10 @@ def test_shape_keys_a_column_null_on_every_row():
     ids, keys = shape_keys(host, host.select("rank", "external_id"))
     assert ids["_skey"].to_list() == [0, 1, 0]
     assert keys.select(SK).rows() == [("[[2]]", "float", None), ("[[3]]", "float", None)]
+    # every text column null on every row: one key, the all-null triple
+    none = host.with_columns(pl.lit(None, pl.String).alias(c) for c in SK)
+    ids, keys = shape_keys(none, none.select("rank", "external_id"))
+    assert ids["_skey"].to_list() == [0, 0, 0] and keys.select(SK).rows() == [(None, None, None)]
 
 
 def test_shared_strings_equal_to_list_one_object_per_value():

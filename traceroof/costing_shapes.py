@@ -59,8 +59,8 @@ def shapes_by_external_id(host: pl.DataFrame, of: pl.DataFrame | None = None) ->
 def _codes(col: pl.Series) -> pl.Expr:
     """``col`` (String) as integer codes: 1.. per distinct value, null 0 (Int64)."""
     values = col.drop_nulls().unique()
-    if values.len() == 0:  # every row null (polars' replace_strict panics on an empty mapping)
-        return pl.lit(0, pl.Int64)
+    if values.len() == 0:  # every row null (polars' replace_strict panics on an empty mapping): 0 per row
+        return pl.col(col.name).is_not_null().cast(pl.Int64)
     return (pl.col(col.name).replace_strict(values, pl.int_range(1, values.len() + 1, eager=True, dtype=pl.Int64),
                                             return_dtype=pl.Int64).fill_null(0))
 
