@@ -9,7 +9,7 @@ import polars as pl
 from conftest import real
 
 from traceroof import read_trace
-from traceroof.costing_shapes import shape_keys, shapes_by_external_id
+from traceroof.costing_shapes import join_columns, shape_keys, shapes_by_external_id
 from traceroof.graph_sources import shared_strings
 from traceroof.unlaunched import _runs
 
@@ -87,3 +87,19 @@ def test_unlaunched_runs_names_as_in_the_table():
         "_miss": [False, True, True, False, True, True],
     })
     assert _runs(kern) == [(0, [1, 2], ["a", ""]), (0, [4], ["a"]), (1, [5], ["b"])]
+
+
+def test_join_columns_is_the_left_join():
+    ops = pl.DataFrame({"k": [1, 2, None, 1, 3], "v": ["a", "b", "c", "d", "e"]})
+    right = pl.DataFrame({"k": [1, 3, None], "x": [10.0, 30.0, 99.0]})
+    for ne in (False, True):
+        want = ops.join(right, on=["k"], how="left", nulls_equal=ne, maintain_order="left")
+        got = join_columns(ops, right, ["k"], nulls_equal=ne)
+        assert got.equals(want)
+    # nulls apart: the null key takes no value; nulls equal: it takes 99
+    assert join_columns(ops, right, ["k"])["x"].to_list() == [10.0, None, None, 10.0, 30.0]
+    assert join_columns(ops, right, ["k"], nulls_equal=True)["x"].to_list() == [10.0, None, 99.0, 10.0, 30.0]
+    # a key matching two rows on the right: more rows than ops, as the plain join gives
+    dup = pl.DataFrame({"k": [1, 1], "x": [1.0, 2.0]})
+    got = join_columns(ops, dup, ["k"])
+    assert got.height == 7 and got.equals(ops.join(dup, on=["k"], how="left", maintain_order="left"))

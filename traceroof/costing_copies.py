@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import polars as pl
 
+from .costing_shapes import join_columns
 from .costs.args import dtype_of, nbytes
 from .costs.memory import copy_hbm_bytes
 
@@ -52,7 +53,7 @@ def copy_sizes_from_op(ops: pl.DataFrame, keys: pl.DataFrame, parse: Callable[[s
         rows.append((op, skey, name, size))
     sizes = pl.DataFrame(rows, schema={"op": pl.String, "_skey": pl.UInt32, "name": pl.String,
                                        "_cb": pl.Float64}, orient="row")
-    ops = ops.join(sizes, on=["op", "_skey", "name"], how="left", maintain_order="left")
+    ops = join_columns(ops, sizes, ["op", "_skey", "name"])
     fill = is_copy & pl.col("bytes").is_null() & pl.col("_cb").is_not_null()
     # one tensor, however many copy events the op issued (a chunked copy): its size is split
     # over them by duration (equally when they have none), so the op's copies sum to it once
