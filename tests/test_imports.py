@@ -23,7 +23,7 @@ import sys
 import pytest
 from conftest import REPO, real
 
-HEAVY = ("jax", "jaxlib", "torch", "plotly", "dash", "pandas", "rich", "numpy")
+HEAVY = ("jax", "jaxlib", "torch", "plotly", "dash", "pandas", "rich", "numpy", "tomllib")
 NEVER = ("jax", "jaxlib", "torch", "plotly", "dash", "pandas")
 
 BERT = ("TraceLens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz")
@@ -73,6 +73,7 @@ def test_json_output_imports_no_heavy_package(parts):
     assert got["exit"] == 0 and got["bytes"] > 1000, got
     assert [m for m in got["loaded"] if m in NEVER] == []
     assert "rich" not in got["loaded"]  # no table printed
+    assert "tomllib" not in got["loaded"]  # the chip table is read from chips.parsed.json
     assert not got["descriptor_pb2"]  # the XSpace messages are loaded from bytes
 
 
