@@ -690,3 +690,44 @@ def test_pg509_board_is_the_40gb_part_and_its_fast_transfers_fit_in_l2():
     chip, why = detect_chip([DeviceInfo(name="NVIDIA A100-PG509-200", compute_major=8, compute_minor=0,
                                         num_sms=108, memory_bytes=42297524224)])
     assert chip.key == "a100_sxm_40gb" and "(exact)" in why
+
+
+# --------------------------------------------------------------------------- the parsed table
+
+
+def test_the_parsed_table_is_in_sync_with_chips_toml():
+    """``chips.parsed.json`` is what tomllib makes of ``chips.toml`` today (regenerate with
+    ``write_parsed_table()`` after editing the TOML), equal value for value and type for type."""
+    import tomllib
+
+    from traceroof import chip_table as ct
+
+    pkg = Path(ct.__file__).parent
+    raw = (pkg / "chips.toml").read_bytes()
+    shipped = (pkg / ct.PARSED_TABLE).read_text(encoding="utf-8")
+    assert shipped == ct.parsed_table_text(raw), "run write_parsed_table()"
+    data = json.loads(shipped)["data"]
+    want = tomllib.loads(raw.decode("utf-8"))
+    assert data == want
+    # == says 80e9 == 80000000000: the types must match too (a float stays a float)
+    def types(v):
+        return {k: types(x) for k, x in v.items()} if isinstance(v, dict) else (
+            [types(x) for x in v] if isinstance(v, list) else type(v).__name__)
+    assert types(data) == types(want)
+    assert ct._table_data() == want
+
+
+def test_an_edited_chips_toml_is_parsed_not_read_from_the_stale_parsed_table(tmp_path, monkeypatch):
+    """A ``chips.toml`` whose bytes differ from the ones the parsed table records is parsed
+    from the TOML: the edit is seen."""
+    from traceroof import chip_table as ct
+
+    pkg = Path(ct.__file__).parent
+    (tmp_path / ct.PARSED_TABLE).write_bytes((pkg / ct.PARSED_TABLE).read_bytes())
+    text = (pkg / "chips.toml").read_text(encoding="utf-8")
+    edited = text + "\n[edited_marker]\nx = 1\n"
+    (tmp_path / "chips.toml").write_text(edited, encoding="utf-8")
+    monkeypatch.setattr(ct.resources, "files", lambda _pkg: tmp_path)
+    data = ct._table_data()
+    assert data["edited_marker"] == {"x": 1}
+    assert data["chips"].keys() == json.loads((pkg / ct.PARSED_TABLE).read_text())["data"]["chips"].keys()

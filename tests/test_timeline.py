@@ -433,3 +433,42 @@ def test_time_of_ops_without_a_cost_model_is_its_own_part_of_the_breakdown(tmp_p
     assert s["unknown_bound_ns"] == 30_000
     assert s["compute_bound_ns"] + s["memory_bound_ns"] + s["unknown_bound_ns"] == s["busy_ns"] == 50_000
     assert "no cost model 30 µs" in dict(summary_rows(r))["breakdown"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts=st.lists(st.integers(0, 60), min_size=1, max_size=8),
+       ops=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 70), st.integers(0, 30)), min_size=1, max_size=12))
+def test_cut_pieces_equal_a_brute_force_intersection(cuts, ops):
+    """``timeline._cut`` (one polars query) against intersecting every op with every segment
+    in Python: an op ``[a, a + d)`` gets one piece per segment it overlaps, starting from the
+    last segment starting at or before ``a`` (its head, kept even when empty), on its device.
+    Segments: per device, consecutive ``[c_i, c_{i+1})`` over sorted cut points (equal points:
+    zero-length segments), the last closed at 100; an op starting before the first segment has
+    no piece (the real segments cover every placed op)."""
+    import polars as pl
+
+    from traceroof import timeline
+
+    pts = sorted(cuts) + [100]
+    seg_rows = [(0, dev, "step", i, pts[i], pts[i + 1]) for dev in (0, 1) for i in range(len(pts) - 1)]
+    seg = pl.DataFrame(seg_rows, schema=timeline.SEGMENT_SCHEMA, orient="row")
+    placed = pl.DataFrame(
+        [(i, 0, dev, a, d, None, "gemm", "compute", 1.0) for i, (dev, a, d) in enumerate(ops)], orient="row",
+        schema={"_i": pl.Int64, "rank": pl.Int32, "device": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64,
+                "launch_start_ns": pl.Int64, "kind": pl.String, "bound": pl.String, "flops": pl.Float64})
+    want = []
+    for i, (dev, a, d) in enumerate(ops):
+        segs = sorted((s, e, k) for (_, sd, _, k, s, e) in seg_rows if sd == dev)
+        k0 = max((j for j, (s, _, _) in enumerate(segs) if s <= a), default=None)
+        if k0 is None:
+            continue
+        k1 = max(k0, max(j for j, (s, _, _) in enumerate(segs) if s <= max(a + d - 1, a)))
+        for j in range(k0, k1 + 1):
+            s, e, step = segs[j]
+            ps, pe = max(a, s), min(a + d, e)
+            if j == k0 or pe > ps:
+                want.append((dev, ps, max(pe, ps), step, j == k0))
+    pieces, head = timeline._cut(placed, seg)
+    got = sorted(pieces.select("device", "start_ns", "end_ns", "step", "head").rows())
+    assert got == sorted(want)
+    assert head.height == sum(1 for w in want if w[4])

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 
 #: the kind of ops that may hide behind compute
@@ -54,6 +53,8 @@ class DeviceSteps:
 def _overlapped(ops: pl.DataFrame) -> pl.Series:
     """Per op of ``ops`` (one (rank, step, device)'s), whether it is a collective that ran beside
     a non-collective op: some non-collective op starts before it ends and ends after it starts."""
+    import numpy as np  # here, not at import: the common path runs without numpy
+
     comm = (ops["kind"].cast(pl.String) == COMM_KIND).to_numpy()
     out = np.zeros(ops.height, dtype=bool)
     if not comm.any() or comm.all():

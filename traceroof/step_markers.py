@@ -46,8 +46,8 @@ def step_windows(host: pl.DataFrame, cat: str = HOST_MARKER_CAT) -> pl.DataFrame
     (rank, step) marked twice keeps its first window. A table with no marker gives no rows.
     """
     cats = [HOST_MARKER_CAT, "cpu_op"] if cat == HOST_MARKER_CAT else [cat]
-    return (
-        host.filter(pl.col("cat").is_in(cats), pl.col("name").str.starts_with(STEP_MARKER))
+    return (  # one lazy query, one collect (not five eager operations)
+        host.lazy().filter(pl.col("cat").is_in(cats), pl.col("name").str.starts_with(STEP_MARKER))
         .with_columns(
             pl.col("name").str.extract(STEP_MARKER + r"(\d+)").cast(pl.Int32).alias("step"),
             (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
@@ -55,6 +55,7 @@ def step_windows(host: pl.DataFrame, cat: str = HOST_MARKER_CAT) -> pl.DataFrame
         .select("rank", "step", "start_ns", "end_ns")
         .sort("start_ns")
         .unique(["rank", "step"], keep="first", maintain_order=True)
+        .collect()
     )
 
 

@@ -86,12 +86,12 @@ def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.D
         meta.warn("no step markers (torch ProfilerStep#N, jax StepTraceAnnotation): the whole trace is analysed "
                   "as one unsegmented step")
     key = pl.col("step").fill_null(_NO_STEP).alias("_sk")
-    walls = seg.with_columns(key).group_by("rank", "_sk", "device").agg(
+    walls = seg.lazy().with_columns(key).group_by("rank", "_sk", "device").agg(
         pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"),
-        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall"))
-    pieces = tl.pieces.filter(pl.col("bucket") == "step").with_columns(key)
-    bd = _device_breakdowns(pieces.rename({"step": "_step"}).rename({"_sk": "step"}))
-    stepped = tl.ops.filter(pl.col("bucket") == "step").with_columns(key)
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall")).collect()  # lazy: one collect per chain
+    pieces = tl.pieces.lazy().filter(pl.col("bucket") == "step").with_columns(key)
+    bd = _device_breakdowns(pieces.rename({"step": "_step"}).rename({"_sk": "step"}).collect())
+    stepped = tl.ops.lazy().filter(pl.col("bucket") == "step").with_columns(key).collect()
     per_op = _op_stats(stepped)
     per_dev_op = _device_op_stats(stepped)
     host_start = {(r, st): s0 for r, st, s0, _ in tl.host_steps.iter_rows()}

@@ -30,7 +30,6 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from . import graph_capture, units
@@ -342,6 +341,8 @@ def _device_captures(caps: pl.DataFrame, ops: pl.DataFrame | None) -> list[tuple
     only once the device has finished the work launched before the capture began (the
     device lags the host: kernels launched before ``BeginCapture`` run during it and are not
     capture); a window that work covers entirely is dropped."""
+    import numpy as np  # only for a rank with graph-capture windows (rare): not on every run's imports
+
     out = []
     if ops is None or ops.height == 0:
         return [(a, b) for a, b in caps.select("start_ns", "end_ns").iter_rows() if b > a]
@@ -430,37 +431,41 @@ def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _cut(placed: pl.DataFrame, seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(pieces, head): the placed ops cut at the segment ends, and per op (``_i``) the bucket
-    and step of the segment holding its start."""
+    and step of the segment holding its start.
+
+    Per (rank, device), with its segments in (start, end) order numbered ``_k``: an op
+    ``[a, b)`` runs from segment ``k0`` (the last one starting at or before ``a``) to ``k1``
+    (the last one starting at or before ``max(b - 1, a)``, at least ``k0``); its piece in
+    segment ``k`` is the intersection, kept when non-empty or when ``k == k0`` (the head, which
+    a zero-duration op still has). One query of as-of joins, with no per-device loop."""
     cols = ["_i", "rank", "device", "start_ns", "dur_ns", "launch_start_ns", *PIECE_COLUMNS]
-    parts = []
-    ops_of = placed.select(cols).partition_by(["rank", "device"], as_dict=True)  # one split, not a filter per device
-    for (rank, device), s in seg.group_by(["rank", "device"]):
-        o = ops_of.get((rank, device))
-        if o is None or o.height == 0:
-            continue
-        s = s.sort("start_ns", "end_ns")
-        st, en = s["start_ns"].to_numpy(), s["end_ns"].to_numpy()
-        a = o["start_ns"].to_numpy()
-        b = a + o["dur_ns"].to_numpy()
-        k0 = np.searchsorted(st, a, "right") - 1
-        k1 = np.maximum(np.searchsorted(st, np.maximum(b - 1, a), "right") - 1, k0)
-        n = k1 - k0 + 1
-        rep = np.repeat(np.arange(o.height), n)
-        k = k0[rep] + (np.arange(rep.size) - np.repeat(np.cumsum(n) - n, n))
-        ps, pe = np.maximum(a[rep], st[k]), np.minimum(b[rep], en[k])
-        keep = (k == k0[rep]) | (pe > ps)
-        rep, k, ps, pe = rep[keep], k[keep], ps[keep], pe[keep]
-        p = o.drop("start_ns", "dur_ns")[rep].with_columns(
-            pl.Series("start_ns", ps, dtype=pl.Int64), pl.Series("end_ns", np.maximum(pe, ps), dtype=pl.Int64),
-            s["bucket"][k].alias("bucket"), s["step"][k].alias("step"),
-            pl.Series("head", k == k0[rep], dtype=pl.Boolean))
-        parts.append(p)
-    if not parts:
-        empty = placed.select(cols).clear().with_columns(
-            pl.lit(None, pl.Int64).alias("end_ns"), pl.lit(None, pl.String).alias("bucket"),
-            pl.lit(None, pl.Int32).alias("step"), pl.lit(None, pl.Boolean).alias("head")).drop("dur_ns")
-        return empty, pl.DataFrame(schema={"_i": pl.Int64, "_bucket": pl.String, "_step": pl.Int32})
-    pieces = pl.concat(parts)
+    s = (seg.lazy().sort("rank", "device", "start_ns", "end_ns")
+         .with_row_index("_k").with_columns(pl.col("_k").cast(pl.Int64)))
+    # the last segment starting at each start (of equal starts, the last in order)
+    firsts = s.group_by("rank", "device", "start_ns").agg(pl.col("_k").max()).sort("start_ns")
+    o = placed.lazy().select(cols).with_row_index("_o").with_columns(
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("_b"))
+    o = o.with_columns(pl.max_horizontal(pl.col("_b") - 1, "start_ns").alias("_last"))
+
+    def at(key: str, name: str) -> pl.LazyFrame:
+        return (o.select("_o", "rank", "device", key).sort(key)
+                .join_asof(firsts, left_on=key, right_on="start_ns", by=["rank", "device"], strategy="backward",
+                           check_sortedness=False)
+                .select("_o", pl.col("_k").alias(name)))
+
+    seg_cols = s.select("_k", pl.col("start_ns").alias("_st"), pl.col("end_ns").alias("_en"), "bucket", "step")
+    p = (o.join(at("start_ns", "_k0"), on="_o").join(at("_last", "_k1"), on="_o")
+         .filter(pl.col("_k0").is_not_null())
+         .with_columns(pl.int_ranges("_k0", pl.max_horizontal("_k0", "_k1") + 1).alias("_k"))
+         .sort("_o").explode("_k")
+         .join(seg_cols, on="_k", how="left", maintain_order="left")
+         .with_columns(pl.max_horizontal("start_ns", "_st").alias("_ps"), pl.min_horizontal("_b", "_en").alias("_pe"),
+                       (pl.col("_k") == pl.col("_k0")).alias("head"))
+         .filter(pl.col("head") | (pl.col("_pe") > pl.col("_ps")))
+         .select([c for c in cols if c not in ("start_ns", "dur_ns")]
+                 + [pl.col("_ps").alias("start_ns"), pl.max_horizontal("_pe", "_ps").alias("end_ns"),
+                    "bucket", pl.col("step").cast(pl.Int32), "head"]))
+    pieces = p.collect()
     head = pieces.filter("head").select("_i", pl.col("bucket").alias("_bucket"), pl.col("step").alias("_step"))
     return pieces.drop("_i"), head
 

@@ -54,8 +54,8 @@ def _codes(df: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     gather on ``codes``, so long strings (kernel names) are looked at once per distinct value.
     """
     cols = df.columns
-    g = df.with_row_index("_i").group_by(cols).agg("_i").with_row_index("_c")
-    rows = g.select("_c", "_i").explode("_i")
+    g = df.lazy().with_row_index("_i").group_by(cols).agg("_i").with_row_index("_c").collect()
+    rows = g.lazy().select("_c", "_i").explode("_i").collect()
     codes = pl.zeros(df.height, dtype=pl.UInt32, eager=True).scatter(rows["_i"], rows["_c"])
     return codes, g.select(cols)
 
@@ -116,13 +116,14 @@ def _shape_keys_of(host: pl.DataFrame, el: pl.DataFrame) -> tuple[pl.Series, pl.
         keys = host.select(text_cols).clear().with_row_index("_skey")
         return pl.Series("skey", [None] * el.height, dtype=pl.UInt32), keys
     r0, r1 = el["rank"].min(), el["rank"].max()
-    ev = (
-        host.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"), "rank", "external_id", "start_ns", "cat")
+    ev = (  # one lazy query, one collect
+        host.lazy().select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"), "rank", "external_id", "start_ns", "cat")
         .filter(pl.col("external_id").is_in(el["external_id"].drop_nulls().unique().implode()))
         .filter(pl.col("cat") == "cpu_op", pl.col("rank").is_between(r0, r1))
         .select("_row", key.alias("_key"), "start_ns")
         .sort("_key", "start_ns", maintain_order=True)
         .filter(pl.col("_key") != pl.col("_key").shift(-1).fill_null(-1))
+        .collect()
     )
     picked = pl.zeros(host.height, dtype=pl.Boolean, eager=True).scatter(ev["_row"], True)
     # the filtered rows are in host order: the codes go back to ev's (key) order by its rows' ranks
