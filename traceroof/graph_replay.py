@@ -443,8 +443,12 @@ class Lending:
     lent_source: list[int] = field(default_factory=list)
     lent_lender: list[int] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
-    #: per lent instance: (source index, lender, new id, rank) of each of its groups
-    parts: list[tuple[int, int, int, int]] = field(default_factory=list)
+    #: per group of each lent instance: its source index, lender, new id and rank (four flat
+    #: lists, not a tuple per group)
+    part_source: list[int] = field(default_factory=list)
+    part_lender: list[int] = field(default_factory=list)
+    part_id: list[int] = field(default_factory=list)
+    part_rank: list[int] = field(default_factory=list)
 
     def lend(self, src: Source, match: Match, rows: list[int], rank: int) -> list[int]:
         """Lend one instance its ops: ``rows`` are its kernels' op-table rows (position ``p``
@@ -468,7 +472,10 @@ class Lending:
             self.lent_lender.append(match.lenders[p])
             self.ext.append(ids[g])
             lent.append(r)
-        self.parts.extend((si, lender_of[g], ids[g], rank) for g in used)
+        self.part_source.extend(si for _ in used)
+        self.part_lender.extend(lender_of[g] for g in used)
+        self.part_id.extend(ids[g] for g in used)
+        self.part_rank.extend(rank for _ in used)
         return lent
 
     def _names(self) -> pl.Series:
@@ -502,11 +509,11 @@ class Lending:
         per run of instances lent from one source, in the order they were lent."""
         out = []
         start = 0
-        for end in range(1, len(self.parts) + 1):
-            if end == len(self.parts) or self.parts[end][0] != self.parts[start][0]:
-                part = self.parts[start:end]
-                out.append(_shape_rows(self.sources[part[0][0]], [x[1] for x in part], [x[2] for x in part],
-                                       [x[3] for x in part]))
+        n, src = len(self.part_source), self.part_source
+        for end in range(1, n + 1):
+            if end == n or src[end] != src[start]:
+                out.append(_shape_rows(self.sources[src[start]], self.part_lender[start:end], self.part_id[start:end],
+                                       self.part_rank[start:end]))
                 start = end
         return pl.concat(out) if out else empty(HOST_SCHEMA)
 
