@@ -524,3 +524,28 @@ def test_scrub_rewrites_a_path_and_nothing_else(tmp_path):
     assert a.drop("source_location").equals(b.drop("source_location"))
     want = a["source_location"].str.replace("fixtures/", "/elsewhere/fixtures/", literal=True)
     assert want.equals(b["source_location"])
+
+
+def test_the_signature_table_says_how_each_row_was_matched():
+    """The "how" column (docs/diff.md, "Limit of group matching"): bert's projections pair one
+    to one by FLOPs (as many as the row's ``matched``), the twin's attention dots (on A's side only as the flash op) go through
+    the matmul+attention group, and the twin's converts (the CPU's bf16 → f32, no A op) stay
+    unmatched. Each expectation is derived from the row's own counts and the group's flag."""
+    from traceroof.render.diff import _how
+
+    a, b = _h100("bert"), _report(JAX / "bert.xplane.pb", CPU)
+    m = match(a, b)
+    groups = {g.kind: g for g in m.groups}
+    seen = set()
+    for r in m.signatures:
+        how = _how(r, m.groups)
+        if r.matched > 0 and r.matched == max(r.count_a, r.count_b):
+            assert how == f"{r.matched:.4g} one to one"
+            seen.add("one")
+        elif r.matched == 0 and r.kind in ("matmul", "attention") and groups[r.kind].matched:
+            assert how == f"all via the {groups[r.kind].family or r.kind} group"
+            seen.add("group")
+        elif r.matched == 0 and (r.kind not in groups or not groups[r.kind].matched):
+            assert how == "all unmatched"
+            seen.add("unmatched")
+    assert seen == {"one", "group", "unmatched"}
