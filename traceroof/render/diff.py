@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from .. import units
 from ..diff import Diff, Term
@@ -116,18 +117,31 @@ def matching_rows(d: Diff, top: int) -> list[list[str]]:
         if r.dtype_b is not None or r.bytes_b_per_op is not None:  # matched by FLOPs: B's dtype, bytes
             size += f" → {r.dtype_b or ''} {units.bytes_binary(r.bytes_b_per_op) if r.bytes_b_per_op else ''}".rstrip()
         what = f"{r.kind} {r.dtype or ''} {size}"
-        out.append([what.strip(), f"{r.count_a:.4g} → {r.count_b:.4g}",
+        out.append([what.strip(), f"{r.count_a:.4g} → {r.count_b:.4g}", _how(r, m.groups),
                     f"{units.ns(r.measured_a_ns)} ({_roof_pct(r.expected_a_ns, r.measured_a_ns)} of roof)",
                     f"{units.ns(r.measured_b_ns)} ({_roof_pct(r.expected_b_ns, r.measured_b_ns)} of roof)",
                     units.short(", ".join(r.labels_a), 40) or "—", units.short(", ".join(r.labels_b), 40) or "—"])
     return out
 
 
+def _how(r: Any, groups: list[Any]) -> str:
+    """How a signature row's ops were matched: one to one (same signature, or the same FLOPs in
+    another dtype), the rest through its kind's group (FLOPs only: shapes not compared), or
+    unmatched (docs/diff.md, "Limit of group matching")."""
+    parts = [f"{r.matched:.4g} one to one"] if r.matched > 0 else []
+    if max(r.count_a, r.count_b) - r.matched > 1e-9:
+        g = next((g for g in groups if g.kind == r.kind), None)
+        rest = "rest" if parts else "all"
+        parts.append(f"{rest} via the {g.family or g.kind} group" if g is not None and g.matched
+                     else f"{rest} unmatched")
+    return ", ".join(parts)
+
+
 #: the compute-signature table's title
 MATCH_TITLE = ("Matched by what they compute (kind, dtype, FLOPs and bytes; or kind and FLOPs, B's dtype and bytes "
                "after →; names may differ)")
 #: the compute-signature table's columns
-MATCH_COLUMNS = ("computes", "count", "A per step", "B per step", "A labels", "B labels")
+MATCH_COLUMNS = ("computes", "count", "how", "A per step", "B per step", "A labels", "B labels")
 
 
 def _md_table(headers: list[str] | tuple[str, ...], rows: list[list[str]] | list[tuple[str, str]]) -> list[str]:
