@@ -282,8 +282,10 @@ def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, 
     if "bucket" in ops.columns:
         b = pl.col("bucket")
         stepped = (b == "step") & pl.col("step").is_not_null()
-        ops = ops.filter(b.is_in(["step", "graph_capture"]) | (b.is_in(["before_first_step", "after_last_step"])
-                                                               & ~stepped.any().over("rank")))
+        keep = ops.select(b.is_in(["step", "graph_capture"]) | (b.is_in(["before_first_step", "after_last_step"])
+                                                                & ~stepped.any().over("rank")))[:, 0]
+        if not keep.fill_null(False).all():  # a filter copies every column, even when it keeps every row
+            ops = ops.filter(keep)
     ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=meta,
                          ranks=ranks, rank_comparison=rank_comparison, captures=captures)
     return run_detectors(ctx, names)

@@ -27,7 +27,12 @@ import polars as pl
 
 from . import costs
 from .costing_copies import copy_sizes_from_op
-from .costing_shapes import innermost_of, shape_keys, shapes_by_external_id  # noqa: F401  (re-exported)
+from .costing_shapes import (  # noqa: F401  (re-exported)
+    innermost_of,
+    join_columns,
+    shape_keys,
+    shapes_by_external_id,
+)
 from .costing_tbe import pair_tbe
 from .costing_why import why as _why
 from .dtypes import KERNEL_TEMPLATE_DTYPES, WIDTH_DTYPE
@@ -232,9 +237,9 @@ def _tensorlist_bytes(ops: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
         return ops
     fix = pl.DataFrame(rows, schema={"op": pl.String, "_skey": pl.UInt32, "_ldt": pl.String, "_b2": pl.Float64},
                        orient="row")
-    ops = ops.join(ldt_of.rename({"_ldt": "_ldt_n"}), on="name", how="left", nulls_equal=True, maintain_order="left")
+    ops = join_columns(ops, ldt_of.rename({"_ldt": "_ldt_n"}), ["name"], nulls_equal=True)
     ops = ops.with_columns(pl.when(miss & pl.col("_tl")).then(pl.col("_ldt_n")).alias("_ldt")).drop("_ldt_n")
-    ops = ops.join(fix, on=["op", "_skey", "_ldt"], how="left", nulls_equal=True, maintain_order="left")
+    ops = join_columns(ops, fix, ["op", "_skey", "_ldt"], nulls_equal=True)
     return ops.with_columns(pl.coalesce("_b", "_b2").alias("_b")).drop("_ldt", "_b2")
 
 
@@ -268,14 +273,16 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     # only the framework ops the op table links are looked at (a host table holds several
     # times more: 711 k cpu_ops for 175 k linked on the 1 GB trace)
     shapes, keys = shape_keys(host, ops.select("rank", "external_id").filter(pl.col("external_id").is_not_null()))
-    ops = ops.with_row_index("_row").join(shapes, on=["rank", "external_id"], how="left", maintain_order="left")
+    # each join below adds its columns to the op table from a join of the keys alone
+    # (:func:`~traceroof.costing_shapes.join_columns`): the table is never gathered again
+    ops = join_columns(ops.with_row_index("_row"), shapes, ["rank", "external_id"])
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))
 
     # copies and fills the trace costed are in ``todo`` too: they take their op's dtype (never
     # its numbers) whatever other ranks hold, so a rank costed alone matches the whole
     is_copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
-    todo = ops.filter(
+    todo = ops.lazy().filter(
         ~pl.col("_pre") | is_copy,
         pl.col("op").is_not_null(),
         pl.col("kind").cast(pl.String) != "collective",
@@ -283,15 +290,15 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
         # negative External id of its own (one per replay of that op)
         ~pl.col("graph").fill_null(False) | (pl.col("external_id") < 0).fill_null(False),
     )
-    table = _formula_costs(todo.select("op", "_skey").unique().join(keys, on="_skey", how="left"))
-    ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")
+    table = _formula_costs(todo.select("op", "_skey").unique().collect().join(keys, on="_skey", how="left"))
+    ops = join_columns(ops, table, ["op", "_skey"], nulls_equal=True)
     ops = ops.with_columns(pl.col("_tl").fill_null(False))
     ops = _tensorlist_bytes(ops, keys)
     ops = _fill_from_formulas(ops)
     ops = copy_sizes_from_op(ops, keys, _parse)
     ops = _collective_costs(ops, trace.host, trace.meta.world_size, keys)
     dims = keys.select("_skey", pl.col("input_dims").is_not_null().alias("_dims"))
-    ops = ops.join(dims, on="_skey", how="left", maintain_order="left")
+    ops = join_columns(ops, dims, ["_skey"])
     cov = _coverage(ops)
     # every join above keeps the left order: the sort (a gather of every column) is only a guard
     ops = (ops if ops["_row"].is_sorted() else ops.sort("_row")).drop(
@@ -460,7 +467,7 @@ def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | N
         return ops.with_columns(pl.lit(False).alias("_gs_assumed"))
     had = pl.col("comm_bytes").is_not_null()
     need = ops.filter(coll, ~had, pl.col("external_id").is_not_null()).select("rank", "external_id")
-    ops = ops.join(comm_annotation_bytes(host, need), on=["rank", "external_id"], how="left", maintain_order="left")
+    ops = join_columns(ops, comm_annotation_bytes(host, need), ["rank", "external_id"])
     ops = _own_buffer_bytes(ops, coll & ~had & pl.col("_cb").is_null(), keys)
     from_shapes = coll & ~had & pl.col("_cb").is_not_null()
     ops = ops.with_columns(
@@ -495,7 +502,7 @@ def _own_buffer_bytes(ops: pl.DataFrame, need: pl.Expr, keys: pl.DataFrame | Non
                                                "concrete_inputs").iter_rows()]
     table = pl.DataFrame(sized, schema={"op": pl.String, "_skey": pl.UInt32, "_ob": pl.Float64, "_cg": pl.Int32},
                          orient="row")
-    ops = ops.join(table, on=["op", "_skey"], how="left", nulls_equal=True, maintain_order="left")
+    ops = join_columns(ops, table, ["op", "_skey"], nulls_equal=True)
     grp = ["rank", "external_id"]
     mine = need & pl.col("_ob").is_not_null()
     total = pl.when(mine).then(pl.col("dur_ns")).otherwise(0).sum().over(grp)

@@ -91,7 +91,9 @@ def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.D
         (pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall")).collect()  # lazy: one collect per chain
     pieces = tl.pieces.lazy().filter(pl.col("bucket") == "step").with_columns(key)
     bd = _device_breakdowns(pieces.rename({"step": "_step"}).rename({"_sk": "step"}).collect())
-    stepped = tl.ops.lazy().filter(pl.col("bucket") == "step").with_columns(key).collect()
+    # the five columns the per-op statistics read, not a filtered copy of the whole op table
+    stepped = (tl.ops.lazy().filter(pl.col("bucket") == "step")
+               .select("rank", "device", "flops", "start_ns", "launch_start_ns", key).collect())
     per_op = _op_stats(stepped)
     per_dev_op = _device_op_stats(stepped)
     host_start = {(r, st): s0 for r, st, s0, _ in tl.host_steps.iter_rows()}
