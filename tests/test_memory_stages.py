@@ -10,6 +10,7 @@ from conftest import real
 
 from traceroof import read_trace
 from traceroof.costing_shapes import join_columns, shape_keys, shapes_by_external_id
+from traceroof.graph_match import KernelCounts
 from traceroof.graph_sources import shared_strings
 from traceroof.unlaunched import _runs
 
@@ -103,3 +104,11 @@ def test_join_columns_is_the_left_join():
     dup = pl.DataFrame({"k": [1, 1], "x": [1.0, 2.0]})
     got = join_columns(ops, dup, ["k"])
     assert got.height == 7 and got.equals(ops.join(dup, on=["k"], how="left", maintain_order="left"))
+
+
+def test_kernel_counts_is_the_dict_it_replaces():
+    # lenders 0 and 2 launched 3 and 1 kernels; 1 launched none (not a key); 5 is out of range
+    counts = KernelCounts([3, 0, 1])
+    assert counts == {0: 3, 2: 1} and len(counts) == 2 and list(counts.items()) == [(0, 3), (2, 1)]
+    assert counts.get(1, 7) == 7 and counts.get(5, 9) == 9 and counts.get(-1, 4) == 4 and counts[2] == 1
+    assert 1 not in counts and 0 in counts
