@@ -180,6 +180,8 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
     used_peak = (pl.col("flops") > 0).fill_null(False) & (
         pl.col("peak_flops_per_s").is_not_null() if "peak_flops_per_s" in ops.columns else pl.lit(True))
     mover = (pl.col("bytes") > 0) & (pl.col("flops").is_null() | (pl.col("flops") == 0))
+    if "peak_dtype" not in ops.columns:  # an op table the roofline stage has not seen: no peak taken
+        ops = ops.with_columns(pl.lit(None, dtype=pl.String).alias("peak_dtype"))
     extra = (
         ops.with_columns(label_expr(by).alias("label"))
         .group_by("label")
