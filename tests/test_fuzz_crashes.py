@@ -11,6 +11,7 @@ import io
 import json
 import tarfile
 import time
+import zlib
 
 import pytest
 from conftest import kineto, write
@@ -199,6 +200,26 @@ def test_a_damaged_cache_manifest_is_a_format_error_naming_the_place(cache, edit
     assert ex.value.where == where and "\n" not in str(ex.value)
 
 
+def test_a_damaged_parquet_part_is_a_format_error_not_an_abort(cache):
+    # bytes flipped inside a part's data pages made polars abort the process (a Rust
+    # allocation of 2^61 bytes: the fuzz worker died with SIGABRT); the manifest now lists each
+    # part's CRC-32 and the reader checks it first
+    doc = json.loads((cache / "meta.json").read_text())
+    part = cache / doc["tables"]["ops"]["files"][0]
+    data = bytearray(part.read_bytes())
+    assert doc["tables"]["ops"]["crc32"] == [zlib.crc32(data)]  # the CRC of the bytes as written
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError) as ex:
+        read_trace(cache, jobs=1)
+    assert ex.value.where == "crc32" and str(part) in str(ex.value) and "\n" not in str(ex.value)
+    doc["tables"]["ops"]["crc32"] = ["0x1"]  # a damaged list of CRCs is named too
+    (cache / "meta.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError) as ex:
+        read_trace(cache, jobs=1)
+    assert ex.value.where == "tables.ops.crc32"
+
+
 # --- saved reports (gate, serve) ------------------------------------------------------------
 
 
@@ -377,9 +398,9 @@ def test_the_roofline_draws_only_positive_peaks_and_clamps_its_axes_into_the_flo
 
 
 def test_op_groups_of_a_table_without_peak_dtype_have_it_null(saved):
-    from traceroof.web import views
-
     import polars as pl
+
+    from traceroof.web import views
 
     ops = _report(saved).ops.with_columns(pl.lit(1e6).alias("flops"))  # FLOPs, so a peak is taken
     assert ops["peak_dtype"].to_list() == ["fp32"] * 5 and ops["peak_flops_per_s"].null_count() == 0

@@ -438,9 +438,9 @@ def check_report(d: dict[str, Any], source: str) -> None:
     got = _problem(d, schema, "report")
     if got is None:
         got = _value_problem(d)
-    for table, types in table_types().items():
+    for table, declared in table_types().items():
         if got is None and isinstance(d.get(table), list):
-            got = _rows_problem(d[table], table, types)
+            got = _rows_problem(d[table], table, declared)
     if got is None and d.get("ops") is not None:
         got = _ops_problem(d["ops"])
     if got is not None:
