@@ -567,3 +567,24 @@ def test_a_damaged_hlo_proto_in_a_trace_leaves_its_ops_uncosted_with_a_warning()
     assert t.ops.filter(t.ops["program_id"] == 40)["cost_source"].unique().to_list() == ["unknown"]
     assert t.ops.filter(t.ops["program_id"] != 40)["flops"].equals(good.ops.filter(good.ops["program_id"] != 40)["flops"])
     assert any("HLO module not costed: jit_train_step(40)" in w and "wire type 0" in w for w in t.meta.warnings)
+
+
+def test_diff_of_reports_with_no_steps_or_no_device_ops(tmp_path, saved):
+    # a saved report of no step ("steps": []) came back as a table of no columns (diff:
+    # ColumnNotFoundError "partial"); the analysis of a trace with no device op has an op
+    # table without roofline columns (diff, op_match: ColumnNotFoundError "expected_ns")
+    from traceroof import diff
+    from traceroof.analysis import analyze, load_report
+
+    d = json.loads(json.dumps(saved))
+    d["steps"] = []
+    del d["speed_of_light"]  # no step: no speed of light (the key is left out)
+    r = load_report(str(write(tmp_path, "nosteps.json", json.dumps(d))))
+    assert r.steps.height == 0 and {"rank", "step", "partial", "wall_ns"} <= set(r.steps.columns)
+    got = diff.compare(r, r)
+    # no complete step: the five step-bucket kernels of rank 0, device 0, step 0: 1 device-step
+    assert got.a.device_steps == 1 and not got.a.complete and len(got.ops) == 5
+    empty = analyze(K.read_bytes(kineto([]), path="t.json"), "h100")
+    assert empty.ops.height == 0
+    got = diff.compare(empty, empty)
+    assert got.ops == [] and got.a.measured_ns is None

@@ -30,6 +30,7 @@ import polars as pl
 from .errors import UsageError
 from .report import Report
 from .roofline import group_label_expr
+from .schema import ROOFLINE_SCHEMA
 from .sections import SpeedOfLightInfo
 from .waterfall import waterfall_sum_ns
 
@@ -164,10 +165,16 @@ def compared_ops(r: Report) -> tuple[pl.DataFrame, int, bool]:
     s = _light(r)
     n = s.device_steps if s else 0
     if ops.height and n:
-        return ops, n, False
+        return _roofline_columns(ops), n, False
     assert r.ops is not None  # complete_ops raised otherwise
     ops = r.ops.filter(pl.col("bucket") == "step") if "bucket" in r.ops.columns else r.ops
-    return ops, max(ops.select("rank", "step", "device").unique().height, 1), True
+    return _roofline_columns(ops), max(ops.select("rank", "step", "device").unique().height, 1), True
+
+
+def _roofline_columns(ops: pl.DataFrame) -> pl.DataFrame:
+    """``ops`` with every ``ROOFLINE_SCHEMA`` column: an op table the roofline stage never saw
+    (the analysis of a trace with no device op) has none, and its ops are uncosted (null)."""
+    return ops.with_columns(pl.lit(None, dtype=t).alias(c) for c, t in ROOFLINE_SCHEMA.items() if c not in ops.columns)
 
 
 def _per_label(r: Report) -> dict[str, dict[str, Any]]:

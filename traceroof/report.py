@@ -192,9 +192,7 @@ class Report:
             trace=TraceInfo.from_dict(d["trace"]),
             chip=ChipInfo.from_dict(d["chip"]) if d["chip"] else None,
             coverage=CoverageInfo.from_dict(d["coverage"]), summary=Summary.from_dict(d["summary"]),
-            steps=pl.DataFrame(steps, infer_schema_length=None, schema_overrides=_present(types["steps"], *steps)),
-            ranking=pl.DataFrame(ranking, infer_schema_length=None,
-                                 schema_overrides=_present(types["ranking"], *ranking)),
+            steps=_table(steps, types["steps"]), ranking=_table(ranking, types["ranking"]),
             ops=ops, warnings=d.get("warnings", []),
             inconsistencies=[InconsistencyInfo.from_dict(i) for i in d.get("inconsistencies", [])],
             findings=[Finding.from_dict(f) for f in d.get("findings", [])],
@@ -238,6 +236,14 @@ def is_report(path: str | os.PathLike[str]) -> bool:
     with open(p, "rb") as fh:
         head = fh.read(256)
     return head.lstrip().startswith(b'{"schema_version"')
+
+
+def _table(rows: list[dict[str, Any]], types: dict[str, Any]) -> pl.DataFrame:
+    """A saved table (one object per row) with its declared column ``types``; no rows: every
+    declared column, empty (as the analysis makes a table of no steps)."""
+    if not rows:
+        return pl.DataFrame(schema=types)
+    return pl.DataFrame(rows, infer_schema_length=None, schema_overrides=_present(types, *rows))
 
 
 def _present(types: dict[str, Any], *tables: dict[str, Any]) -> dict[str, Any]:
