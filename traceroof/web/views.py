@@ -160,7 +160,8 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
     Returns:
         The columns of :func:`traceroof.roofline.rank_ops` plus ``peak_dtype`` (the most
         common dtype of a peak the group's ops were costed against: ops with FLOPs > 0 and
-        a peak; null when none was: a copy, or an fp32 op on a chip with no fp32 peak), ``share`` (of the table's device time), ``roof_flops`` /
+        a peak; null when none was: a copy, an fp32 op on a chip with no fp32 peak, or any op
+        of a table without a ``peak_dtype`` column), ``share`` (of the table's device time), ``roof_flops`` /
         ``roof_bytes`` / ``roof_ns`` (sums over the ops that have both FLOPs and bytes: the
         ones a roofline can place), ``achieved_flops_per_s = roof_flops / roof_ns`` (FLOP/s),
         ``roof_intensity = roof_flops / roof_bytes`` (FLOP/byte), and for the memory movers
