@@ -252,7 +252,8 @@ def _read_table(p: Path, name: str, entry: Any, manifest: Path | None = None) ->
                                    f"found {zlib.crc32(data):#010x}): the part is damaged")
         try:
             frames.append(pl.read_parquet(io.BytesIO(data)))
-        except Exception as exc:  # noqa: BLE001 - polars raises several types for damaged files
+        except (Exception, pl.exceptions.PanicException) as exc:  # noqa: BLE001 - polars raises several types (a
+            # panic, a BaseException, among them) for damaged files
             raise TraceFormatError(f, "parquet", f"a readable Parquet file ({type(exc).__name__})") from exc
     if not frames:
         raise TraceFormatError(manifest, f"tables.{name}", "at least one Parquet file")
