@@ -104,6 +104,15 @@ def test_a_time_past_int64_ns_is_skipped_and_counted():
         assert any("2 device events without a readable 'ts'" in w for w in t.meta.warnings)
 
 
+def test_a_time_past_decimals_exponent_range_is_skipped_and_counted():
+    # "16728767E9197675" × 1000 is past Decimal's largest exponent (999,999 by default):
+    # decimal.Overflow, an ArithmeticError that is no OverflowError (fuzz: kineto_times.py:106)
+    data = kineto(_five()).replace(b'"ts": 1020', b'"ts": 16728767E9197675')
+    for t in _both(data):
+        assert t.ops["name"].to_list() == ["k0", "k1", "k3", "k4"]
+        assert any("1 device events without a readable 'ts'" in w for w in t.meta.warnings)
+
+
 # --- gzip and tar wrappers --------------------------------------------------------------
 
 
