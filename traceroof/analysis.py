@@ -371,7 +371,7 @@ def collect_warnings(meta: TraceMeta, ops: pl.DataFrame, cov: Coverage) -> list[
     """The parse warnings (a truncated file's first), plus what the costing could not cover
     and how to get more."""
     warnings = _truncated_first(list(meta.warnings))
-    if ops.height and cov.costed_share < 0.999:
+    if ops.height and cov.device_ns and cov.costed_share < 0.999:  # no device time: no share to cost
         unk = 1.0 - cov.costed_share
         msg = f"{unk:.0%} of device time has no cost model (no FLOPs/bytes)"
         fams = cov.families(examples=1)

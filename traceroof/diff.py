@@ -30,6 +30,8 @@ import polars as pl
 from .errors import UsageError
 from .report import Report
 from .roofline import group_label_expr
+from .schema import ROOFLINE_SCHEMA
+from .sections import SpeedOfLightInfo
 from .waterfall import waterfall_sum_ns
 
 
@@ -143,6 +145,13 @@ def complete_ops(r: Report) -> pl.DataFrame:
     return ops.join(keys, on=["rank", "step"], how="semi", nulls_equal=True)
 
 
+def _light(r: Report) -> SpeedOfLightInfo | None:
+    """``r``'s speed of light when it counts a device-step (a section of 0 steps, which only
+    a report built by hand can hold, is no speed of light: its means would divide by 0)."""
+    s = r.speed_of_light
+    return s if s is not None and s.device_steps > 0 else None
+
+
 def compared_ops(r: Report) -> tuple[pl.DataFrame, int, bool]:
     """The ops a diff compares, the device-steps they are per, and whether they are those of
     partial steps: the complete steps' ops (:func:`complete_ops`, over the speed of light's
@@ -153,12 +162,19 @@ def compared_ops(r: Report) -> tuple[pl.DataFrame, int, bool]:
         UsageError: ``r`` was saved without its op table.
     """
     ops = complete_ops(r)
-    n = r.speed_of_light.device_steps if r.speed_of_light else 0
+    s = _light(r)
+    n = s.device_steps if s else 0
     if ops.height and n:
-        return ops, n, False
+        return _roofline_columns(ops), n, False
     assert r.ops is not None  # complete_ops raised otherwise
     ops = r.ops.filter(pl.col("bucket") == "step") if "bucket" in r.ops.columns else r.ops
-    return ops, max(ops.select("rank", "step", "device").unique().height, 1), True
+    return _roofline_columns(ops), max(ops.select("rank", "step", "device").unique().height, 1), True
+
+
+def _roofline_columns(ops: pl.DataFrame) -> pl.DataFrame:
+    """``ops`` with every ``ROOFLINE_SCHEMA`` column: an op table the roofline stage never saw
+    (the analysis of a trace with no device op) has none, and its ops are uncosted (null)."""
+    return ops.with_columns(pl.lit(None, dtype=t).alias(c) for c, t in ROOFLINE_SCHEMA.items() if c not in ops.columns)
 
 
 def _per_label(r: Report) -> dict[str, dict[str, Any]]:
@@ -174,7 +190,7 @@ def _per_label(r: Report) -> dict[str, dict[str, Any]]:
 
 
 def _side(name: str, r: Report, dur_total: int) -> Side:
-    s = r.speed_of_light
+    s = _light(r)
     by = r.filters.group_by if r.filters and r.filters.group_by else "op"
     if s is None:
         return Side(name=name, device_steps=compared_ops(r)[1], measured_ns=None, speed_of_light_ns=None,
@@ -214,7 +230,7 @@ def _finding_key(kind: str, title: str) -> tuple[str, str]:
 
 def _findings(ra: Report, rb: Report) -> list[FindingChange]:
     def table(r: Report) -> dict[tuple[str, str], tuple[str, float, float, int]]:
-        s = r.speed_of_light
+        s = _light(r)
         n = s.device_steps if s else 1
         out: dict[tuple[str, str], tuple[str, float, float, int]] = {}
         for t in (s.waterfall if s else []):
@@ -251,7 +267,7 @@ def _by_cause(ra: Report, rb: Report, ops: list[OpChange], findings: list[Findin
     out += [Term(f"{f.kind}: {f.title}", "finding", f.delta_ns) for f in findings]
 
     def rest(r: Report) -> dict[tuple[str, str], float]:
-        s = r.speed_of_light
+        s = _light(r)
         d: dict[tuple[str, str], float] = {}
         for t in s.waterfall if s else []:
             if t.source in ("gap", "idle", "concurrency"):

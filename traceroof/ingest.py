@@ -37,6 +37,7 @@ from .cache import (
     is_cache,
     load_fragment,
     meta_from_json,
+    part_crc32,
 )
 from .errors import InputNotFoundError, TraceFormatError, TraceroofError, UsageError
 from .io import read_one, resolve_inputs
@@ -142,7 +143,8 @@ def write_cache(trace: Trace, out_dir: str | os.PathLike[str], *,
         "format": CACHE_FORMAT,
         "cache_version": CACHE_VERSION,
         "source_paths": list(source_paths if source_paths is not None else trace.meta.sources),
-        "tables": {name: {"rows": rows[name], "files": files[name]} for name in TABLES},
+        "tables": {name: {"rows": rows[name], "files": files[name],
+                          "crc32": [part_crc32(out / f) for f in files[name]]} for name in TABLES},
         "meta": _meta_to_json(trace.meta),
         "costs": costs,
     }
@@ -202,7 +204,7 @@ def _ingest(trace_path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     ops, costs = _with_costs(trace)
     for name, df in (("ops", ops), ("host", trace.host)):
         files = _write_table(df, out / name, part=f"part-{key}", empty_rank=first_rank)
-        tables[name] = {"rows": df.height, "files": files}
+        tables[name] = {"rows": df.height, "files": files, "crc32": [part_crc32(out / f) for f in files]}
     del ops
     doc = {
         "format": FRAGMENT_FORMAT,
@@ -307,7 +309,7 @@ def finalize(out_dir: str | os.PathLike[str], *, source_paths: list[str] | None 
     docs = [load_fragment(f) for f in frags]
     metas = [meta_from_json(f, d["meta"]) for f, d in zip(frags, docs)]
     merged, order, _ = merge_meta(metas)
-    tables: dict[str, dict[str, Any]] = {name: {"rows": 0, "files": []} for name in TABLES}
+    tables: dict[str, dict[str, Any]] = {name: {"rows": 0, "files": [], "crc32": []} for name in TABLES}
     for i in order:
         for name in TABLES:
             entry = docs[i]["tables"].get(name)
@@ -318,6 +320,9 @@ def finalize(out_dir: str | os.PathLike[str], *, source_paths: list[str] | None 
                     raise TraceFormatError(p / rel, "file", f"a Parquet part listed in {frags[i]}, found nothing")
             tables[name]["rows"] += int(entry.get("rows") or 0)
             tables[name]["files"].extend(entry["files"])
+            crcs = entry.get("crc32")  # a fragment written before CRCs: the table is listed without them
+            ok = isinstance(crcs, list) and len(crcs) == len(entry["files"]) and tables[name]["crc32"] is not None
+            tables[name]["crc32"] = tables[name]["crc32"] + crcs if ok else None
     doc = {
         "format": CACHE_FORMAT,
         "cache_version": DATASET_VERSION,

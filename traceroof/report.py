@@ -179,17 +179,20 @@ class Report:
         if v == 1:  # upgraded as read (the sections of version 2 only added keys)
             d = {**d, "ranking": upgrade_v1_ranking(d.get("ranking") or [])}
             v = SCHEMA_VERSION
-        ops = pl.DataFrame(d["ops"]) if d.get("ops") else None
+        from .report_schema import table_types
+
+        types = table_types()  # a column of nulls only must not be polars' Null type
+        ops = pl.DataFrame(d["ops"], schema_overrides=_present(types["ops"], d["ops"])) if d.get("ops") else None
         if ops is not None:
             from .schema import KIND
 
             ops = ops.with_columns(pl.col("kind").cast(KIND))
+        steps, ranking = d.get("steps") or [], d.get("ranking") or []
         return cls(
             trace=TraceInfo.from_dict(d["trace"]),
             chip=ChipInfo.from_dict(d["chip"]) if d["chip"] else None,
             coverage=CoverageInfo.from_dict(d["coverage"]), summary=Summary.from_dict(d["summary"]),
-            steps=pl.DataFrame(d.get("steps") or [], infer_schema_length=None),
-            ranking=pl.DataFrame(d.get("ranking") or [], infer_schema_length=None),
+            steps=_table(steps, types["steps"]), ranking=_table(ranking, types["ranking"]),
             ops=ops, warnings=d.get("warnings", []),
             inconsistencies=[InconsistencyInfo.from_dict(i) for i in d.get("inconsistencies", [])],
             findings=[Finding.from_dict(f) for f in d.get("findings", [])],
@@ -233,6 +236,21 @@ def is_report(path: str | os.PathLike[str]) -> bool:
     with open(p, "rb") as fh:
         head = fh.read(256)
     return head.lstrip().startswith(b'{"schema_version"')
+
+
+def _table(rows: list[dict[str, Any]], types: dict[str, Any]) -> pl.DataFrame:
+    """A saved table (one object per row) with its declared column ``types``; no rows: every
+    declared column, empty (as the analysis makes a table of no steps)."""
+    if not rows:
+        return pl.DataFrame(schema=types)
+    return pl.DataFrame(rows, infer_schema_length=None, schema_overrides=_present(types, *rows))
+
+
+def _present(types: dict[str, Any], *tables: dict[str, Any]) -> dict[str, Any]:
+    """``types`` of the columns that one of ``tables`` (column dicts or rows) has; ``kind``
+    left to its own cast (an ``Enum``)."""
+    names = set().union(*tables) if tables else set()
+    return {k: v for k, v in types.items() if k in names and k != "kind"}
 
 
 def _records(df: pl.DataFrame) -> list[dict[str, Any]]:

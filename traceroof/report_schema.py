@@ -33,7 +33,7 @@ from .sections import (
     TraceInfo,
 )
 
-__all__ = ["RANKING_COLUMNS", "check_report", "report_schema", "validate_report"]
+__all__ = ["READ_OPS_COLUMNS", "RANKING_COLUMNS", "check_report", "report_schema", "table_types", "validate_report"]
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -224,18 +224,20 @@ def _problem(v: Any, schema: dict[str, Any], path: str) -> tuple[str, str, Any] 
         want = _fits(x, s)
         if want is not None:
             return where, want, x
+        if isinstance(x, dict) and len(x) > s.get("maxProperties", len(x)):
+            return where, "an empty object" if s["maxProperties"] == 0 else f"at most {s['maxProperties']} keys", x
         if isinstance(x, float) and not math.isfinite(x):
             return where, "a finite number", x
         if isinstance(x, str) and _SURROGATE.search(x):
             return where, "text (a lone UTF-16 surrogate is not text)", x
         if isinstance(x, dict):
             props, extra = s.get("properties", {}), s.get("additionalProperties")
-            for k, val in x.items():
+            for k, val in reversed(x.items()):  # pushed last first: the first bad key is found first
                 sub = props.get(k, extra if isinstance(extra, dict) else {})
                 stack.append((val, sub, f"{where}.{k}"))
         elif isinstance(x, list):
             item = s.get("items", {})
-            stack.extend((val, item, f"{where}[{i}]") for i, val in enumerate(x))
+            stack.extend((x[i], item, f"{where}[{i}]") for i in range(len(x) - 1, -1, -1))
     return None
 
 
@@ -247,9 +249,18 @@ def _anyof_names(s: dict[str, Any]) -> str:
     return " or ".join(dict.fromkeys(names))
 
 
+#: op-table columns the analysis adds past :data:`traceroof.schema.OP_SCHEMA` and
+#: ``ROOFLINE_SCHEMA`` that ``serve``, ``diff`` and ``gate`` read from a saved report, with their
+#: types; ``peak_dtype`` (every analysed op table has it since the first report version) is
+#: required, the others are checked where present.
+READ_OPS_COLUMNS: dict[str, Any] = {"peak_dtype": pl.String, "bucket": pl.String, "collective": pl.String,
+                                    "source_location": pl.String, "label": pl.String}
+REQUIRED_EXTRA_OPS_COLUMNS = ("peak_dtype",)
+
+
 def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
     """The saved op table: every declared column (when it has rows), of one length, scalar values, the declared
-    types of the op-table columns and a known ``kind``."""
+    types of the op-table columns (and of :data:`READ_OPS_COLUMNS`) and a known ``kind``."""
     from .schema import KINDS, OP_SCHEMA, ROOFLINE_SCHEMA
 
     if not isinstance(ops, dict):
@@ -257,10 +268,10 @@ def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
     lengths = {len(col) for col in ops.values() if isinstance(col, list)}
     if len(lengths) > 1:
         return "ops", "columns of one length", sorted(lengths)
-    declared = {**OP_SCHEMA, **ROOFLINE_SCHEMA}
-    missing = [c for c in declared if c not in ops]
+    declared = {**OP_SCHEMA, **ROOFLINE_SCHEMA, **READ_OPS_COLUMNS}
+    missing = [c for c in declared if c not in ops and (c not in READ_OPS_COLUMNS or c in REQUIRED_EXTRA_OPS_COLUMNS)]
     if missing and lengths and max(lengths):  # a table of ops has them all: the dashboard reads them
-        return f"ops.{missing[0]}", "the op table's column (schema.OP_SCHEMA, ROOFLINE_SCHEMA)", None
+        return f"ops.{missing[0]}", "the op table's column (schema.OP_SCHEMA, ROOFLINE_SCHEMA, peak_dtype)", None
     scalar = {"type": ["string", "number", "boolean", "null"]}
     for name, col in ops.items():
         if not isinstance(col, list):
@@ -270,7 +281,7 @@ def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
         got = _problem(col, {"type": "array", "items": want}, f"ops.{name}")
         if got is not None:
             return got
-        got = _one_type(col, f"ops.{name}")
+        got = _one_type(col, f"ops.{name}", dtype)
         if got is not None:
             return got
         if name == "kind":
@@ -280,8 +291,31 @@ def _ops_problem(ops: Any) -> tuple[str, str, Any] | None:
     return None
 
 
-def _one_type(values: list[Any], where: str) -> tuple[str, str, Any] | None:
-    """A table column: scalars of one JSON type (ints among floats allowed)."""
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_INT_RANGES = {pl.Int8: (-(2 ** 7), 2 ** 7 - 1), pl.Int16: (-(2 ** 15), 2 ** 15 - 1), pl.Int32: (-(2 ** 31), 2 ** 31 - 1),
+               pl.Int64: _INT64, pl.UInt8: (0, 2 ** 8 - 1), pl.UInt16: (0, 2 ** 16 - 1), pl.UInt32: (0, 2 ** 32 - 1),
+               pl.UInt64: (0, 2 ** 64 - 1)}
+
+
+def _int_range(values: list[Any], dtype: Any, where: str) -> tuple[str, str, Any] | None:
+    """The integers of a table column within its integer dtype's range (``pl.Int32``: ±2^31;
+    an undeclared column: int64, or uint64 when none is negative (XPlane's ``program_id``
+    fingerprints), what a polars column of ints holds; a float column takes any)."""
+    if dtype is not None and not dtype.is_integer():
+        return None
+    if dtype is None:
+        ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        dtype = pl.UInt64 if ints and min(ints) >= 0 else pl.Int64
+    lo, hi = next((r for t, r in _INT_RANGES.items() if dtype == t), _INT64)
+    bad = next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi), None)
+    if bad is not None:
+        return where, f"an integer from {lo} to {hi}", bad
+    return None
+
+
+def _one_type(values: list[Any], where: str, dtype: Any = None) -> tuple[str, str, Any] | None:
+    """A table column: scalars of one JSON type (ints among floats allowed), its ints in the
+    range of its declared integer ``dtype`` (int64 when it has none: :func:`_int_range`)."""
     kinds = {_json_type(v) for v in values} - {"null"}
     if kinds & {"array", "object"}:
         return where, "a scalar (string, number, boolean or null)", next(v for v in values if isinstance(v, (list, dict)))
@@ -289,12 +323,14 @@ def _one_type(values: list[Any], where: str) -> tuple[str, str, Any] | None:
         kinds.discard("integer")  # ints among floats: one number column
     if len(kinds) > 1:
         return where, "values of one type", sorted(kinds)
+    if kinds == {"integer"}:
+        return _int_range(values, dtype, where)
     return None
 
 
-def _rows_problem(rows: list[Any], table: str) -> tuple[str, str, Any] | None:
+def _rows_problem(rows: list[Any], table: str, types: dict[str, Any]) -> tuple[str, str, Any] | None:
     """A saved table (``steps``, ``ranking``: one object per row): its columns as
-    :func:`_one_type` wants them."""
+    :func:`_one_type` wants them (``types``: the polars dtypes of its declared columns)."""
     cols: dict[str, list[Any]] = {}
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
@@ -302,17 +338,52 @@ def _rows_problem(rows: list[Any], table: str) -> tuple[str, str, Any] | None:
         for k, v in row.items():
             cols.setdefault(k, []).append(v)
     for k, vals in cols.items():
-        got = _one_type(vals, f"{table}.{k}")
+        got = _one_type(vals, f"{table}.{k}", types.get(k))
         if got is not None:
             return got
     return None
 
 
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _chip_problem(chip: Any) -> tuple[str, str, Any] | None:
+    """The chip's peaks (FLOP/s per dtype) and HBM bandwidth (B/s): positive where given
+    (every chip of :mod:`traceroof.chips` has them so; a roof of zero or less, or a ridge point
+    of a negative bandwidth, is no chip)."""
+    if not isinstance(chip, dict):
+        return None
+    for dtype, peak in (chip.get("peak_flops_per_s") or {}).items():
+        if not _positive(peak):
+            return f"chip.peak_flops_per_s.{dtype}", "a positive number (FLOP/s)", peak
+    hbm = chip.get("hbm_bytes_per_s")
+    if hbm is not None and not _positive(hbm):
+        return "chip.hbm_bytes_per_s", "a positive number (B/s) or null", hbm
+    return None
+
+
+def _light_problem(light: Any) -> tuple[str, str, Any] | None:
+    """A speed-of-light section counts at least one complete device-step: the waterfall
+    makes none when there is no step (:func:`traceroof.waterfall.build` returns None), and
+    its means are per device-step."""
+    if not isinstance(light, dict):
+        return None
+    n = light.get("device_steps")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return "speed_of_light.device_steps", "an integer ≥ 1 (complete device-steps)", n
+    return None
+
+
 def _value_problem(d: dict[str, Any]) -> tuple[str, str, Any] | None:
-    """Values the types do not pin down: the grouping's name, and the keys a finding cannot
-    be rebuilt without (its fields without a default)."""
+    """Values the types do not pin down: the grouping's name, the chip's peaks and bandwidth
+    (:func:`_chip_problem`), the speed of light's step count (:func:`_light_problem`), and the
+    keys a finding cannot be rebuilt without (its fields without a default)."""
     from .findings import Finding
 
+    got = _chip_problem(d.get("chip")) or _light_problem(d.get("speed_of_light"))
+    if got is not None:
+        return got
     group_by = (d.get("filters") or {}).get("group_by")
     if group_by not in (None, "op", "kernel"):
         return "filters.group_by", "'op' or 'kernel'", group_by
@@ -323,6 +394,28 @@ def _value_problem(d: dict[str, Any]) -> tuple[str, str, Any] | None:
         if lacks:
             return f"findings[{i}]", f"the key '{lacks[0]}' of a finding", sorted(f)[:5]
     return None
+
+
+_JSON_TO_POLARS = {"string": pl.String, "integer": pl.Int64, "number": pl.Float64, "boolean": pl.Boolean}
+
+
+@functools.cache
+def table_types() -> dict[str, dict[str, Any]]:
+    """The polars dtypes of the declared columns of a saved report's tables: ``steps``
+    (:data:`traceroof.steps.STEP_SCHEMA` with ``hfu`` / ``mfu``), ``ranking``
+    (:data:`RANKING_COLUMNS`), ``ops`` (:data:`traceroof.schema.OP_SCHEMA`,
+    ``ROOFLINE_SCHEMA`` and :data:`READ_OPS_COLUMNS`; ``kind`` as its ``pl.Enum``).
+    :meth:`~traceroof.report.Report.from_dict` builds the tables with them, so a column of
+    nulls only is not polars' ``Null`` type, which no arithmetic takes."""
+    from .schema import OP_SCHEMA, ROOFLINE_SCHEMA
+    from .steps import STEP_SCHEMA
+
+    ranking = {}
+    for k, v in RANKING_COLUMNS.items():
+        t = v["type"]
+        ranking[k] = _JSON_TO_POLARS[t if isinstance(t, str) else next(x for x in t if x != "null")]
+    return {"steps": {**STEP_SCHEMA, "hfu": pl.Float64, "mfu": pl.Float64}, "ranking": ranking,
+            "ops": {**OP_SCHEMA, **ROOFLINE_SCHEMA, **READ_OPS_COLUMNS}}
 
 
 def check_report(d: dict[str, Any], source: str) -> None:
@@ -345,9 +438,9 @@ def check_report(d: dict[str, Any], source: str) -> None:
     got = _problem(d, schema, "report")
     if got is None:
         got = _value_problem(d)
-    for table in ("steps", "ranking"):
+    for table, declared in table_types().items():
         if got is None and isinstance(d.get(table), list):
-            got = _rows_problem(d[table], table)
+            got = _rows_problem(d[table], table, declared)
     if got is None and d.get("ops") is not None:
         got = _ops_problem(d["ops"])
     if got is not None:

@@ -13,8 +13,9 @@ import re
 from typing import Any
 
 from ..costs.hlo import ModuleInfo, module_info_from_text
+from .protowire import LEN, VARINT
 from .xplane_proto import iter_fields
-from .xplane_proto_wire import read_varint
+from .xplane_proto_wire import WireError, read_varint
 
 
 def hlo_module_bytes(hlo_proto: bytes) -> bytes:
@@ -95,10 +96,18 @@ PRIMITIVE_TYPES = {
 }
 
 
-def _packed(buf, wt: int, value) -> list[int]:
-    """A repeated int64 field's values (packed, or one unpacked value)."""
-    if wt != 2:
+#: how deep tuple shapes may nest (XLA's own tuples nest a few levels; a damaged proto nests a
+#: message in itself until the stack runs out)
+MAX_TUPLE_DEPTH = 64
+
+
+def _packed(buf, wt: int, value, tag_pos: int = 0) -> list[int]:
+    """A repeated int64 field's values (packed, or one unpacked value). Raises
+    :class:`~.xplane_proto_wire.WireError` on a fixed-width wire type (not an int64's)."""
+    if wt == VARINT:
         return [int(value)]
+    if wt != LEN:
+        raise WireError(tag_pos, f"an int field with wire type {wt}, expected varint or packed")
     out, pos = [], value[0]
     while pos < value[1]:
         v, pos = read_varint(buf, pos, value[1])
@@ -107,35 +116,72 @@ def _packed(buf, wt: int, value) -> list[int]:
 
 
 def _fields(buf, rng) -> dict[int, list]:
+    """``{field number: [(wire type, value, tag offset), ...]}`` of the message in ``buf[rng[0]:rng[1]]``
+    (``value`` as :func:`~.xplane_proto_wire.iter_fields` gives it). Read it with the typed
+    accessors (:func:`_str`, :func:`_int`, :func:`_ints`, :func:`_msg`, :func:`_msgs`): a field of
+    the wrong wire type is a :class:`~.xplane_proto_wire.WireError`, not a ``TypeError``."""
     got: dict[int, list] = {}
-    for fnum, wt, value, _p, _e in iter_fields(buf, rng[0], rng[1]):
-        got.setdefault(fnum, []).append((wt, value))
+    for fnum, wt, value, tag_pos, _e in iter_fields(buf, rng[0], rng[1]):
+        got.setdefault(fnum, []).append((wt, value, tag_pos))
     return got
 
 
+def _wrong(num: int, wt: int, tag_pos: int, want: str) -> WireError:
+    return WireError(tag_pos, f"field {num} has wire type {wt}, expected {want}")
+
+
+def _msgs(f: dict, num: int) -> list[tuple[int, int]]:
+    """The byte ranges of every value of the message (or string) field ``num``."""
+    out = []
+    for wt, value, tag_pos in f.get(num, []):
+        if wt != LEN:
+            raise _wrong(num, wt, tag_pos, "length-delimited")
+        out.append(value)
+    return out
+
+
+def _msg(f: dict, num: int) -> tuple[int, int] | None:
+    """The byte range of the last value of the message field ``num``, None when absent."""
+    got = _msgs(f, num)
+    return got[-1] if got else None
+
+
+def _int(f: dict, num: int, default: Any = 0) -> Any:
+    """The last value of the varint field ``num`` (unsigned, as on the wire), ``default`` when absent."""
+    if num not in f:
+        return default
+    wt, value, tag_pos = f[num][-1]
+    if wt != VARINT:
+        raise _wrong(num, wt, tag_pos, "varint")
+    return value
+
+
 def _ints(buf, f: dict, num: int) -> list[int]:
-    return [v for wt, value in f.get(num, []) for v in _packed(buf, wt, value)]
+    return [v for wt, value, tag_pos in f.get(num, []) for v in _packed(buf, wt, value, tag_pos)]
 
 
 def _str(buf, f: dict, num: int) -> str:
-    if num not in f:
-        return ""
-    a, b = f[num][-1][1]
-    return bytes(buf[a:b]).decode("utf-8", "replace")
+    rng = _msg(f, num)
+    return "" if rng is None else bytes(buf[rng[0]:rng[1]]).decode("utf-8", "replace")
 
 
-def shape_text(buf, rng) -> str:
+def shape_text(buf, rng, depth: int = 0) -> str:
     """HLO text of a ``ShapeProto`` (``f32[2,3]{1,0}``, tuples ``(f32[2]{0}, s32[])``; the
-    layout's minor-to-major order, not its tiling)."""
+    layout's minor-to-major order, not its tiling). Raises
+    :class:`~.xplane_proto_wire.WireError` on tuples nested deeper than
+    :data:`MAX_TUPLE_DEPTH`."""
+    if depth > MAX_TUPLE_DEPTH:
+        raise WireError(rng[0], f"tuple shapes nested deeper than {MAX_TUPLE_DEPTH}")
     f = _fields(buf, rng)
-    etype = PRIMITIVE_TYPES.get(f.get(2, [(0, 0)])[-1][1], "opaque")
+    etype = PRIMITIVE_TYPES.get(_int(f, 2), "opaque")
     if etype == "tuple":
-        return "(" + _join([shape_text(buf, v) for _wt, v in f.get(4, [])]) + ")"
+        return "(" + _join([shape_text(buf, v, depth + 1) for v in _msgs(f, 4)]) + ")"
     if etype in ("token", "opaque"):
         return f"{etype}[]"
     text = f"{etype}[{','.join(str(d) for d in _ints(buf, f, 3))}]"
-    if 5 in f and 3 in f:  # LayoutProto.minor_to_major (field 1), as HLO text prints it
-        order = _ints(buf, _fields(buf, f[5][-1][1]), 1)
+    layout = _msg(f, 5)
+    if layout is not None and 3 in f:  # LayoutProto.minor_to_major (field 1), as HLO text prints it
+        order = _ints(buf, _fields(buf, layout), 1)
         text += "{" + ",".join(str(d) for d in order) + "}"
     return text
 
@@ -151,8 +197,8 @@ def _dims(name: str, values: list[int]) -> str:
 
 def _window(buf, rng) -> str:
     """``window={size=3x3 stride=1x1 pad=1_1x1_1 lhs_dilate=.. rhs_dilate=..}`` of a ``Window``."""
-    dims = [_fields(buf, v) for _wt, v in _fields(buf, rng).get(1, [])]
-    one = lambda d, k, dflt: (d.get(k, [(0, dflt)])[-1][1])  # noqa: E731
+    dims = [_fields(buf, v) for v in _msgs(_fields(buf, rng), 1)]
+    one = _int
     parts = [f"size={'x'.join(str(one(d, 1, 1)) for d in dims)}",
              f"stride={'x'.join(str(one(d, 2, 1)) for d in dims)}",
              f"pad={'x'.join(f'{_signed(one(d, 3, 0))}_{_signed(one(d, 4, 0))}' for d in dims)}",
@@ -180,7 +226,7 @@ def _dim_labels(buf, rng) -> str:
                 out[pos] = str(i)
         return "".join(out)
 
-    g = lambda k: f.get(k, [(0, 0)])[-1][1]  # noqa: E731
+    g = lambda k: _int(f, k)  # noqa: E731
     lhs = labels({g(7): "b", g(8): "f"}, _ints(buf, f, 11))
     rhs = labels({g(3): "i", g(4): "o"}, _ints(buf, f, 6))
     out = labels({g(9): "b", g(10): "f"}, _ints(buf, f, 12))
@@ -193,21 +239,21 @@ def _attrs(buf, f: dict, opcode: str, comp_names: dict[int, str]) -> list[str]:
     if 11 in f:
         attrs.append(f"kind={_str(buf, f, 11)}")
     if 13 in f:
-        attrs.append(f"index={f[13][-1][1]}")
+        attrs.append(f"index={_int(f, 13)}")
     if 14 in f:
         attrs.append(_dims("dimensions", _ints(buf, f, 14)))
     if 30 in f:
-        d = _fields(buf, f[30][-1][1])
+        d = _fields(buf, _msg(f, 30))
         for k, nm in ((3, "lhs_batch_dims"), (1, "lhs_contracting_dims"),
                       (4, "rhs_batch_dims"), (2, "rhs_contracting_dims")):
             if k in d:
                 attrs.append(_dims(nm, _ints(buf, d, k)))
     if 15 in f:
-        attrs.append(_window(buf, f[15][-1][1]))
+        attrs.append(_window(buf, _msg(f, 15)))
     if 16 in f:
-        attrs.append(_dim_labels(buf, f[16][-1][1]))
-    if 50 in f and f[50][-1][1] > 1:
-        attrs.append(f"feature_group_count={f[50][-1][1]}")
+        attrs.append(_dim_labels(buf, _msg(f, 16)))
+    if _int(f, 50) > 1:
+        attrs.append(f"feature_group_count={_int(f, 50)}")
     callees = [comp_names.get(i, f"computation.{i}") for i in _ints(buf, f, 38)]
     if opcode == "while" and len(callees) == 2:  # HloInstruction::CreateFromProto: body, cond
         attrs.append(f"condition=%{callees[1]}, body=%{callees[0]}")
@@ -219,7 +265,7 @@ def _attrs(buf, f: dict, opcode: str, comp_names: dict[int, str]) -> list[str]:
         attrs.append(("to_apply=%" if len(callees) == 1 else "called_computations=%")
                      + ", %".join(callees))
     if 49 in f:
-        groups = [_ints(buf, _fields(buf, v), 1) for _wt, v in f[49]]
+        groups = [_ints(buf, _fields(buf, v), 1) for v in _msgs(f, 49)]
         attrs.append("replica_groups={" + ",".join(
             "{" + ",".join(str(x) for x in g) + "}" for g in groups) + "}")
     if 28 in f:
@@ -241,24 +287,25 @@ def module_text(hlo_module: bytes) -> tuple[str, str]:
     mod = _fields(buf, (0, len(buf)))
     name = _str(buf, mod, 1)
     entry_name = _str(buf, mod, 2)
-    entry_id = mod.get(6, [(0, None)])[-1][1]
-    comps = [_fields(buf, v) for _wt, v in mod.get(3, [])]
-    comp_names = {c.get(5, [(0, -1)])[-1][1]: _str(buf, c, 1) for c in comps}
+    entry_id = _int(mod, 6, None)
+    comps = [_fields(buf, v) for v in _msgs(mod, 3)]
+    comp_names = {_int(c, 5, -1): _str(buf, c, 1) for c in comps}
     lines = [f"HloModule {name}", ""]
     for c in comps:
         cname = _str(buf, c, 1)
-        cid = c.get(5, [(0, -1)])[-1][1]
-        root = c.get(6, [(0, None)])[-1][1]
-        instrs = [_fields(buf, v) for _wt, v in c.get(2, [])]
-        names = {i.get(35, [(0, -1)])[-1][1]: _str(buf, i, 1) for i in instrs}
+        cid = _int(c, 5, -1)
+        root = _int(c, 6, None)
+        instrs = [_fields(buf, v) for v in _msgs(c, 2)]
+        names = {_int(i, 35, -1): _str(buf, i, 1) for i in instrs}
         is_entry = cid == entry_id if entry_id is not None else cname == entry_name
         lines.append(f"{'ENTRY ' if is_entry else ''}%{cname} {{")
         for i in instrs:
             opcode = _str(buf, i, 2)
-            iid = i.get(35, [(0, -1)])[-1][1]
-            shape = shape_text(buf, i[3][-1][1]) if 3 in i else "()"
+            iid = _int(i, 35, -1)
+            shape_rng = _msg(i, 3)
+            shape = shape_text(buf, shape_rng) if shape_rng is not None else "()"
             if opcode == "parameter":
-                operands = str(i.get(9, [(0, 0)])[-1][1])
+                operands = str(_int(i, 9))
             else:
                 operands = _join([f"%{names.get(o, o)}" for o in _ints(buf, i, 36)])
             text = f"%{_str(buf, i, 1)} = {shape} {opcode}({operands})"

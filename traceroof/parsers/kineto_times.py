@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import polars as pl
@@ -104,6 +104,7 @@ def _us_text_to_ns(s: pl.Series) -> pl.Series:
 def _exp_to_ns(v: str) -> int | None:
     try:
         ns = int((Decimal(v) * 1000).to_integral_value())
-    except (InvalidOperation, ValueError, OverflowError):  # OverflowError: "1e400", "-Infinity"
+    except (ArithmeticError, ValueError):  # InvalidOperation; OverflowError ("1e400", "-Infinity");
+        # decimal.Overflow, an ArithmeticError but no OverflowError ("1E9197675": past Decimal's exponent)
         return None
     return ns if -(1 << 63) <= ns < 1 << 63 else None  # past int64 ns (±292 years): unknown

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .hlo_modules import Modules, _fields, _str, hlo_module_bytes
+from .hlo_modules import Modules, _fields, _int, _msg, _msgs, _str, hlo_module_bytes
 
 COLUMNS = {"hlo_op_name": pl.String, "source_location": pl.String}
 
@@ -32,15 +32,16 @@ def instruction_sources(hlo_proto: bytes) -> dict[str, tuple[str | None, str | N
     mod = _fields(buf, (0, len(buf)))
     frames = _frames(buf, mod)
     out: dict[str, tuple[str | None, str | None]] = {}
-    for _wt, crng in mod.get(3, []):
-        for _wt2, irng in _fields(buf, crng).get(2, []):
+    for crng in _msgs(mod, 3):
+        for irng in _msgs(_fields(buf, crng), 2):
             ins = _fields(buf, irng)
-            if 7 not in ins:
+            md_rng = _msg(ins, 7)
+            if md_rng is None:
                 continue
-            md = _fields(buf, ins[7][-1][1])
+            md = _fields(buf, md_rng)
             op_name = _str(buf, md, 2) or None
-            file, line = _str(buf, md, 3), md.get(4, [(0, 0)])[-1][1]
-            where = f"{file}:{line}" if file else frames.get(md.get(15, [(0, 0)])[-1][1])
+            file, line = _str(buf, md, 3), _int(md, 4)
+            where = f"{file}:{line}" if file else frames.get(_int(md, 15))
             if op_name or where:
                 out[_str(buf, ins, 1)] = (op_name, where)
     return out
@@ -48,17 +49,18 @@ def instruction_sources(hlo_proto: bytes) -> dict[str, tuple[str | None, str | N
 
 def _frames(buf, mod: dict) -> dict[int, str]:
     """``{stack frame id: "file:line"}`` of the module's ``stack_frame_index`` (field 17)."""
-    if 17 not in mod:
+    idx_rng = _msg(mod, 17)
+    if idx_rng is None:
         return {}
-    idx = _fields(buf, mod[17][-1][1])
-    files = [bytes(buf[a:b]).decode("utf-8", "replace") for _wt, (a, b) in idx.get(1, [])]
+    idx = _fields(buf, idx_rng)
+    files = [bytes(buf[a:b]).decode("utf-8", "replace") for a, b in _msgs(idx, 1)]
     locations = []
-    for _wt, rng in idx.get(3, []):
+    for rng in _msgs(idx, 3):
         loc = _fields(buf, rng)
-        locations.append((loc.get(1, [(0, 0)])[-1][1], loc.get(3, [(0, 0)])[-1][1]))
+        locations.append((_int(loc, 1), _int(loc, 3)))
     out = {}
-    for k, (_wt, rng) in enumerate(idx.get(4, []), start=1):
-        loc_id = _fields(buf, rng).get(1, [(0, 0)])[-1][1]
+    for k, rng in enumerate(_msgs(idx, 4), start=1):
+        loc_id = _int(_fields(buf, rng), 1)
         if 1 <= loc_id <= len(locations):
             file_id, line = locations[loc_id - 1]
             if 1 <= file_id <= len(files):

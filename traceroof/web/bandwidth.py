@@ -51,9 +51,10 @@ def bandwidth_figure(ops: pl.DataFrame, chip: ChipInfo | None, *, by: str = "op"
         return figures._empty(fig, "No op moves bytes without FLOPs here: every costed op is on the roofline above.")
     total = float(ops["dur_ns"].sum() or 0)
     share = float(movers["total_ns"].sum() or 0) / total if total else None
-    W = float((chip.hbm_bytes_per_s if chip else None) or 0)
+    W = figures.positive(chip.hbm_bytes_per_s if chip else None)
     xs = movers["move_bytes_per_s"].to_list() + ([W] if W else [])
-    x_lo, x_hi = min(xs) / 4, max(xs) * 4  # 16×: at least one decade tick (numbers.log_ticks)
+    # 16×: at least one decade tick (numbers.log_ticks); clamped into the floats (numbers.log_bound)
+    x_lo, x_hi = numbers.log_bound(min(xs) / 4), numbers.log_bound(max(xs) * 4)
     kinds = [k for k in figures.KIND_COLORS if k in set(movers["kind"].to_list())] + sorted(
         set(movers["kind"].to_list()) - set(figures.KIND_COLORS))
     tmax = float(movers["measured_ns"].max())

@@ -51,9 +51,24 @@ _BASE_LAYOUT: dict[str, Any] = {
 
 
 # --------------------------------------------------------------------- roofline
+def positive(v: Any) -> float:
+    """``v`` as a float when it is a finite number > 0 (a peak, a bandwidth), else 0.0: the
+    figures' "no such roof" (a chip built by hand may hold anything; a saved report's chip
+    is checked by :func:`traceroof.report_schema.check_report`)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return 0.0
+    try:
+        x = float(v)
+    except OverflowError:  # an int past the float range
+        return 0.0
+    return x if math.isfinite(x) and x > 0 else 0.0
+
+
 def roofs(chip: ChipInfo | None) -> list[tuple[list[str], float]]:
-    """The chip's distinct compute roofs: (dtypes sharing the peak, peak FLOP/s), highest first."""
-    peaks = {k: float(v) for k, v in (chip.peak_flops_per_s if chip else {}).items() if v}
+    """The chip's distinct compute roofs: (dtypes sharing the peak, peak FLOP/s), highest
+    first; peaks that are not a positive number (:func:`positive`) draw no roof."""
+    table = chip.peak_flops_per_s if chip and isinstance(chip.peak_flops_per_s, dict) else {}
+    peaks = {k: positive(v) for k, v in table.items() if positive(v)}
     by_value: dict[float, list[str]] = {}
     for k in sorted(peaks, key=lambda d: DTYPE_ORDER.index(d) if d in DTYPE_ORDER else 99):
         by_value.setdefault(peaks[k], []).append(k)
@@ -93,7 +108,7 @@ def roofline_figure(
     """
     fig = go.Figure()
     fig.update_layout(**_BASE_LAYOUT)
-    W = float((chip.hbm_bytes_per_s if chip else None) or 0)
+    W = positive(chip.hbm_bytes_per_s if chip else None)
     roof_list = roofs(chip)
     if chip is None or not roof_list or not W:
         return _empty(fig, "No chip peaks: nothing to put against a roofline (CPU-only or metadata-only trace).")
@@ -105,9 +120,11 @@ def roofline_figure(
     ridges = [ridge_point(p, W) for _, p in roof_list]
     xs = shown["roof_intensity"].to_list() + ridges
     ys = shown["achieved_flops_per_s"].to_list()
-    x_lo, x_hi = min(xs) / 4, max(xs) * 4
-    y_hi = roof_list[0][1] * 2.5
-    y_lo = min(ys + [W * x_lo, roof_list[-1][1]]) / 3
+    # the padded ends clamped into the floats (numbers.log_bound): a peak or a bandwidth at
+    # the edge of the float range must not make the axis log10(0) or log10(inf)
+    x_lo, x_hi = numbers.log_bound(min(xs) / 4), numbers.log_bound(max(xs) * 4)
+    y_hi = numbers.log_bound(roof_list[0][1] * 2.5)
+    y_lo = numbers.log_bound(min(ys + [W * x_lo, roof_list[-1][1]]) / 3)
     _add_roofs(fig, roof_list, W, used, x_lo, x_hi)
     if shown.height:
         _add_op_groups(fig, shown, chip, W, selected)
@@ -195,7 +212,7 @@ def _add_op_groups(fig: go.Figure, shown: pl.DataFrame, chip: ChipInfo, W: float
 
 
 def _roof_hover(r: dict[str, Any], chip: ChipInfo, W: float) -> str:
-    peak = chip.peak_flops_per_s.get(r["peak_dtype"]) if r["peak_dtype"] else None
+    peak = positive(chip.peak_flops_per_s.get(r["peak_dtype"])) if r["peak_dtype"] else None
     attain = min(peak, W * r["roof_intensity"]) if peak else None
     lines = [
         f"<b>{_esc(units.short(r['label'], 90))}</b>",

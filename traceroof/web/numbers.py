@@ -9,6 +9,7 @@ summary line) uses :mod:`traceroof.units`, which picks the unit per value.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, NamedTuple
 
 
@@ -63,13 +64,24 @@ def plain(v: Any, digits: int = 3, *, none: str = "—") -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def log_bound(v: float) -> float:
+    """``v`` clamped into the positive finite floats (``sys.float_info.min`` to ``.max``), so
+    its ``log10`` exists: the end of a log axis whose padding under- or overflowed (a value
+    of 1e-320 ÷ 4, or 1e308 × 4). NaN is taken as the smallest."""
+    if not v > sys.float_info.min:  # NaN too
+        return sys.float_info.min
+    return min(v, sys.float_info.max)
+
+
 def log_ticks(lo: float, hi: float, fmt: Any = plain) -> dict[str, Any]:
     """Plotly log-axis settings with a tick at every power of ten in [lo, hi], each labelled
     by ``fmt`` (``plain``: ``0.1``, ``1``, ``10``, ``1,000``; or a unit formatter such as
     :func:`traceroof.units.flops_per_s`): one notation on the whole axis, not Plotly's mix of
     ``10^15`` and ``100T``. A range of less than a factor 10 may hold no power of ten: callers
-    pad their ranges (the roofline ×4 each way)."""
-    vals = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    pad their ranges (the roofline ×4 each way). ``lo`` and ``hi`` are taken through
+    :func:`log_bound` (the float range holds the powers 10^-307 to 10^308)."""
+    lo, hi = log_bound(lo), log_bound(hi)
+    vals = [10.0 ** k for k in range(max(math.floor(math.log10(lo)), -307), min(math.ceil(math.log10(hi)), 308) + 1)
             if lo <= 10.0 ** k <= hi]
     return {"tickmode": "array", "tickvals": vals, "ticktext": [fmt(v) for v in vals]}
 

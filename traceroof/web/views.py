@@ -160,7 +160,8 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
     Returns:
         The columns of :func:`traceroof.roofline.rank_ops` plus ``peak_dtype`` (the most
         common dtype of a peak the group's ops were costed against: ops with FLOPs > 0 and
-        a peak; null when none was: a copy, or an fp32 op on a chip with no fp32 peak), ``share`` (of the table's device time), ``roof_flops`` /
+        a peak; null when none was: a copy, an fp32 op on a chip with no fp32 peak, or any op
+        of a table without a ``peak_dtype`` column), ``share`` (of the table's device time), ``roof_flops`` /
         ``roof_bytes`` / ``roof_ns`` (sums over the ops that have both FLOPs and bytes: the
         ones a roofline can place), ``achieved_flops_per_s = roof_flops / roof_ns`` (FLOP/s),
         ``roof_intensity = roof_flops / roof_bytes`` (FLOP/byte), and for the memory movers
@@ -180,6 +181,8 @@ def op_groups(ops: pl.DataFrame, by: str = "op") -> pl.DataFrame:
     used_peak = (pl.col("flops") > 0).fill_null(False) & (
         pl.col("peak_flops_per_s").is_not_null() if "peak_flops_per_s" in ops.columns else pl.lit(True))
     mover = (pl.col("bytes") > 0) & (pl.col("flops").is_null() | (pl.col("flops") == 0))
+    if "peak_dtype" not in ops.columns:  # an op table the roofline stage has not seen: no peak taken
+        ops = ops.with_columns(pl.lit(None, dtype=pl.String).alias("peak_dtype"))
     extra = (
         ops.with_columns(label_expr(by).alias("label"))
         .group_by("label")
