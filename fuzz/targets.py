@@ -385,7 +385,7 @@ def make_event_array(rng: random.Random) -> bytes:
 
 
 def _native() -> Callable[[bytes], None] | None:
-    """The target for engineer A's C scanner (:mod:`traceroof.parsers.kineto_native`, its
+    """The target for the native C scanner (:mod:`traceroof.parsers.kineto_native`, its
     entry point ``scan(data) -> Columns | None``, documented never to raise on any input),
     when the module imports and the extension is built. Beyond "no exception", it is checked
     against msgspec: what it accepts, msgspec decodes, with as many events."""
@@ -438,5 +438,5 @@ def targets() -> dict[str, Target]:
     native = _native()
     if native is not None:
         out.insert(2, Target("kineto_native", 30, make_event_array, native, (),
-                             "engineer A's C scanner of Kineto chunks (kineto_native)"))
+                             "the native C scanner of Kineto chunks (kineto_native)"))
     return {t.name: t for t in out}
