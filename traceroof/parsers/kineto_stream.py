@@ -112,15 +112,19 @@ class _Source:
         while True:
             z = self._z
             if not data:
-                if z.unconsumed_tail:
-                    data = z.unconsumed_tail
-                elif z.eof:
+                if z.eof:
+                    # the member ended: what follows it is unused_data. CPython's zlib also
+                    # leaves the same bytes in unconsumed_tail when the member ended in a call
+                    # after an output-limited one; feeding that tail to the finished member
+                    # returned b"" forever (a fuzz hang), so eof is tested first
                     rest = z.unused_data or self._raw(1 << 16)
                     if rest[:2] != _GZIP_MAGIC:
                         return self._out(b"")
                     self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
                     data = rest
                     continue
+                elif z.unconsumed_tail:
+                    data = z.unconsumed_tail
                 else:
                     data = self._raw(max(self.block // 4, 1 << 16))
                     if not data:
