@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import random
 
-VARINT, I64, LEN, I32 = 0, 1, 2, 5
+from traceroof.parsers.protowire import I32, I64, LEN, VARINT
+from traceroof.parsers.xplane_proto_wire import WireError, read_varint
 
 
 def _varint(buf: bytes, i: int, end: int) -> tuple[int, int] | None:
-    v = shift = 0
-    while i < end and shift < 70:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v, i
-        shift += 7
-    return None
+    """The reader's own varint (:func:`~traceroof.parsers.xplane_proto_wire.read_varint`),
+    None where it breaks the wire format (past ``end``, over 10 bytes)."""
+    try:
+        return read_varint(buf, i, end)
+    except WireError:
+        return None
 
 
 def enc_varint(v: int) -> bytes:
