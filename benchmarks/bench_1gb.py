@@ -8,6 +8,7 @@ or ``/tmp/traceroof-bench``, read only)::
     python benchmarks/bench_1gb.py                    # best of 2
     python benchmarks/bench_1gb.py --repeat 3 --trace PATH.json
     python benchmarks/bench_1gb.py --before /tmp/base   # also the cases of another checkout
+    python benchmarks/bench_1gb.py --cases library,cli --malloc-conf dirty_decay_ms:0  # a subset; another allocator setting
 
 Each case runs in its own subprocess (``PYTHONPATH`` = this checkout, ``_RJEM_MALLOC_CONF``
 unset, so the allocator is whatever traceroof or polars choose): wall = fork → exit (imports
@@ -46,10 +47,16 @@ TIME_BAR = 0.25  # issue 19: analyze wall <= 0.25x a bare orjson.loads
 RSS_BAR = 0.5  # issue 19: peak RSS <= 0.5x the file
 
 
+#: ``--malloc-conf``: the children's ``_RJEM_MALLOC_CONF`` (None: unset, traceroof's own choice)
+MALLOC_CONF: str | None = None
+
+
 def run(argv: list[str], repo: Path = REPO) -> dict[str, float]:
     """One child: wall s, CPU s (user + sys) and peak RSS MB, from ``os.wait4``; traceroof
     imported from ``repo``."""
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if MALLOC_CONF is not None:
+        env["_RJEM_MALLOC_CONF"] = MALLOC_CONF
     env["PYTHONPATH"] = str(repo)
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -74,7 +81,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="best of N per case")
     ap.add_argument("--results", type=Path, help="also write the figures as JSON here")
     ap.add_argument("--before", type=Path, help="another checkout (built): its cli and library cases too")
+    ap.add_argument("--cases", help="comma-separated subset of orjson,cli,cli-gz,library (default: all)")
+    ap.add_argument("--malloc-conf", help="the children's _RJEM_MALLOC_CONF (default: unset), e.g. "
+                    "background_thread:true,dirty_decay_ms:0,muzzy_decay_ms:0")
     args = ap.parse_args()
+    global MALLOC_CONF
+    MALLOC_CONF = args.malloc_conf
     trace = args.trace
     gz = trace.with_name(trace.name + ".gz")
     for p in (trace, gz):
@@ -90,6 +102,8 @@ def main() -> None:
         "cli-gz": [*cli, str(gz), *tail],
         "library": [py, "-c", LIBRARY, str(trace)],
     }
+    if args.cases:
+        cases = {k: v for k, v in cases.items() if k in args.cases.split(",")}
     load = os.getloadavg()
     res = {}
     runs = [(name, argv, REPO) for name, argv in cases.items()]
@@ -100,7 +114,8 @@ def main() -> None:
         print(f"{name}: {res[name]}", file=sys.stderr, flush=True)
     floor = res["orjson"]["wall_s"]
     print(f"\n{trace.name}: {file_mb:,.0f} MB; load average {load[0]:.1f} at start, "
-          f"{os.getloadavg()[0]:.1f} at end; best of {args.repeat}\n")
+          f"{os.getloadavg()[0]:.1f} at end; best of {args.repeat}; _RJEM_MALLOC_CONF "
+          f"{MALLOC_CONF or 'unset'}\n")
     print("| case | wall | CPU (user+sys) | peak RSS | wall / orjson | CPU / orjson wall | RSS / file "
           "| bars (0.25x, 0.5x) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")

@@ -83,8 +83,10 @@ def inside(host_rows: pl.DataFrame, w: pl.DataFrame) -> pl.Series:
     thread never overlap: each Begin is matched with the next End), not a cross product."""
     if w.height == 0 or host_rows.height == 0:
         return pl.Series("inside", [False] * host_rows.height, dtype=pl.Boolean)
-    t = host_rows.select("rank", "thread", "start_ns").with_row_index("_i").sort("start_ns")
-    win = w.select("rank", "thread", pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we")).sort("_ws")
+    # the windows' thread is text (WINDOW_SCHEMA), the host table's dictionary-coded: both text
+    t = (host_rows.select("rank", pl.col("thread").cast(pl.String), "start_ns").with_row_index("_i")
+         .sort("start_ns"))
+    win = w.select("rank", pl.col("thread").cast(pl.String), pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we")).sort("_ws")
     j = t.join_asof(win, left_on="start_ns", right_on="_ws", by=["rank", "thread"], strategy="backward",
                     check_sortedness=False)
     hit = (pl.col("_we").is_not_null() & (pl.col("start_ns") < pl.col("_we"))).fill_null(False)

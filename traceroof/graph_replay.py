@@ -550,7 +550,8 @@ def _shape_rows(src: Source, lenders: list[int], ids: list[int], ranks: list[int
     rows = src.rows_at(lenders).with_columns(pl.Series("external_id", ids, dtype=pl.Int64),
                                              pl.Series("rank", ranks, dtype=pl.Int32))
     if not src.same_trace:
-        rows = rows.with_columns(pl.lit(None, pl.String).alias("pid"), pl.lit(None, pl.String).alias("thread"))
+        rows = rows.with_columns(pl.lit(None, HOST_SCHEMA["pid"]).alias("pid"),
+                                 pl.lit(None, HOST_SCHEMA["thread"]).alias("thread"))
     return rows.select(list(HOST_SCHEMA))
 
 

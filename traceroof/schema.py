@@ -26,6 +26,12 @@ KINDS: tuple[str, ...] = (
 )
 KIND = pl.Enum(list(KINDS))
 
+#: The dtype of the host table's text columns but ``name``: dictionary-coded (4 bytes a row,
+#: one copy of each distinct text; a String row is a 16-byte view whatever its text), session
+#: 8, issue 19 item 2. ``==`` / ``is_in`` with a literal work as on String; ``.str`` methods
+#: need ``.cast(pl.String)``; a join needs both sides Categorical.
+CAT = pl.Categorical()
+
 #: Roofline verdicts (DESIGN §6).
 BOUNDS: tuple[str, ...] = ("compute", "memory", "comm", "latency", "unknown")
 
@@ -75,22 +81,22 @@ ROOFLINE_SCHEMA = pl.Schema(
 HOST_SCHEMA = pl.Schema(
     {
         "rank": pl.Int32,
-        "pid": pl.String,
-        "thread": pl.String,  # tid as written in the trace (ints and strings both occur)
+        "pid": CAT,
+        "thread": CAT,  # tid as written in the trace (ints and strings both occur)
         "name": pl.String,
-        "cat": pl.String,  # normalised category: cpu_op, runtime, annotation, gpu_annotation, python, sync
+        "cat": CAT,  # normalised category: cpu_op, runtime, annotation, gpu_annotation, python, sync
         "start_ns": pl.Int64,
         "dur_ns": pl.Int64,
         "correlation": pl.Int64,
         "external_id": pl.Int64,
-        "input_dims": pl.String,  # raw JSON text of Kineto "Input Dims" (record_shapes=True)
-        "input_types": pl.String,  # raw JSON text of "Input type"
-        "concrete_inputs": pl.String,  # raw JSON text of "Concrete Inputs"
-        "coll_name": pl.String,  # record_param_comms "Collective name"
+        "input_dims": CAT,  # raw JSON text of Kineto "Input Dims" (record_shapes=True)
+        "input_types": CAT,  # raw JSON text of "Input type"
+        "concrete_inputs": CAT,  # raw JSON text of "Concrete Inputs"
+        "coll_name": CAT,  # record_param_comms "Collective name"
         "coll_in_nelems": pl.Int64,  # "In msg nelems"
         "coll_out_nelems": pl.Int64,  # "Out msg nelems"
         "coll_group_size": pl.Int32,  # "Group size"
-        "coll_dtype": pl.String,  # "dtype"
+        "coll_dtype": CAT,  # "dtype"
     }
 )
 

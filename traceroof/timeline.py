@@ -226,7 +226,7 @@ def _device_markers(host: pl.DataFrame) -> pl.DataFrame:
     m = marker_rows(host).filter(pl.col("cat") == DEVICE_MARKER_CAT)
     return (m.with_columns(
         pl.col("name").str.extract(STEP_MARKER + r"(\d+)").cast(pl.Int32).alias("step"),
-        pl.col("pid").str.extract(r"(\d+)\D*$").cast(pl.Int32, strict=False).alias("device"),
+        pl.col("pid").cast(pl.String).str.extract(r"(\d+)\D*$").cast(pl.Int32, strict=False).alias("device"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
         .select("rank", "device", "step", "start_ns", "end_ns").sort("start_ns")
         .unique(["rank", "device", "step"], keep="first", maintain_order=True))

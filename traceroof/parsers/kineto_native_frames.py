@@ -5,7 +5,9 @@ then :mod:`.kineto_columns`), computed on the integer codes: each event's phase 
 category are looked up once per distinct code, the rows are picked with numpy masks, and
 the frames are built once per run of native pieces (:meth:`NativeRows.flush`) with one
 ``dictionary.gather(codes)`` per String column, so a row of a String column is a 16-byte
-view into the file's dictionary, never a copy of its text.
+view into the file's dictionary, never a copy of its text; the host frame's recorded-shape
+text (``input_dims``, ``input_types``, ``concrete_inputs``) is gathered from the dictionary
+as Categorical, 4 bytes a row (HOST_SCHEMA's dtype for them).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..schema import CAT
 from ..step_markers import WINDOW_CAT, WINDOW_END, WINDOW_START
 from . import kineto_vocab as V
 from .kineto_columns import as_int
@@ -77,9 +80,12 @@ class _Frame:
             self.merged.append(_merge(self.parts))
             self.parts = []
 
-    def flush(self, strings: pl.Series, cat_names: pl.Series, dictionary: list[Any]) -> pl.DataFrame | None:
+    def flush(self, strings: pl.Series, cat_names: pl.Series, dictionary: list[Any],
+              coded: Any = None) -> pl.DataFrame | None:
         """The frame of the rows added so far (None when there are none); the parts are
-        freed column by column as the Series are made, so they are never held twice."""
+        freed column by column as the Series are made, so they are never held twice.
+        ``coded()``: ``strings`` as Categorical (made once, when a TEXT column needs it), so
+        those columns are 4-byte codes (:data:`traceroof.schema.CAT`), never String views."""
         if not (self.parts or self.merged):
             return None
         parts, self.parts, self.merged = self.merged + self.parts, [], []
@@ -103,7 +109,7 @@ class _Frame:
         for col in self.columns:
             vals = take(col.column)
             if col.dtype == V.TEXT:
-                out[col.column] = strings.gather(vals)
+                out[col.column] = (coded() if coded is not None else strings).gather(vals)
             elif col.dtype == V.STRING:
                 out[col.column] = _string_arg(vals, take(col.column + "/kind"), strings)
             else:
@@ -262,8 +268,15 @@ class NativeRows:
         dictionary = self.scanner.dictionary()
         strings = pl.Series(dictionary, dtype=pl.String)
         cat_names = pl.Series(self.cat_names, dtype=pl.String)
+        made: list[pl.Series] = []
+
+        def coded() -> pl.Series:
+            if not made:
+                made.append(strings.cast(CAT))
+            return made[0]
+
         dev = self.dev.flush(strings, cat_names, dictionary)
-        host = self.host.flush(strings, cat_names, dictionary)
+        host = self.host.flush(strings, cat_names, dictionary, coded)
         if dev is not None:
             self.b.dev_frames.append(dev)
         if host is not None:

@@ -149,4 +149,6 @@ def _with_markers(host: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
         (pl.lit("inferred: ") + pl.col("module") + pl.lit(" execution")).alias("annotation"))
     out = pl.concat([host, rows], how="diagonal_relaxed").select(host.columns + (
         [] if "annotation" in host.columns else ["annotation"]))
+    # the host table's dictionary-coded columns stay so (a relaxed concat with text makes text)
+    out = out.with_columns(pl.col(c).cast(host.schema[c]) for c in ("pid", "thread", "cat"))
     return out.sort(["rank", "start_ns"], maintain_order=True)
