@@ -112,7 +112,7 @@ def main() -> None:
     for name, argv, repo in runs:
         res[name] = best_of(argv, args.repeat, repo)
         print(f"{name}: {res[name]}", file=sys.stderr, flush=True)
-    floor = res["orjson"]["wall_s"]
+    floor = res["orjson"]["wall_s"] if "orjson" in res else float("nan")
     print(f"\n{trace.name}: {file_mb:,.0f} MB; load average {load[0]:.1f} at start, "
           f"{os.getloadavg()[0]:.1f} at end; best of {args.repeat}; _RJEM_MALLOC_CONF "
           f"{MALLOC_CONF or 'unset'}\n")
