@@ -84,8 +84,7 @@ class _Frame:
               coded: Any = None) -> pl.DataFrame | None:
         """The frame of the rows added so far (None when there are none); the parts are
         freed column by column as the Series are made, so they are never held twice.
-        ``coded()``: ``strings`` as Categorical (made once, when a TEXT column needs it), so
-        those columns are 4-byte codes (:data:`traceroof.schema.CAT`), never String views."""
+        ``coded(codes)``: a TEXT column as Categorical (:func:`_coded`), 4 bytes a row."""
         if not (self.parts or self.merged):
             return None
         parts, self.parts, self.merged = self.merged + self.parts, [], []
@@ -109,7 +108,7 @@ class _Frame:
         for col in self.columns:
             vals = take(col.column)
             if col.dtype == V.TEXT:
-                out[col.column] = (coded() if coded is not None else strings).gather(vals)
+                out[col.column] = strings.gather(vals) if coded is None else coded(vals)
             elif col.dtype == V.STRING:
                 out[col.column] = _string_arg(vals, take(col.column + "/kind"), strings)
             else:
@@ -126,6 +125,17 @@ _MERGE_PARTS = 64
 def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """The parts as one, column by column (each small array freed as it is merged)."""
     return {k: np.concatenate([p.pop(k) for p in parts]) for k in list(parts[0])}
+
+
+def _coded(strings: pl.Series, codes: np.ndarray) -> pl.Series:
+    """``strings.gather(codes)`` as Categorical (:data:`traceroof.schema.CAT`): only the
+    distinct strings the codes use are made categories (the whole dictionary would be a second
+    copy of every text of the file in polars' category map: +45 MB on the 1 GB trace), then
+    each row is a 4-byte code gathered through a per-code lookup (no sort, one pass)."""
+    used = np.zeros(len(strings), bool)
+    used[codes] = True
+    at = np.cumsum(used, dtype=np.int64) - 1  # code -> its position among the used ones
+    return strings.gather(np.flatnonzero(used)).cast(CAT).gather(at[codes])
 
 
 def _nullable(vals: np.ndarray, valid: np.ndarray, dtype: Any) -> pl.Series:
@@ -268,15 +278,8 @@ class NativeRows:
         dictionary = self.scanner.dictionary()
         strings = pl.Series(dictionary, dtype=pl.String)
         cat_names = pl.Series(self.cat_names, dtype=pl.String)
-        made: list[pl.Series] = []
-
-        def coded() -> pl.Series:
-            if not made:
-                made.append(strings.cast(CAT))
-            return made[0]
-
         dev = self.dev.flush(strings, cat_names, dictionary)
-        host = self.host.flush(strings, cat_names, dictionary, coded)
+        host = self.host.flush(strings, cat_names, dictionary, lambda codes: _coded(strings, codes))
         if dev is not None:
             self.b.dev_frames.append(dev)
         if host is not None:
