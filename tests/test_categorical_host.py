@@ -1,0 +1,95 @@
+"""Session 8 (issue 19 item 2, the 1 GB memory bar): the host table's text columns but
+``name`` are dictionary-coded (``schema.CAT``, polars Categorical), on both Kineto decoder
+paths and through the cache; an all-null declared column is a broadcast null; the findings
+stage takes a slice, not a copy, of the op table when it leaves out one run of rows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import real
+from polars.testing import assert_frame_equal
+
+from traceroof import read_trace
+from traceroof.analysis import _kept_rows
+from traceroof.cache import read_cache
+from traceroof.ingest import write_cache
+from traceroof.parsers.kineto_native_frames import _coded
+from traceroof.schema import CAT, HOST_SCHEMA, OP_SCHEMA, conform
+
+QWEN = ("TraceLens", "tests", "traces", "h100", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+CODED = ["pid", "thread", "cat", "input_dims", "input_types", "concrete_inputs", "coll_name", "coll_dtype"]
+
+
+def _raw_cpu_op_dims(path) -> Counter:
+    """The oracle: each ``cpu_op`` X event's ``Input Dims`` from the raw JSON (json module),
+    re-serialised canonically."""
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    return Counter(json.dumps(e["args"]["Input Dims"]) for e in doc["traceEvents"]
+                   if e.get("ph") == "X" and e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {}))
+
+
+@pytest.mark.parametrize("decoder", ["native", "python"])
+def test_host_text_columns_are_categorical_and_hold_the_traces_text(decoder, monkeypatch):
+    monkeypatch.setenv("TRACEROOF_DECODER", decoder)
+    path = real(*QWEN)
+    host = read_trace(path).host
+    assert [c for c, d in host.schema.items() if d == CAT] == CODED
+    assert host.schema["name"] == pl.String and host.schema == HOST_SCHEMA
+    # the text is the trace's: every cpu_op's Input Dims, as many times as the raw JSON has it
+    dims = host.filter(pl.col("cat") == "cpu_op")["input_dims"].drop_nulls().to_list()
+    got = Counter(json.dumps(json.loads(t)) for t in dims)
+    want = _raw_cpu_op_dims(path)
+    assert sum(want.values()) > 100 and got == want
+
+
+def test_the_cache_keeps_the_coded_columns(tmp_path):
+    tr = read_trace(real(*QWEN))
+    back = read_cache(write_cache(tr, tmp_path / "c"))
+    assert back.host.schema == HOST_SCHEMA
+    assert_frame_equal(back.host, tr.host, check_exact=True)
+
+
+def test_coded_is_the_plain_gather_with_nulls_and_repeats():
+    # the dictionary with a null at 0 (an absent value), codes repeated and out of order
+    strings = pl.Series(["", None, "[[2, 3]]", "[]", "unused", "[[4]]"], dtype=pl.String)
+    codes = np.array([2, 2, 1, 5, 0, 3, 5, 2], dtype=np.int32)
+    got = _coded(strings, codes)
+    assert got.dtype == CAT
+    assert got.to_list() == ["[[2, 3]]", "[[2, 3]]", None, "[[4]]", "", "[]", "[[4]]", "[[2, 3]]"]
+
+
+def test_conform_holds_an_all_null_column_as_one_broadcast_null():
+    df = pl.DataFrame({"rank": [0, 1, 1], "coll_name": pl.Series([None, None, None], dtype=pl.String),
+                       "coll_in_nelems": pl.Series([None, None, None], dtype=pl.Int64),
+                       "name": ["a", None, "b"]})
+    out = conform(df, HOST_SCHEMA)
+    assert out.schema == HOST_SCHEMA and out.height == 3
+    assert out["coll_name"].null_count() == 3 and out["coll_in_nelems"].null_count() == 3
+    # a partly-null column keeps its values
+    assert out["name"].to_list() == ["a", None, "b"]
+    # the broadcast null behaves as the materialised one: a filter and a gather of it
+    assert out.filter(pl.col("rank") == 1)["coll_in_nelems"].to_list() == [None, None]
+    assert out[[2, 0]]["coll_name"].to_list() == [None, None]
+
+
+@pytest.mark.parametrize("mask", [
+    [False, True, True, True, False],   # one run inside: a slice
+    [True, True, False, False, False],  # one run at the start
+    [True, True, True, True, True],     # every row
+    [False, False, False, False, False],
+    [True, False, True, False, True],   # gaps: a filter
+    [False, False, False, False, True],
+])
+def test_kept_rows_equal_the_filter(mask):
+    ops = conform(pl.DataFrame({"start_ns": [5, 1, 3, 2, 4], "name": ["a", "b", "c", "d", "e"]}), OP_SCHEMA)
+    keep = pl.Series(mask)
+    got = _kept_rows(ops, keep)
+    assert_frame_equal(got, ops.filter(keep))
+    assert got.height == sum(mask)
