@@ -17,6 +17,7 @@ from traceroof import graph_capture
 from traceroof.graph_sources import build_source, key
 from traceroof.host import innermost_cpu_ops
 from traceroof.io import read_trace
+from traceroof.schema import HOST_SCHEMA
 from traceroof.unlaunched import _runs
 
 TRACES = [
@@ -127,7 +128,7 @@ def test_build_source_many_windows_equals_the_old_formulation(tmp_path):
                        .alias("dur_ns"),
                        pl.when(pl.col("_i") == launch2["_i"][4]).then(None).otherwise(pl.col("thread")).alias("thread"))
     other = h.filter(pl.col("start_ns") >= begins[0]).with_columns(pl.lit(1, pl.Int32).alias("rank"),
-                                                                  pl.lit("t2").alias("thread"))
+                                                                  pl.lit("t2", HOST_SCHEMA["thread"]).alias("thread"))
     host = pl.concat([h, other]).drop("_i")
     ops = pl.concat([t.ops, t.ops.with_columns(pl.lit(1, pl.Int32).alias("rank"))])
     rows, seqs, op_kernels, captures, n_windows = _old_source(ops, host)
