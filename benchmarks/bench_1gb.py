@@ -59,7 +59,10 @@ def run(argv: list[str], repo: Path = REPO) -> dict[str, float]:
         env["_RJEM_MALLOC_CONF"] = MALLOC_CONF
     env["PYTHONPATH"] = str(repo)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # cwd = the checkout measured: ``python -c`` / ``-m`` put the working directory first on
+    # sys.path, ahead of PYTHONPATH (run from this checkout, the ``--before`` cases imported
+    # this checkout's traceroof, not the other's)
+    proc = subprocess.Popen(argv, env=env, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
