@@ -90,7 +90,9 @@ def main() -> None:
     args = ap.parse_args()
     global MALLOC_CONF
     MALLOC_CONF = args.malloc_conf
-    trace = args.trace
+    trace = args.trace.resolve()  # the children run in the checkout they measure
+    if args.before:
+        args.before = args.before.resolve()
     gz = trace.with_name(trace.name + ".gz")
     for p in (trace, gz):
         if not p.is_file():
@@ -106,6 +108,9 @@ def main() -> None:
         "library": [py, "-c", LIBRARY, str(trace)],
     }
     if args.cases:
+        unknown = set(args.cases.split(",")) - set(cases)
+        if unknown:
+            raise SystemExit(f"bench_1gb: unknown --cases {', '.join(sorted(unknown))} (known: {', '.join(cases)})")
         cases = {k: v for k, v in cases.items() if k in args.cases.split(",")}
     load = os.getloadavg()
     res = {}

@@ -56,6 +56,21 @@ def test_the_cache_keeps_the_coded_columns(tmp_path):
     assert_frame_equal(back.host, tr.host, check_exact=True)
 
 
+def test_a_cache_written_with_text_columns_reads_back_coded(tmp_path):
+    # a cache of the previous layout (the eight columns stored as String: cache_version 1
+    # unchanged) reads back with the coded schema and the same text
+    tr = read_trace(real(*QWEN))
+    old = read_trace(real(*QWEN))
+    object.__setattr__(old, "host", tr.host.with_columns(pl.col(c).cast(pl.String) for c in CODED))
+    d = write_cache(old, tmp_path / "c")
+    stored = {f: pl.read_parquet_schema(f) for f in d.rglob("*.parquet")}
+    host_files = [s for s in stored.values() if "input_dims" in s]
+    assert host_files and all(s["input_dims"] == pl.String for s in host_files)  # really the old layout
+    back = read_cache(d)
+    assert back.host.schema == HOST_SCHEMA
+    assert_frame_equal(back.host, tr.host, check_exact=True)
+
+
 def test_coded_is_the_plain_gather_with_nulls_and_repeats():
     # the dictionary with a null at 0 (an absent value), codes repeated and out of order
     strings = pl.Series(["", None, "[[2, 3]]", "[]", "unused", "[[4]]"], dtype=pl.String)
@@ -65,7 +80,9 @@ def test_coded_is_the_plain_gather_with_nulls_and_repeats():
     assert got.to_list() == ["[[2, 3]]", "[[2, 3]]", None, "[[4]]", "", "[]", "[[4]]", "[[2, 3]]"]
 
 
-def test_conform_holds_an_all_null_column_as_one_broadcast_null():
+def test_conform_broadcast_null_behaves_as_a_materialised_null():
+    # (the memory it saves is measured by benchmarks/mem_stages.py, not here: polars'
+    # estimated_size counts a broadcast column at 8 B a row too)
     df = pl.DataFrame({"rank": [0, 1, 1], "coll_name": pl.Series([None, None, None], dtype=pl.String),
                        "coll_in_nelems": pl.Series([None, None, None], dtype=pl.Int64),
                        "name": ["a", None, "b"]})
@@ -77,6 +94,16 @@ def test_conform_holds_an_all_null_column_as_one_broadcast_null():
     # the broadcast null behaves as the materialised one: a filter and a gather of it
     assert out.filter(pl.col("rank") == 1)["coll_in_nelems"].to_list() == [None, None]
     assert out[[2, 0]]["coll_name"].to_list() == [None, None]
+
+
+def test_conform_keeps_the_height_when_every_column_is_null():
+    # every declared column present is null in every row and there is no extra column:
+    # a select of literals alone would give one row, not three
+    df = pl.DataFrame({"name": pl.Series([None] * 3, dtype=pl.String),
+                       "start_ns": pl.Series([None] * 3, dtype=pl.Int64)})
+    out = conform(df, HOST_SCHEMA)
+    assert out.height == 3 and out.schema == HOST_SCHEMA
+    assert conform(df.head(0), HOST_SCHEMA).height == 0
 
 
 @pytest.mark.parametrize("mask", [
@@ -93,3 +120,17 @@ def test_kept_rows_equal_the_filter(mask):
     got = _kept_rows(ops, keep)
     assert_frame_equal(got, ops.filter(keep))
     assert got.height == sum(mask)
+
+
+def test_kept_rows_copies_nothing_for_one_run(monkeypatch):
+    # the slice path is taken for one run of kept rows (a filter would copy every column):
+    # DataFrame.filter made to fail, the one-run masks still answer, the gapped one does not
+    ops = conform(pl.DataFrame({"start_ns": [5, 1, 3, 2, 4], "name": ["a", "b", "c", "d", "e"]}), OP_SCHEMA)
+
+    def no_filter(*a, **k):
+        raise AssertionError("filtered")
+    monkeypatch.setattr(pl.DataFrame, "filter", no_filter)
+    assert _kept_rows(ops, pl.Series([False, True, True, True, False]))["name"].to_list() == ["b", "c", "d"]
+    assert _kept_rows(ops, pl.Series([True] * 5)) is ops
+    with pytest.raises(AssertionError, match="filtered"):
+        _kept_rows(ops, pl.Series([True, False, True, False, True]))

@@ -123,7 +123,9 @@ def conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
         else:
             cols.append(pl.lit(None, dtype=dtype).alias(name))
     extra = [c for c in df.columns if c not in schema]
-    return df.select(cols + extra)
+    # with_columns, not select: a select of nothing but literals (every declared column null,
+    # no extra column) would make a table of one row
+    return df.with_columns(cols).select([*schema, *extra])
 
 
 def validate(df: pl.DataFrame, schema: pl.Schema, *, what: str = "table") -> pl.DataFrame:
