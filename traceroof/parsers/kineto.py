@@ -173,8 +173,8 @@ def _use_native(json_bytes: int | None, path: str) -> bool:
     (None: unknown): at :data:`NATIVE_MIN_BYTES` and above, or at any size with
     ``TRACEROOF_DECODER=native`` (the equality tests and fuzzing of the scanner's path;
     ``=python`` switches the scanner off at any size, :func:`.kineto_native.active`)."""
-    if os.environ.get(ENV_DECODER, "").strip().lower() == "native":
-        return True
+    if os.environ.get(ENV_DECODER, "").strip().lower() in ("native", "python"):
+        return True  # forced either way: kineto_native.native_scanner obeys it and logs why
     if json_bytes is None or json_bytes >= NATIVE_MIN_BYTES:
         return True
     logger.debug("%s: Kineto decoder: msgspec (%d bytes of JSON, below %d)", path, json_bytes, NATIVE_MIN_BYTES)
