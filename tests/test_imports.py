@@ -103,14 +103,16 @@ def test_the_analysis_imports_no_numpy():
     assert [m for m in got["numpy_from"] if not m.startswith("traceroof.parsers.")] == [], got
 
 
-@pytest.mark.parametrize("parts", [BERT, DLRM_TAR, NESTING, MTIA], ids=["bert", "dlrm-tar", "alexnet", "mtia"])
-def test_a_small_kineto_trace_imports_no_numpy(parts):
+@pytest.mark.parametrize(("parts", "chip"), [(BERT, ()), (DLRM_TAR, ()), (NESTING, ()), (MTIA, ("--chip", "h100"))],
+                         ids=["bert", "dlrm-tar", "alexnet", "mtia"])
+def test_a_small_kineto_trace_imports_no_numpy(parts, chip):
     """Under 8 MB of JSON msgspec decodes the file (~60-90 ms of ``import numpy`` saved): no
     module ran ``import numpy`` and numpy is not loaded. bert: 1,078,563 bytes of JSON; the
     DLRM tar: 8 plain members of 0.9-1.0 MB each, with collectives (the speed of light's
     overlap test); HTA's alexnet: PyTorch 1.x links by nesting (``kineto_enclose``); HTA's MTIA
-    trace: unlaunched kernels lent by eager ops (``graph_sources.build_source``)."""
-    got = _loaded("analyze", str(real(*parts)), "--format", "json", "-q")
+    trace: unlaunched kernels lent by eager ops (``graph_sources.build_source``; it names no
+    chip)."""
+    got = _loaded("analyze", str(real(*parts)), *chip, "--format", "json", "-q")
     assert got["exit"] == 0 and got["bytes"] > 1000, got
     assert got["numpy_from"] == [] and "numpy" not in got["loaded"], got
 
