@@ -8,7 +8,7 @@ the HLO proto, not from jax) or write JSON. rich is needed only to print a table
 is no longer imported by the analysis (:mod:`traceroof.timeline` partitions device time with
 polars); the readers still import it where they need it (the native Kineto scanner's columns
 are numpy arrays, the XPlane readers decode and sort with it), so a Kineto run imports numpy
-from ``traceroof.parsers`` only, and a Kineto file under 8 MB of JSON (decoded by msgspec) not
+from ``traceroof.parsers`` only, and a Kineto file under 15 MB of JSON (decoded by msgspec) not
 at all.
 protobuf is imported for an XPlane (its plane metadata is decoded by upb), not its
 ``descriptor_pb2`` module (~12 ms), which only building the message classes needed.
@@ -93,7 +93,7 @@ def test_a_table_imports_rich_and_still_no_jax():
 
 def test_the_analysis_imports_no_numpy():
     """Only the native Kineto scanner imports numpy on a Kineto trace, and only on a file of
-    8 MB of JSON or more (``kineto.NATIVE_MIN_BYTES``): the time base, the steps, the costing,
+    15 MB of JSON or more (``kineto.NATIVE_MIN_BYTES``): the time base, the steps, the costing,
     the findings and the report do their work in polars (``import numpy`` ran in no module
     outside ``traceroof.parsers``, lazily or not). The ns_resolution trace is 15,377,659 bytes
     of JSON (``zcat | wc -c``), so the scanner reads it: the probe sees that import."""
@@ -106,7 +106,7 @@ def test_the_analysis_imports_no_numpy():
 @pytest.mark.parametrize(("parts", "chip"), [(BERT, ()), (DLRM_TAR, ()), (NESTING, ()), (MTIA, ("--chip", "h100"))],
                          ids=["bert", "dlrm-tar", "alexnet", "mtia"])
 def test_a_small_kineto_trace_imports_no_numpy(parts, chip):
-    """Under 8 MB of JSON msgspec decodes the file (~60-90 ms of ``import numpy`` saved): no
+    """Under 15 MB of JSON msgspec decodes the file (~60-90 ms of ``import numpy`` saved): no
     module ran ``import numpy`` and numpy is not loaded. bert: 1,078,563 bytes of JSON; the
     DLRM tar: 8 plain members of 0.9-1.0 MB each, with collectives (the speed of light's
     overlap test); HTA's alexnet: PyTorch 1.x links by nesting (``kineto_enclose``); HTA's MTIA

@@ -1,5 +1,5 @@
 """Which Kineto decoder reads a file (``parsers/kineto.py``, ``NATIVE_MIN_BYTES``): msgspec
-under 8 MB of decompressed JSON (no ``import numpy``), the native scanner at and above it,
+under 15 MB of decompressed JSON (no ``import numpy``), the native scanner at and above it,
 ``TRACEROOF_DECODER`` forcing either at any size. The tables are equal either way
 (``tests/test_kineto_native_equal.py``, which forces ``native``); here the choice itself."""
 
@@ -17,7 +17,7 @@ from traceroof.parsers import kineto as K
 from traceroof.parsers import kineto_native as N
 
 BERT = ("TraceLens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz")
-QWEN = ("TraceLens", "tests", "traces", "h100", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+NS_RES = ("HolisticTraceAnalysis", "tests", "data", "ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
 PLAIN = ("kineto", "tb_plugin", "test", "gpu_metrics_input.json")
 DLRM_TAR = ("param", "et_replay", "tests", "inputs", "dlrm_kineto.tar.gz")
 
@@ -43,7 +43,7 @@ def _said(caplog, monkeypatch, f, decoder: str | None = None) -> list[str]:
     return [r.getMessage() for r in caplog.records if "Kineto decoder" in r.getMessage()]
 
 
-@pytest.mark.parametrize("parts", [BERT, QWEN, PLAIN], ids=["bert", "qwen", "plain-json"])
+@pytest.mark.parametrize("parts", [BERT, NS_RES, PLAIN], ids=["bert", "ns-resolution", "plain-json"])
 def test_the_size_read_is_the_decompressed_json(parts):
     p = real(*parts)
     want = len(gzip.decompress(p.read_bytes())) if p.name.endswith(".gz") else p.stat().st_size
@@ -61,13 +61,13 @@ def test_a_short_or_odd_file_is_sized_by_its_bytes(tmp_path):
 
 def test_a_small_file_is_decoded_by_msgspec_a_big_one_by_the_scanner(caplog, monkeypatch):
     _needs_native()
-    bert, qwen = real(*BERT), real(*QWEN)
+    bert, big = real(*BERT), real(*NS_RES)
     n_bert = len(gzip.decompress(bert.read_bytes()))
-    n_qwen = len(gzip.decompress(qwen.read_bytes()))
-    assert n_bert < K.NATIVE_MIN_BYTES <= n_qwen  # the two sides of the line (1.08 MB, 8.65 MB)
+    n_big = len(gzip.decompress(big.read_bytes()))
+    assert n_bert < K.NATIVE_MIN_BYTES <= n_big  # the two sides of the line (1.08 MB, 15.38 MB)
     assert _said(caplog, monkeypatch, lambda: K.read(bert)) == [
         f"{bert}: Kineto decoder: msgspec ({n_bert} bytes of JSON, below {K.NATIVE_MIN_BYTES})"]
-    assert _said(caplog, monkeypatch, lambda: K.read(qwen)) == [f"{qwen}: Kineto decoder: native scanner"]
+    assert _said(caplog, monkeypatch, lambda: K.read(big)) == [f"{big}: Kineto decoder: native scanner"]
     # in memory: the same line, by the decompressed length
     data = bert.read_bytes()
     assert _said(caplog, monkeypatch, lambda: K.read_bytes(data, path="b.json")) == [
@@ -76,10 +76,10 @@ def test_a_small_file_is_decoded_by_msgspec_a_big_one_by_the_scanner(caplog, mon
 
 def test_the_environment_forces_either_decoder_at_any_size(caplog, monkeypatch):
     _needs_native()
-    bert, qwen = real(*BERT), real(*QWEN)
+    bert, big = real(*BERT), real(*NS_RES)
     assert _said(caplog, monkeypatch, lambda: K.read(bert), "native") == [f"{bert}: Kineto decoder: native scanner"]
-    assert _said(caplog, monkeypatch, lambda: K.read(qwen), "python") == [
-        f"{qwen}: Kineto decoder: msgspec ({N.ENV_DECODER}=python)"]
+    assert _said(caplog, monkeypatch, lambda: K.read(big), "python") == [
+        f"{big}: Kineto decoder: msgspec ({N.ENV_DECODER}=python)"]
 
 
 def test_tar_members_are_sized_by_their_header(caplog, monkeypatch):

@@ -41,12 +41,13 @@ from .kineto_times import raw_us_to_ns
 logger = logging.getLogger(__name__)
 
 #: Decompressed JSON below this many bytes is decoded by msgspec rather than the native
-#: scanner. Measured (session 8, ``docs/performance.md`` "Small traces (session 8)"): the
-#: msgspec path costs ~3-5 ms CPU per decompressed MB more than the scanner, and the scanner's
-#: numpy columns cost ``import numpy`` (~55-65 ms CPU) once per process, so below ~12 MB the
-#: msgspec path is the faster; 8 MB leaves a margin. Both paths give equal tables
-#: (``tests/test_kineto_native_equal.py``), so this changes the speed only.
-NATIVE_MIN_BYTES = 8 << 20
+#: scanner. Measured (session 8, ``docs/performance.md`` "Small traces (session 8)", in one
+#: process, CPU): the msgspec path costs 2.7-5.2 ms per decompressed MB more than the scanner
+#: (+29 ms at 8.6 MB, +39 ms at 14.2 MB, +80 ms at 15.4 MB), and the scanner's numpy columns
+#: cost ``import numpy`` (~55-90 ms) once per process, so below ~15 MB the msgspec path is the
+#: faster. Both paths give equal tables (``tests/test_kineto_native_equal.py``), so this
+#: changes the speed only.
+NATIVE_MIN_BYTES = 15 * 10**6
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.I)
 
