@@ -33,6 +33,7 @@ GPU_XPLANE = ("TraceLens", "tests", "traces", "mi300", "jax08_gemm", "tw003.xpla
 TPU_XPLANE = ("xprof", "xprof", "convert", "test_xplanes", "tpu_inference_2.xplane.pb")
 NS_RES = ("HolisticTraceAnalysis", "tests", "data", "ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
 DLRM_TAR = ("param", "et_replay", "tests", "inputs", "dlrm_kineto.tar.gz")
+QWEN = ("TraceLens", "tests", "traces", "h100", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
 MTIA = ("HolisticTraceAnalysis", "tests", "data", "mtia_inference_trace", "mtia_inference_rank_0.json.gz")
 NESTING = ("HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",
            "benchmark_result_2869224_1695835535_trace.json.gz")
@@ -103,15 +104,16 @@ def test_the_analysis_imports_no_numpy():
     assert [m for m in got["numpy_from"] if not m.startswith("traceroof.parsers.")] == [], got
 
 
-@pytest.mark.parametrize(("parts", "chip"), [(BERT, ()), (DLRM_TAR, ()), (NESTING, ()), (MTIA, ("--chip", "h100"))],
-                         ids=["bert", "dlrm-tar", "alexnet", "mtia"])
+@pytest.mark.parametrize(("parts", "chip"), [(BERT, ()), (DLRM_TAR, ()), (NESTING, ()), (MTIA, ("--chip", "h100")),
+                                             (QWEN, ())], ids=["bert", "dlrm-tar", "alexnet", "mtia", "qwen"])
 def test_a_small_kineto_trace_imports_no_numpy(parts, chip):
     """Under 15 MB of JSON msgspec decodes the file (~60-90 ms of ``import numpy`` saved): no
     module ran ``import numpy`` and numpy is not loaded. bert: 1,078,563 bytes of JSON; the
     DLRM tar: 8 plain members of 0.9-1.0 MB each, with collectives (the speed of light's
     overlap test); HTA's alexnet: PyTorch 1.x links by nesting (``kineto_enclose``); HTA's MTIA
     trace: unlaunched kernels lent by eager ops (``graph_sources.build_source``; it names no
-    chip)."""
+    chip); the Qwen trace (8,647,357 bytes of JSON): CUDA-graph replays matched to their eager
+    twins (``graph_match.starts_of``)."""
     got = _loaded("analyze", str(real(*parts)), *chip, "--format", "json", "-q")
     assert got["exit"] == 0 and got["bytes"] > 1000, got
     assert got["numpy_from"] == [] and "numpy" not in got["loaded"], got
