@@ -33,6 +33,7 @@ def _needs_native() -> None:
 
 
 def _said(caplog, monkeypatch, f, decoder: str | None = None) -> list[str]:
+    monkeypatch.setattr(K, "_msgspec_json_bytes", 0)  # a fresh process's count (other tests read files)
     if decoder is None:
         monkeypatch.delenv(N.ENV_DECODER, raising=False)
     else:
@@ -92,3 +93,30 @@ def test_tar_members_are_sized_by_their_header(caplog, monkeypatch):
     said = _said(caplog, monkeypatch, lambda: tar.read(p))
     assert sorted(said) == sorted(f"{name}: Kineto decoder: msgspec ({n} bytes of JSON, below {K.NATIVE_MIN_BYTES})"
                                   for name, n in sizes.items())
+
+
+def test_many_small_files_switch_to_the_scanner_once_msgspec_has_read_the_line(caplog, monkeypatch):
+    """Ranks: msgspec's extra decoding is bounded by about one ``import numpy``. bert is
+    1,078,563 bytes of JSON: reads 1..13 total 14.02 MB, below the 15 MB line (msgspec); the
+    14th would bring the total to 15.10 MB (the scanner, and every read after it). numpy is
+    hidden from ``sys.modules`` so the loaded-numpy rule does not decide first."""
+    bert = real(*BERT)
+    n = len(gzip.decompress(bert.read_bytes()))
+    assert 13 * n < K.NATIVE_MIN_BYTES <= 14 * n
+    monkeypatch.setattr(K, "sys", type("S", (), {"modules": {}})())
+    monkeypatch.setattr(K, "_msgspec_json_bytes", 0)
+    monkeypatch.delenv(N.ENV_DECODER, raising=False)
+    assert [K._use_native(n, "b") for _ in range(15)] == [False] * 13 + [True, True]
+    assert K._msgspec_json_bytes == 13 * n
+
+
+def test_with_numpy_loaded_the_scanner_reads_from_2_mb(monkeypatch):
+    """numpy already imported (by another reader or the caller): the scanner costs no import,
+    so it reads every file of 2 MB of JSON or more; below that msgspec is as fast (bert, 1.08
+    MB: 3 ms faster)."""
+    monkeypatch.setattr(K, "sys", type("S", (), {"modules": {"numpy": object()}})())
+    monkeypatch.setattr(K, "_msgspec_json_bytes", 0)
+    monkeypatch.delenv(N.ENV_DECODER, raising=False)
+    assert K._use_native(K.NATIVE_WARM_MIN_BYTES - 1, "a") is False
+    assert K._use_native(K.NATIVE_WARM_MIN_BYTES, "b") is True
+    assert K._use_native(8_647_357, "qwen") is True  # below the 15 MB line, but numpy is there
