@@ -16,7 +16,7 @@ Bytecode: the children run with ``PYTHONDONTWRITEBYTECODE`` removed and ``PYTHON
 pointing at a temporary folder (one untimed warm-up run each), as an installed package has
 its ``.pyc`` files; compiling traceroof's sources on every start would add ~50 ms.
 
-    python benchmarks/bench_small.py [--repeat 5] [--only bert] [--markdown]
+    python benchmarks/bench_small.py [--repeat 5] [--only bert] [--baseline DIR]
 
 ``--repo DIR`` times another checkout (``PYTHONPATH=DIR``); ``--baseline DIR`` times a second
 checkout in the same rounds (interleaved with this one, against the same floor), for
@@ -65,10 +65,16 @@ def _env(repo: Path, pycache: str) -> dict[str, str]:
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int]:
-    """(wall s, CPU s user+system, exit code) of one run of ``cmd``, stdout discarded."""
+    """(wall s, CPU s user+system, exit code) of one run of ``cmd``, stdout discarded.
+
+    Run in the checkout's folder (``env["PYTHONPATH"]``): ``python -m`` puts the working
+    folder first on ``sys.path``, so from any other checkout's folder ``--baseline`` would time
+    that checkout's code (the session-8 fix: before it, both columns timed the folder the
+    benchmark was started from)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    rc = subprocess.run(cmd, env=env, cwd=env["PYTHONPATH"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL).returncode
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), rc

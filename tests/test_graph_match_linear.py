@@ -134,7 +134,7 @@ def test_distinct_reach_against_sets():
 
 
 def test_starts_of_packed_and_plain_agree(monkeypatch):
-    """The numpy index (names packed into one integer per 4-gram) against the plain loop,
+    """The packed index (names packed into one integer per 4-gram, one polars query) against the plain loop,
     forced by a vocabulary too large to pack (GRAM_BITS 1: at most one name packs)."""
     import traceroof.graph_match as gm
 

@@ -6,8 +6,10 @@ all installed by the ``test`` extra (so their absence is the code's doing, not t
 none of them is needed to read a Kineto or an XPlane trace, cost its ops (XLA's costs come from
 the HLO proto, not from jax) or write JSON. rich is needed only to print a table. numpy (~55 ms)
 is no longer imported by the analysis (:mod:`traceroof.timeline` partitions device time with
-polars); the readers still import it (the native Kineto scanner's columns are numpy arrays, the
-XPlane assembly sorts with it), so a Kineto run imports numpy from ``traceroof.parsers`` only.
+polars); the readers still import it where they need it (the native Kineto scanner's columns
+are numpy arrays, the XPlane readers decode and sort with it), so a Kineto run imports numpy
+from ``traceroof.parsers`` only, and a Kineto file under 15 MB of JSON (decoded by msgspec) not
+at all.
 protobuf is imported for an XPlane (its plane metadata is decoded by upb), not its
 ``descriptor_pb2`` module (~12 ms), which only building the message classes needed.
 """
@@ -29,6 +31,12 @@ NEVER = ("jax", "jaxlib", "torch", "plotly", "dash", "pandas")
 BERT = ("TraceLens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz")
 GPU_XPLANE = ("TraceLens", "tests", "traces", "mi300", "jax08_gemm", "tw003.xplane.pb")
 TPU_XPLANE = ("xprof", "xprof", "convert", "test_xplanes", "tpu_inference_2.xplane.pb")
+NS_RES = ("HolisticTraceAnalysis", "tests", "data", "ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+DLRM_TAR = ("param", "et_replay", "tests", "inputs", "dlrm_kineto.tar.gz")
+QWEN = ("TraceLens", "tests", "traces", "h100", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+MTIA = ("HolisticTraceAnalysis", "tests", "data", "mtia_inference_trace", "mtia_inference_rank_0.json.gz")
+NESTING = ("HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",
+           "benchmark_result_2869224_1695835535_trace.json.gz")
 
 _PROBE = """
 import builtins, contextlib, io, json, sys
@@ -85,13 +93,30 @@ def test_a_table_imports_rich_and_still_no_jax():
 
 
 def test_the_analysis_imports_no_numpy():
-    """Only the readers import numpy on a Kineto trace: the time base, the steps, the costing,
+    """Only the native Kineto scanner imports numpy on a Kineto trace, and only on a file of
+    15 MB of JSON or more (``kineto.NATIVE_MIN_BYTES``): the time base, the steps, the costing,
     the findings and the report do their work in polars (``import numpy`` ran in no module
-    outside ``traceroof.parsers``, lazily or not)."""
-    got = _loaded("analyze", str(real(*BERT)), "--format", "json", "-q")
+    outside ``traceroof.parsers``, lazily or not). The ns_resolution trace is 15,377,659 bytes
+    of JSON (``zcat | wc -c``), so the scanner reads it: the probe sees that import."""
+    got = _loaded("analyze", str(real(*NS_RES)), "--format", "json", "-q")
     assert got["exit"] == 0 and got["bytes"] > 1000, got
     assert got["numpy_from"] != [], got  # the probe sees imports: the native scanner's columns are numpy
     assert [m for m in got["numpy_from"] if not m.startswith("traceroof.parsers.")] == [], got
+
+
+@pytest.mark.parametrize(("parts", "chip"), [(BERT, ()), (DLRM_TAR, ()), (NESTING, ()), (MTIA, ("--chip", "h100")),
+                                             (QWEN, ())], ids=["bert", "dlrm-tar", "alexnet", "mtia", "qwen"])
+def test_a_small_kineto_trace_imports_no_numpy(parts, chip):
+    """Under 15 MB of JSON msgspec decodes the file (~60-90 ms of ``import numpy`` saved): no
+    module ran ``import numpy`` and numpy is not loaded. bert: 1,078,563 bytes of JSON; the
+    DLRM tar: 8 plain members of 0.9-1.0 MB each, with collectives (the speed of light's
+    overlap test); HTA's alexnet: PyTorch 1.x links by nesting (``kineto_enclose``); HTA's MTIA
+    trace: unlaunched kernels lent by eager ops (``graph_sources.build_source``; it names no
+    chip); the Qwen trace (8,647,357 bytes of JSON): CUDA-graph replays matched to their eager
+    twins (``graph_match.starts_of``)."""
+    got = _loaded("analyze", str(real(*parts)), *chip, "--format", "json", "-q")
+    assert got["exit"] == 0 and got["bytes"] > 1000, got
+    assert got["numpy_from"] == [] and "numpy" not in got["loaded"], got
 
 
 def test_importing_the_analysis_loads_no_numpy():

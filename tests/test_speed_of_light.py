@@ -149,3 +149,27 @@ def test_model_floor_beside_it(tmp_path):
     assert big.speed_of_light.model_floor_ns > big.speed_of_light.speed_of_light_ns
     assert "more than the trace ran" in big.speed_of_light.model_floor_note
     assert "model floor" in render(big, "table")
+
+
+def test_overlap_query_equals_a_pairwise_check_on_random_groups():
+    """The one-query overlap test (``speed_of_light._overlapped``) against the definition
+    checked pair by pair: a collective is overlapped when some non-collective op of its own
+    (rank, step, device) starts before it ends and ends after it starts (both strict).
+    Random groups with touching intervals, equal starts and a null device key."""
+    import random
+
+    from traceroof.speed_of_light import _overlapped
+
+    rng = random.Random(19)
+    rows = []
+    for _ in range(400):
+        start = rng.randrange(0, 200, 5)  # coarse grid: ties and touching ends are common
+        rows.append((rng.randrange(3), rng.randrange(4), rng.choice([0, 1, None]),
+                     rng.choice(["collective", "matmul", "elementwise"]), start, rng.randrange(0, 30, 5)))
+    t = pl.DataFrame(rows, schema={"rank": pl.Int32, "step": pl.Int32, "device": pl.Int32, "kind": pl.String,
+                                   "start_ns": pl.Int64, "dur_ns": pl.Int64}, orient="row")
+    want = [r[3] == "collective" and any(q[:3] == r[:3] and q[3] != "collective" and q[4] < r[4] + r[5]
+                                         and q[4] + q[5] > r[4] for q in rows) for r in rows]
+    got = _overlapped(t, ["rank", "step", "device"]).to_list()
+    assert sum(want) > 20 and sum(not w for r, w in zip(rows, want) if r[3] == "collective") > 20  # both cases
+    assert got == want

@@ -293,7 +293,7 @@ def test_pytorch_18_lowercase_input_dims_is_read():
 # --------------------------------------------------------------------------- memory
 _RSS_SCRIPT = textwrap.dedent(
     """
-    import resource, sys
+    import os, resource, sys
     import polars, traceroof.io
     from traceroof.parsers import kineto as K
     def hwm():
@@ -301,7 +301,11 @@ _RSS_SCRIPT = textwrap.dedent(
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     path, how, small = sys.argv[1], sys.argv[2], sys.argv[3]
-    K.read(small)  # the modules and thread pools a first read loads lazily: not the file's cost
+    # the modules and thread pools a first read loads lazily: not the file's cost (the native
+    # scanner forced: a small file alone would be read by msgspec, kineto.NATIVE_MIN_BYTES)
+    os.environ["TRACEROOF_DECODER"] = "native"
+    K.read(small)
+    del os.environ["TRACEROOF_DECODER"]
     base = hwm()
     if how == "stream":
         t = K.read(path)

@@ -339,3 +339,28 @@ def test_read_dir_errors(tmp_path):
     trace = xplane.read_dir(tmp_path)  # the unreadable host is skipped, loudly
     assert trace.ops.height == 477
     assert any("a.xplane.pb" in w for w in trace.meta.warnings)
+
+
+def test_name_matches_equals_a_per_event_regex_over_the_names():
+    """``Plane.name_matches`` (the regex once per distinct metadata id, cached) against polars'
+    ``str.contains`` over every event's name, on every host line of the TPU inference trace;
+    it must find the trace's jax dispatches (``PjitFunction(...)``, kept as ``cpu_op`` rows)."""
+    from traceroof.parsers.xplane_host import _HOST_OP
+    from traceroof.parsers.xplane_planes import Plane
+
+    space = xp.scan_space(_need(TPU).read_bytes())
+    hits = lines = 0
+    for plane in (Plane(p) for p in space.planes):
+        if not plane.name.startswith("/host:"):
+            continue
+        for i in range(len(plane.scan.line_ranges)):
+            cols = plane.scan.line(i).events
+            if cols is None or not len(cols):
+                continue
+            want = plane.names(cols).str.contains(_HOST_OP.pattern).to_list()
+            got = plane.name_matches(cols, _HOST_OP).tolist()
+            assert got == want
+            assert plane.name_matches(cols, _HOST_OP).tolist() == want  # the cached answer too
+            hits += sum(want)
+            lines += 1
+    assert lines > 100 and hits > 0, (lines, hits)

@@ -171,7 +171,8 @@ def eager_runs(replay: list[str], eager: Sequence, op_kernels: Mapping[int, int]
 
 
 #: bits per name in the packed integer key of an n-gram (:func:`starts_of`): a sequence with
-#: fewer distinct names than ``2 ** GRAM_BITS`` is indexed with numpy, else by a Python loop
+#: fewer distinct names than ``2 ** GRAM_BITS`` is indexed by one polars query, else by a
+#: Python loop
 GRAM_BITS = 15
 
 
@@ -182,7 +183,7 @@ def starts_of(eager: Sequence) -> dict[tuple[str | None, ...], list[int]]:
     graph and every run of unlaunched kernels: rebuilding it per call was quadratic).
 
     Each name gets an integer code (equal names, equal codes); an n-gram is its codes packed
-    into one int64 (:data:`GRAM_BITS` each), and a stable argsort of those keys lists each
+    into one int64 (:data:`GRAM_BITS` each), and a group-by of those keys lists each
     n-gram's positions in ascending order, so only the distinct n-grams are looked at in
     Python. Too many distinct names to pack: the plain loop over every position."""
     cached = eager.__dict__.get("_starts")
@@ -206,22 +207,24 @@ def starts_of(eager: Sequence) -> dict[tuple[str | None, ...], list[int]]:
 
 
 def _starts_packed(names: list[str | None], code: list[int]) -> dict[tuple[str | None, ...], list[int]]:
-    """:func:`starts_of`'s index from the names' integer codes (each below ``2 ** GRAM_BITS``)."""
-    import numpy as np
+    """:func:`starts_of`'s index from the names' integer codes (each below ``2 ** GRAM_BITS``),
+    grams in packed-key order. One polars query, no numpy (issue 19: a small trace imports
+    none): the key is ``sum(code[j + t] * 2 ** (GRAM_BITS * (MIN_RUN - 1 - t)))`` (the codes
+    shifted and OR-ed: each is below ``2 ** GRAM_BITS``, the sum below ``2 ** 63``); a group
+    by key keeps each gram's positions in row order (ascending)."""
+    import polars as pl
 
     n = len(code) - MIN_RUN + 1
     if n <= 0:
         return {}
-    c = np.asarray(code, dtype=np.int64)
-    key = np.zeros(n, dtype=np.int64)
-    for t in range(MIN_RUN):
-        key = (key << GRAM_BITS) | c[t:t + n]
-    order = np.argsort(key, kind="stable")
-    first = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
-    ends = np.r_[first[1:], n]
+    c = pl.Series("c", code, dtype=pl.Int64)
+    key = c.slice(0, n) * (1 << (GRAM_BITS * (MIN_RUN - 1)))
+    for t in range(1, MIN_RUN):
+        key = key + c.slice(t, n) * (1 << (GRAM_BITS * (MIN_RUN - 1 - t)))
+    grams = (pl.DataFrame({"key": key}).with_row_index("j").group_by("key")
+             .agg(pl.col("j").head(MAX_STARTS)).sort("key"))
     index: dict[tuple[str | None, ...], list[int]] = {}
-    for lo, hi in zip(first.tolist(), ends.tolist(), strict=True):
-        starts = order[lo:min(hi, lo + MAX_STARTS)].tolist()
+    for starts in grams["j"].to_list():
         index[tuple(names[starts[0]:starts[0] + MIN_RUN])] = starts
     return index
 

@@ -50,26 +50,33 @@ class DeviceSteps:
     kinds: tuple[str, ...]
 
 
-def _overlapped(ops: pl.DataFrame) -> pl.Series:
-    """Per op of ``ops`` (one (rank, step, device)'s), whether it is a collective that ran beside
-    a non-collective op: some non-collective op starts before it ends and ends after it starts."""
-    import numpy as np  # here, not at import: the common path runs without numpy
+def _overlapped(stepped: pl.DataFrame, keys: list[str]) -> pl.Series:
+    """Per row of ``stepped``, whether it is a collective that ran beside a non-collective op
+    of its own ``keys`` group (one (rank, step, device)): some non-collective op there starts
+    before it ends and ends after it starts (both strict; times in int ns).
 
-    comm = (ops["kind"].cast(pl.String) == COMM_KIND).to_numpy()
-    out = np.zeros(ops.height, dtype=bool)
-    if not comm.any() or comm.all():
-        return pl.Series(out)
-    s = ops["start_ns"].to_numpy()
-    e = s + ops["dur_ns"].to_numpy()
-    cs, ce = s[~comm], e[~comm]
-    order = np.argsort(cs, kind="stable")
-    cs, ce = cs[order], np.maximum.accumulate(ce[order])
-    idx = np.searchsorted(cs, e[comm], side="left") - 1  # last compute op starting before the end
-    ok = idx >= 0
-    hit = np.zeros(idx.shape, dtype=bool)
-    hit[ok] = ce[idx[ok]] > s[comm][ok]
-    out[comm] = hit
-    return pl.Series(out)
+    One query for every group (no per-group loop, no numpy): per group the non-collective
+    ops' ends, cumulative max in start order; each collective takes the last non-collective
+    start strictly before its end (as-of join) and is overlapped when that running max end is
+    after its start. A row with a null time is not overlapped.
+
+    Returns:
+        A Boolean series, one per row of ``stepped`` in order (never null).
+    """
+    t = stepped.select(
+        pl.struct(keys).rank("dense").alias("_g"),  # one id per group, null keys included
+        (pl.col("kind") == COMM_KIND).fill_null(False).alias("_c"),
+        "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("_e"),
+    ).with_row_index("_r").filter(pl.col("start_ns").is_not_null(), pl.col("_e").is_not_null())
+    compute = (t.filter(~pl.col("_c")).group_by("_g", "start_ns").agg(pl.col("_e").max())
+               .sort("_g", "start_ns").select("_g", pl.col("start_ns").alias("_cs"),
+                                              pl.col("_e").cum_max().over("_g").alias("_ce"))
+               .sort("_cs"))
+    hit = (t.filter(pl.col("_c")).sort("_e")
+           .join_asof(compute, left_on="_e", right_on="_cs", by="_g", strategy="backward",
+                      allow_exact_matches=False, check_sortedness=False)
+           .filter(pl.col("_ce") > pl.col("start_ns")))
+    return pl.repeat(False, stepped.height, dtype=pl.Boolean, eager=True).alias("_ov").scatter(hit["_r"], True)
 
 
 def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.DataFrame) -> DeviceSteps:
@@ -91,12 +98,10 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
     stepped = ops.filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.clear()
     stepped = stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")
     stepped = stepped.join(dev.select(keys), on=keys, how="semi", nulls_equal=True)
-    # the overlap test is per (rank, step, device); without any collective it is false on
-    # every row, found in one pass rather than a few frame operations per device-step
+    # the overlap test is per (rank, step, device), one query for all of them; without any
+    # collective it is false on every row
     has_comm = stepped.height > 0 and bool((stepped["kind"] == COMM_KIND).any())
-    parts = [g.with_columns(_overlapped(g).alias("_ov"))
-             for _, g in stepped.group_by(keys, maintain_order=True)] if has_comm else []
-    stepped = pl.concat(parts) if parts else stepped.with_columns(pl.lit(False).alias("_ov"))
+    stepped = stepped.with_columns(_overlapped(stepped, keys) if has_comm else pl.lit(False).alias("_ov"))
     exp = pl.col("expected_ns").round(0).cast(pl.Int64)
     stepped = stepped.with_columns(
         pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(exp).alias("_exp"),

@@ -18,6 +18,7 @@ import gzip
 import logging
 import os
 import re
+import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -33,13 +34,31 @@ from . import kineto_vocab as V
 from .kineto_columns import as_int, device_frame, host_frame
 from .kineto_decode import decode
 from .kineto_events import Event
-from .kineto_native import Columns
-from .kineto_native_frames import NativeRows
+from .kineto_native import ENV_DECODER, Columns
 from .kineto_ranks import build_labelled, has_rank_labels, label_from_file_name
 from .kineto_stream import STREAM_BLOCK_BYTES, StreamFormatError, decode_stream
 from .kineto_times import raw_us_to_ns
 
 logger = logging.getLogger(__name__)
+
+#: Decompressed JSON below this many bytes is decoded by msgspec rather than the native
+#: scanner. Measured (session 8, ``docs/performance.md`` "Small traces (session 8)", in one
+#: process, CPU): the msgspec path costs 2.7-5.2 ms per decompressed MB more than the scanner
+#: (+29 ms at 8.6 MB, +39 ms at 14.2 MB, +80 ms at 15.4 MB), and the scanner's numpy columns
+#: cost ``import numpy`` (~55-90 ms) once per process, so below ~15 MB the msgspec path is the
+#: faster. Both paths give equal tables (``tests/test_kineto_native_equal.py``), so this
+#: changes the speed only.
+NATIVE_MIN_BYTES = 15 * 10**6
+
+#: Once numpy is loaded (by an earlier read, another reader, the caller) the scanner costs no
+#: import: from this size on it is the faster (bert, 1.08 MB: msgspec 3 ms faster; 8.6 MB:
+#: the scanner 29 ms faster).
+NATIVE_WARM_MIN_BYTES = 2 * 10**6
+
+#: decompressed JSON bytes msgspec has read in this process because of the size line; from
+#: :data:`NATIVE_MIN_BYTES` on the scanner reads every file: many files each below the line
+#: (ranks) pay at most about one ``import numpy`` of extra decoding, not one per file
+_msgspec_json_bytes = 0
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.I)
 
@@ -73,12 +92,30 @@ def read(path: str | os.PathLike[str], *, rank: int | None = None, progress: Pro
     if not p.is_file():
         raise InputNotFoundError(f"{p}: no such file")
     with open(p, "rb") as fh:
-        return read_fileobj(fh, path=str(p), rank=rank, progress=progress)
+        size = _json_size_bytes(fh, p.stat().st_size)
+        return read_fileobj(fh, path=str(p), rank=rank, progress=progress, json_bytes=size)
+
+
+def _json_size_bytes(fh: BinaryIO, file_bytes: int) -> int:
+    """The decompressed JSON size of the file open as ``fh`` (left at offset 0), for the
+    choice of decoder only (:data:`NATIVE_MIN_BYTES`): ``file_bytes`` for plain JSON; for
+    gzip, the larger of ``file_bytes`` and the ISIZE trailer (the last member's size mod
+    2**32, RFC 1952 section 2.3.1), so a multi-member or > 4 GiB file is at worst called big
+    or sized by its compressed bytes. Never raises on a short or odd file (it is then sized
+    by ``file_bytes``; the decoder reports what is wrong with it)."""
+    try:
+        magic = fh.read(2)
+        if magic != b"\x1f\x8b" or file_bytes < 18:  # 10-byte header + 8-byte trailer
+            return file_bytes
+        fh.seek(file_bytes - 4)
+        return max(file_bytes, int.from_bytes(fh.read(4), "little"))
+    finally:
+        fh.seek(0)
 
 
 def read_fileobj(
     fh: BinaryIO, *, path: str, rank: int | None = None, progress: Progress | None = None,
-    block_bytes: int = STREAM_BLOCK_BYTES,
+    block_bytes: int = STREAM_BLOCK_BYTES, json_bytes: int | None = None,
 ) -> Trace:
     """Read a Kineto trace from a binary file object (plain JSON or gzip, sniffed), streaming.
 
@@ -90,6 +127,10 @@ def read_fileobj(
         rank: see :func:`read`.
         progress: see :func:`read`; ``bytes_read`` counts bytes read from ``fh``.
         block_bytes: decompressed JSON bytes decoded at once (memory vs. per-piece overhead).
+        json_bytes: the decompressed JSON size when known (None: unknown, taken as big); below
+            :data:`NATIVE_MIN_BYTES` msgspec decodes it instead of the native scanner (the
+            same tables, faster for a small file: no ``import numpy``) unless
+            ``TRACEROOF_DECODER=native``.
 
     Raises:
         TraceFormatError: not a Kineto trace, or nothing recoverable in it.
@@ -98,7 +139,7 @@ def read_fileobj(
     builder = _Builder(path)
     try:
         decoded = decode_stream(fh, builder.add_chunk, path=path, block_bytes=block_bytes, progress=progress,
-                                native=True)
+                                native=_use_native(json_bytes, path))
     except StreamFormatError as exc:
         raise TraceFormatError(path, exc.where, exc.expected) from exc
     except ValueError as exc:
@@ -132,11 +173,30 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
         )
     builder = _Builder(path)
     try:
-        decoded = decode(data, builder.add_chunk, path=path, native=True)
+        decoded = decode(data, builder.add_chunk, path=path, native=_use_native(len(data), path))
     except ValueError as exc:
         raise TraceFormatError(path, "byte 0", f"a Kineto trace: {exc}") from exc
     del data  # the file's bytes are no longer needed while the tables are linked
     return builder.finish(decoded, rank=rank)
+
+
+def _use_native(json_bytes: int | None, path: str) -> bool:
+    """Whether to ask for the native scanner for ``path``, ``json_bytes`` decompressed bytes
+    (None: unknown): at :data:`NATIVE_MIN_BYTES` and above (counting what msgspec has read
+    in this process before), at :data:`NATIVE_WARM_MIN_BYTES` and above once numpy is
+    loaded, or at any size with
+    ``TRACEROOF_DECODER=native`` (the equality tests and fuzzing of the scanner's path;
+    ``=python`` switches the scanner off at any size, :func:`.kineto_native.active`)."""
+    if os.environ.get(ENV_DECODER, "").strip().lower() in ("native", "python"):
+        return True  # forced either way: kineto_native.native_scanner obeys it and logs why
+    global _msgspec_json_bytes
+    if json_bytes is None or json_bytes + _msgspec_json_bytes >= NATIVE_MIN_BYTES:
+        return True
+    if "numpy" in sys.modules and json_bytes >= NATIVE_WARM_MIN_BYTES:
+        return True
+    _msgspec_json_bytes += json_bytes
+    logger.debug("%s: Kineto decoder: msgspec (%d bytes of JSON, below %d)", path, json_bytes, NATIVE_MIN_BYTES)
+    return False
 
 
 def _gunzip_partial(data: bytes) -> bytes:
@@ -172,7 +232,9 @@ class _Builder:
         self.flows = 0
         self.python_events = 0
         self.profiler_ranges = 0
-        self.native = NativeRows(self)
+        #: the native pieces' rows (``kineto_native_frames.NativeRows``, which imports numpy),
+        #: made at the first native piece: a file msgspec decodes never imports numpy
+        self.native: Any = None
 
     # ------------------------------------------------------------------ chunk
     def add_chunk(self, events: list[Event] | Columns) -> None:
@@ -185,9 +247,14 @@ class _Builder:
         at :meth:`finish`, so the frames stay in file order.
         """
         if isinstance(events, Columns):
+            if self.native is None:
+                from .kineto_native_frames import NativeRows
+
+                self.native = NativeRows(self)
             self.native.add(events)
             return
-        self.native.flush()
+        if self.native is not None:
+            self.native.flush()
         dev, d_cat, host, h_cat = self._sort(events)
         # all the times of the chunk in one conversion (it works value by value): one query
         # instead of four, each with its fixed cost
@@ -280,10 +347,11 @@ class _Builder:
 
     # ------------------------------------------------------------------ finish
     def finish(self, decoded: Any, *, rank: int | None) -> Trace:
-        self.native.flush()
-        # the frames hold what they need of the scanner's dictionary: the scanner (its string
-        # table and the dictionary as Python strings, ~30 MB on a 1 GB trace) goes before linking
-        self.native.scanner = None
+        if self.native is not None:
+            self.native.flush()
+            # the frames hold what they need of the scanner's dictionary: the scanner (its string
+            # table and the dictionary as Python strings, ~30 MB on a 1 GB trace) goes before linking
+            self.native.scanner = None
         header = decoded.header
         st = decoded.stats
         meta = TraceMeta(format="kineto", sources=[self.path])

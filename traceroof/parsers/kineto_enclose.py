@@ -15,7 +15,6 @@ Either way a link is accepted only when the op's host interval encloses the laun
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 
@@ -60,22 +59,22 @@ def enclosing_cpu_ops(host: pl.DataFrame, launches: pl.DataFrame) -> pl.Series:
         pl.col("launch_start_ns").alias("start_ns"),
         (pl.col("launch_start_ns") + pl.col("launch_dur_ns").fill_null(0)).alias("_end"),
     ).filter(pl.col("_t").is_not_null(), pl.col("start_ns").is_not_null())
-    out = np.full(launches.height, -1, dtype=np.int64)
+    out = [-1] * launches.height  # plain Python: the sweep indexes it one launch at a time
     if ops.height and q.height:
         threads = set(q["_t"].unique().to_list())
         for t, o in ops.filter(pl.col("_t").is_in(list(threads))).group_by("_t"):
             qt = q.filter(pl.col("_t") == t[0])
             _sweep(o.sort(["start_ns", "_end", "_h"], descending=[False, True, False]), qt.sort("start_ns"), out)
-    s = pl.Series("_h", out)
+    s = pl.Series("_h", out, dtype=pl.Int64)
     return pl.select(pl.when(s >= 0).then(s).cast(pl.UInt32)).to_series().alias("_h")
 
 
-def _sweep(ops: pl.DataFrame, q: pl.DataFrame, out: np.ndarray) -> None:
+def _sweep(ops: pl.DataFrame, q: pl.DataFrame, out: list[int]) -> None:
     """One thread: walk ops and launches in start order with a stack of open ops (an op that
     starts at the launch's ns is opened first); each launch takes the topmost open op whose end
     reaches its own end. Writes host rows into ``out[q._q]``."""
-    o_start, o_end, o_row = (ops[c].to_numpy() for c in ("start_ns", "_end", "_h"))
-    q_start, q_end, q_row = (q[c].to_numpy() for c in ("start_ns", "_end", "_q"))
+    o_start, o_end, o_row = (ops[c].to_list() for c in ("start_ns", "_end", "_h"))
+    q_start, q_end, q_row = (q[c].to_list() for c in ("start_ns", "_end", "_q"))
     stack: list[int] = []
     i, n = 0, len(o_start)
     for k in range(len(q_start)):

@@ -28,11 +28,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from . import kineto_vocab as V
+
+if TYPE_CHECKING:  # numpy is imported by the first scan: a file msgspec decodes never loads it
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class Scanner:
         d = self._c.scan(data, bare)
         if d is None:
             return None
+        import numpy as np
+
         i32, i64, u8 = np.int32, np.int64, np.uint8
         slots = [
             (None if k is None else np.frombuffer(k, u8), np.frombuffer(v, i32 if k is None else i64))

@@ -64,7 +64,9 @@ def read(p: Path, progress: Progress | None = None) -> Trace:
                 name = f"{p}!{m.name}"
                 cb = None if progress is None else _offset_cb(progress, done_bytes, done_events)
                 # streamed: the member is decompressed and parsed chunk by chunk
-                t = kineto.read_fileobj(fh, path=name, rank=None, progress=cb)
+                # a plain member's size is its JSON's (the decoder's choice: kineto.NATIVE_MIN_BYTES)
+                size = m.size if m.name.endswith(".json") else None
+                t = kineto.read_fileobj(fh, path=name, rank=None, progress=cb, json_bytes=size)
                 traces.append(t)
                 done_bytes += m.size
                 done_events += event_count(t)

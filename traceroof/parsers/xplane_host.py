@@ -27,8 +27,7 @@ def host_rows(plane: Plane, line: xp.LineScan):
     cols = line.events
     step, has_step = plane.numeric(cols, "step_num")
     corr, has_corr = plane.numeric(cols, "correlation_id")
-    names = plane.names(cols)
-    is_dispatch = names.str.contains(_HOST_OP.pattern).fill_null(False).to_numpy()
+    is_dispatch = plane.name_matches(cols, _HOST_OP)
     keep = (has_step | has_corr | is_dispatch) & ~cols.aggregated
     steps = None
     start, dur = times(line, cols)
@@ -37,6 +36,7 @@ def host_rows(plane: Plane, line: xp.LineScan):
         steps = (start[s], start[s] + dur[s], step[s].astype(np.int64))
     if not keep.any():
         return None, steps
+    names = plane.names(cols)  # only for a line with rows to keep (most host lines have none)
     cat = pl.Series("cat", ["annotation", "runtime", "cpu_op"], dtype=pl.String).gather(
         np.where(has_step, 0, np.where(has_corr, 1, 2)))
     frame = pl.DataFrame([
