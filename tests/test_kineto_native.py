@@ -242,8 +242,8 @@ def test_a_piece_not_handled_is_decoded_by_msgspec_and_the_rest_natively(monkeyp
     evs = [kernel(i, name="k" * 200 + str(i % 7)) for i in range(600)] + [launch(i) for i in range(600)]
     evs[300]["args"]["correlation"] = 300.0
     seen: list = []
-    orig = N.Scanner.scan
-    monkeypatch.setattr(N.Scanner, "scan", lambda self, d, bare=False: seen.append(r := orig(self, d, bare)) or r)
+    orig = N.Scanner.columns  # every scan's result goes through it, in a worker thread or not
+    monkeypatch.setattr(N.Scanner, "columns", lambda self, d: seen.append(r := orig(self, d)) or r)
     assert_paths_equal(kineto(evs), monkeypatch, block=16 << 10)
     handled = [r is not None for r in seen]
     # the float piece, and the last piece's first try (it runs past the array's "]")

@@ -100,8 +100,8 @@ def test_the_native_path_really_ran_on_the_real_traces(monkeypatch):
     # trace every piece but the last one's first try (it runs past the array's "]") is native
     p = real("TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
     seen: list = []
-    orig = N.Scanner.scan
-    monkeypatch.setattr(N.Scanner, "scan", lambda self, d, bare=False: seen.append(r := orig(self, d, bare)) or r)
+    orig = N.Scanner.columns  # every scan's result goes through it, in a worker thread or not
+    monkeypatch.setattr(N.Scanner, "columns", lambda self, d: seen.append(r := orig(self, d)) or r)
     monkeypatch.setenv(N.ENV_DECODER, "native")
     K.read_fileobj(p.open("rb"), path=str(p), block_bytes=64 << 10)
     handled = [r is not None for r in seen]

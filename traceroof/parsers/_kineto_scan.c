@@ -2,6 +2,12 @@
  *
  * Scanner(spellings).scan(data) -> dict | None;  Scanner.strings(start) -> list
  *
+ * scan() runs with the GIL released: one Scanner may scan in a worker thread while other
+ * Python code runs (one scan at a time per Scanner: a second, or strings(), while a scan
+ * is running raises RuntimeError). Its dict carries ``strings``, the dictionary entries the
+ * scan added (codes n_strings - len(strings) .. n_strings - 1), so that the caller can grow
+ * its copy of the dictionary in file order without calling back into a busy Scanner.
+ *
  *   spellings  a tuple of (key: bytes, slot: int, kind: int): the ``args`` keys to read
  *              (kind 0 NUMBER, 1 JSON_TEXT, 2 ANY); spellings of one slot in precedence order.
  *   data       any buffer: a JSON array of event objects, ``[ {...}, ... ]`` (whitespace
@@ -341,11 +347,27 @@ static int set_item(PyObject *d, const char *key, PyObject *v) {
     return r;
 }
 
-static PyObject *build_result(Scan *s) {
+/* the dictionary's codes [start, n) as a list of str (code 0: None) */
+static PyObject *strings_from(Intern *t, size_t start) {
+    if (start > t->n) start = t->n;
+    PyObject *out = PyList_New((Py_ssize_t)(t->n - start));
+    if (!out) return NULL;
+    for (size_t i = start; i < t->n; i++) {
+        PyObject *u;
+        if (i == 0) { Py_INCREF(Py_None); u = Py_None; }
+        else u = PyUnicode_DecodeUTF8(t->arena + t->off[i], (Py_ssize_t)t->len[i], "strict");
+        if (!u) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)(i - start), u);
+    }
+    return out;
+}
+
+static PyObject *build_result(Scan *s, size_t n0) {
     Cols *k = &s->cols;
     size_t n = k->n;
     PyObject *d = PyDict_New();
     if (!d) return NULL;
+    if (set_item(d, "strings", strings_from(&s->strings, n0)) < 0) goto fail;
     if (set_item(d, "n", PyLong_FromSize_t(n)) < 0 || set_item(d, "n_strings", PyLong_FromSize_t(s->strings.n)) < 0)
         goto fail;
     if (set_item(d, "ph", bytes_of(k->ph, n * 4)) < 0 || set_item(d, "cat", bytes_of(k->cat, n * 4)) < 0
@@ -467,7 +489,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     self->busy = 0;
     if (r == NOMEM) { intern_rollback(&s->strings, n0); PyErr_NoMemory(); }
     else if (r != OK) { intern_rollback(&s->strings, n0); Py_INCREF(Py_None); out = Py_None; }
-    else out = build_result(s);
+    else out = build_result(s, n0);
     if (s->cols.cap > ((size_t)1 << 20)) {  /* a huge piece: do not keep its buffers */
         cols_free(&s->cols);
         memset(&s->cols, 0, offsetof(Cols, nslots));
@@ -480,19 +502,7 @@ static PyObject *Scanner_strings(Scanner *self, PyObject *args) {
     Py_ssize_t start;
     if (check_free(self) < 0) return NULL;
     if (!PyArg_ParseTuple(args, "n", &start)) return NULL;
-    Intern *t = &self->s->strings;
-    if (start < 0) start = 0;
-    if ((size_t)start > t->n) start = (Py_ssize_t)t->n;
-    PyObject *out = PyList_New((Py_ssize_t)t->n - start);
-    if (!out) return NULL;
-    for (size_t i = (size_t)start; i < t->n; i++) {
-        PyObject *u;
-        if (i == 0) { Py_INCREF(Py_None); u = Py_None; }
-        else u = PyUnicode_DecodeUTF8(t->arena + t->off[i], (Py_ssize_t)t->len[i], "strict");
-        if (!u) { Py_DECREF(out); return NULL; }
-        PyList_SET_ITEM(out, (Py_ssize_t)(i - (size_t)start), u);
-    }
-    return out;
+    return strings_from(&self->s->strings, start < 0 ? 0 : (size_t)start);
 }
 
 static PyMethodDef Scanner_methods[] = {

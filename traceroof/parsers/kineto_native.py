@@ -109,16 +109,32 @@ class Scanner:
         if _kineto_scan is None:
             raise RuntimeError("the native Kineto scanner is not built (python setup.py build_ext --inplace)")
         self._c = _kineto_scan.Scanner(SPELLINGS)
-        #: the dictionary: code → string (``strings[0]`` is None), grown by :meth:`dictionary`
-        self.strings: list[str | None] = []
+        #: the dictionary: code → string (``strings[0]`` is None), grown by :meth:`columns`
+        self.strings: list[str | None] = [None]
 
     def scan(self, data: Any, bare: bool = False) -> Columns | None:
         """The columns of ``data`` (a JSON event array; bytes or any buffer; ``bare``: its
         items without the brackets, at least one), None when not handled (the dictionary is
-        then as before the call)."""
-        d = self._c.scan(data, bare)
+        then as before the call). Same as ``columns(scan_raw(data, bare))``."""
+        return self.columns(self.scan_raw(data, bare))
+
+    def scan_raw(self, data: Any, bare: bool = False) -> dict[str, Any] | None:
+        """The C scan alone (the GIL released while it runs), safe in a worker thread: the
+        extension's dict (None when not handled), for :meth:`columns`. ``data`` must not be
+        changed until it returns.
+
+        Raises:
+            RuntimeError: this Scanner is already scanning (one scan at a time).
+            MemoryError: an allocation failed.
+        """
+        return self._c.scan(data, bare)
+
+    def columns(self, d: dict[str, Any] | None) -> Columns | None:
+        """:meth:`scan_raw`'s result as :class:`Columns`, the strings it added appended to
+        :attr:`strings`: call it on the results in the order of the scans."""
         if d is None:
             return None
+        self.strings.extend(d["strings"])
         i32, i64, u8 = np.int32, np.int64, np.uint8
         slots = [
             (None if k is None else np.frombuffer(k, u8), np.frombuffer(v, i32 if k is None else i64))
@@ -133,8 +149,8 @@ class Scanner:
         )
 
     def dictionary(self) -> list[str | None]:
-        """Every string interned so far, by code (``[0]`` is None)."""
-        self.strings.extend(self._c.strings(len(self.strings)))
+        """Every string interned by the scans converted so far (:meth:`columns`), by code
+        (``[0]`` is None)."""
         return self.strings
 
 

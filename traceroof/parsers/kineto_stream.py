@@ -7,9 +7,11 @@ Holds about two blocks of JSON at once; the result equals the in-memory
 from __future__ import annotations
 
 import logging
+import os
 import re
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .kineto_decode import decode
@@ -30,6 +32,8 @@ from .kineto_events import (
     merge_headers,
 )
 from .kineto_native import Scanner, decode_piece, native_scanner
+from .kineto_readahead import ReadAhead
+from .kineto_readahead import enabled as read_ahead_enabled
 from .kineto_recover import recover_events, recover_region
 
 logger = logging.getLogger(__name__)
@@ -49,6 +53,11 @@ _AFTER_CLOSE = re.compile(rb'\]\s*(?:,\s*"|\})')
 #: ``}`` ``]`` ``, "`` or ``}``: the event array may end here (see
 #: :func:`~.kineto_recover.find_array_end`)
 _ARRAY_END_OPEN = re.compile(rb'\}\s*\]\s*(?:,\s*"|\})')
+#: ``TRACEROOF_SCAN_AHEAD=0`` scans every piece in the reading thread (no worker thread:
+#: comparisons and benchmarks; the result is the same either way)
+ENV_SCAN_AHEAD = "TRACEROOF_SCAN_AHEAD"
+#: :meth:`_Stream._slow_piece`'s "the array is done" marker
+_END = object()
 
 
 class StreamFormatError(ValueError):
@@ -152,8 +161,8 @@ class _Buffer:
     (header, tail, recovery).
     """
 
-    def __init__(self, src: _Source) -> None:
-        self.src = src
+    def __init__(self, src: Any) -> None:
+        self.src = src  # a _Source or a ReadAhead of one
         self._ba = bytearray(0)
         self._off = 0
         self._end = 0
@@ -227,13 +236,27 @@ class _Stream:
     ) -> None:
         self.native = native
         self.scanner: Scanner | None = native_scanner(native, path)
-        self.src = _Source(fh, block)
+        src = _Source(fh, block)
+        #: the blocks, read (and inflated) by a thread ahead of the decoding (kineto_readahead)
+        self.src: Any = ReadAhead(src) if read_ahead_enabled() else src
         self.buf = _Buffer(self.src)
         self.block = self.src.block
         self.stats = DecodeStats()
         self.path = path
         self._on_chunk = on_chunk
         self._progress = progress
+        #: the thread that scans the next piece natively (started at the first one)
+        self._worker: ThreadPoolExecutor | None = None
+        self._ahead = os.environ.get(ENV_SCAN_AHEAD, "").strip() != "0"
+
+    def close(self) -> None:
+        """Wait for a scan still running (an exception left it behind), stop the worker and
+        the read-ahead thread."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
+        if isinstance(self.src, ReadAhead):
+            self.src.close()
 
     def emit(self, events: list[Event]) -> None:
         """Hand events on (``stats.events`` counted by the caller) and report progress."""
@@ -306,51 +329,35 @@ class _Stream:
     # ------------------------------------------------------------------ events
     def events(self) -> Top | None:
         """Decode the event array from ``buf`` (just after its ``[``) to its end; returns the
-        header decoded after the array (None when there is none or it is broken)."""
+        header decoded after the array (None when there is none or it is broken).
+
+        Native path: while piece k's events are handed on (the caller's column building,
+        in Python), piece k+1 is already being scanned in a worker thread (the GIL is
+        released during the C scan, :meth:`_scan_ahead`); the scans still run one at a
+        time, in file order, on the one dictionary, so the result is the same as scanning
+        piece after piece."""
         buf = self.buf
+        ahead = None
         while True:
-            if not self._skip_ws():
-                return self._recover_rest()  # cut right after '[' or a ','
-            if buf.view()[:1] == b"]":  # an empty array, or a ',' before it (recovered)
-                buf.fill_all()
-                return self._tail(buf.data[1:])
-            target = self.block
-            extensions = 0
-            while True:
-                m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
-                if m is None and not self.src.eof:
-                    # no event boundary yet (one long event): read geometrically more, so that
-                    # an event of n bytes costs O(n) copies and searches, not O(n^2 / block)
-                    buf.fill(max(2 * len(buf), target + self.block))
-                    continue
-                stop = (m.start() + 1) if m else len(buf)
+            if ahead is None:
+                if not self._skip_ws():
+                    return self._recover_rest()  # cut right after '[' or a ','
+                if buf.view()[:1] == b"]":  # an empty array, or a ',' before it (recovered)
+                    buf.fill_all()
+                    return self._tail(buf.data[1:])
+                m, stop = self._find_piece(self.block)
                 # the native scanner reads the items in place; msgspec needs them wrapped
                 events = self.scanner.scan(buf.view()[:stop], bare=True) if self.scanner else None
-                if events is not None:
-                    piece = b""
-                    break
-                piece = b"".join((b"[", buf.view()[:stop], b"]"))
-                try:
-                    events = decode_piece(None, piece)
-                    break
-                except DECODE_ERRORS as exc:
-                    end = _closing_bracket(piece, exc, self.scanner)
-                    if end is not None:
-                        # the array ends in this piece: the rest of the stream is the tail
-                        del piece
-                        buf.drop(end[0])
-                        self.strict(end[1])
-                        buf.fill_all()
-                        return self._tail(buf.data[1:])
-                    extensions += 1
-                    if m is None or extensions > MAX_EXTENSIONS:
-                        logger.debug("%s: events invalid at byte %d (%s); recovering", self.path, buf.base, exc)
-                        self.stats.strict = False
-                        return self._recover_piece(stop if m is not None else None)
-                    target = m.end()  # the boundary was inside a string: extend
-            del piece
-            self.strict(events)
+            else:
+                m, stop, scanning = ahead
+                ahead = None
+                events = self.scanner.columns(scanning.result())  # type: ignore[union-attr]
+            if events is None:
+                m, events = self._slow_piece(m, stop)
+                if m is _END:
+                    return events
             if m is None:
+                self.strict(events)
                 # the stream ended right after a complete event (no ']'): a cut file, read
                 # the way the in-memory recovery reads it (cut between two events)
                 self.stats.strict = False
@@ -358,6 +365,69 @@ class _Stream:
                 self.stats.truncated_mid_event = False
                 return None
             buf.drop(m.end() - 1)
+            ahead = self._scan_ahead()
+            self.strict(events)
+            del events
+
+    def _find_piece(self, target: int) -> tuple[Any, int]:
+        """The first event boundary at or after ``target`` (reading on until there is one,
+        or the stream ends: then None) and where the piece before it stops."""
+        buf = self.buf
+        while True:
+            m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
+            if m is None and not self.src.eof:
+                # no event boundary yet (one long event): read geometrically more, so that
+                # an event of n bytes costs O(n) copies and searches, not O(n^2 / block)
+                buf.fill(max(2 * len(buf), target + self.block))
+                continue
+            return m, (m.start() + 1) if m else len(buf)
+
+    def _scan_ahead(self) -> tuple[Any, int, Future] | None:
+        """Start the native scan of the next piece in the worker thread (what the head of
+        :meth:`events`' loop does, without its fallbacks): ``(boundary, stop, future)``,
+        or None (no scanner, the stream's end, the array's ``]``: the loop's head takes
+        those). ``buf`` must not change until the future is done; only the events
+        already scanned are handed on meanwhile."""
+        if self.scanner is None or not self._ahead or not self._skip_ws() or self.buf.view()[:1] == b"]":
+            return None
+        m, stop = self._find_piece(self.block)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="traceroof-scan")
+        return m, stop, self._worker.submit(self.scanner.scan_raw, self.buf.view()[:stop], True)
+
+    def _slow_piece(self, m: Any, stop: int) -> tuple[Any, Any]:
+        """``buf[:stop]``, which the native scanner did not take (or there is none): msgspec,
+        extended past a boundary that lies inside a string, the array's end found in it,
+        or recovered event by event. Returns ``(boundary, events)`` to go on with, or
+        ``(_END, header tail)`` when the array ended or the rest was recovered."""
+        buf = self.buf
+        extensions = 0
+        scanned = True  # buf[:stop] was just scanned natively
+        while True:
+            if not scanned and self.scanner is not None:
+                events = self.scanner.scan(buf.view()[:stop], bare=True)
+                if events is not None:
+                    return m, events
+            scanned = False
+            piece = b"".join((b"[", buf.view()[:stop], b"]"))
+            try:
+                return m, decode_piece(None, piece)
+            except DECODE_ERRORS as exc:
+                end = _closing_bracket(piece, exc, self.scanner)
+                if end is not None:
+                    # the array ends in this piece: the rest of the stream is the tail
+                    del piece
+                    buf.drop(end[0])
+                    self.strict(end[1])
+                    buf.fill_all()
+                    return _END, self._tail(buf.data[1:])
+                extensions += 1
+                if m is None or extensions > MAX_EXTENSIONS:
+                    logger.debug("%s: events invalid at byte %d (%s); recovering", self.path, buf.base, exc)
+                    self.stats.strict = False
+                    return _END, self._recover_piece(stop if m is not None else None)
+            del piece
+            m, stop = self._find_piece(m.end())  # the boundary was inside a string: extend
 
     def _skip_ws(self) -> bool:
         """Drop leading whitespace (and a stray ``,`` left by a recovered piece); False when
@@ -488,5 +558,9 @@ def decode_stream(
         ValueError: the stream holds no ``traceEvents`` array (the caller names the file).
         OSError: reading ``fh`` failed.
     """
-    return _Stream(fh, on_chunk, path, block_bytes, progress, native).run()
+    stream = _Stream(fh, on_chunk, path, block_bytes, progress, native)
+    try:
+        return stream.run()
+    finally:
+        stream.close()
 
