@@ -1,6 +1,7 @@
 /* _kineto_scan: a validating scanner of a Kineto JSON event array into columns.
  *
- * Scanner(spellings).scan(data) -> dict | None;  Scanner.strings(start) -> list
+ * Scanner(spellings).scan(data) -> dict | None;  Scanner.strings(start) -> list;
+ * Scanner.truncate(n): forget the dictionary's codes >= n
  *
  * scan() runs with the GIL released: one Scanner may scan in a worker thread while other
  * Python code runs (one scan at a time per Scanner: a second, or strings(), while a scan
@@ -505,7 +506,19 @@ static PyObject *Scanner_strings(Scanner *self, PyObject *args) {
     return strings_from(&self->s->strings, start < 0 ? 0 : (size_t)start);
 }
 
+/* truncate(n): forget the codes >= n (the strings of scans whose results are discarded) */
+static PyObject *Scanner_truncate(Scanner *self, PyObject *args) {
+    Py_ssize_t n;
+    if (check_free(self) < 0) return NULL;
+    if (!PyArg_ParseTuple(args, "n", &n)) return NULL;
+    if (n < 1) n = 1;
+    intern_rollback(&self->s->strings, (size_t)n);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Scanner_methods[] = {
+    {"truncate", (PyCFunction)Scanner_truncate, METH_VARARGS,
+     "truncate(n): forget the dictionary's codes n and above (n >= 1)."},
     {"scan", (PyCFunction)Scanner_scan, METH_VARARGS,
      "scan(data, bare=False) -> dict | None: the columns of a JSON event array (bare: its items "
      "without the brackets); None when not handled."},

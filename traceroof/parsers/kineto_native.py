@@ -101,16 +101,63 @@ class Columns:
 class Scanner:
     """One file's scanner: one string dictionary shared by all the pieces it scans.
 
+    ``Scanner(into=owner)``: a helper that scans other pieces of the same file (in another
+    thread): its :class:`Columns` use ``owner``'s dictionary (``scanner`` is ``owner``),
+    each of its codes remapped to the owner's code of the same string. Once it has a
+    helper, the owner remaps its own codes too (its C dictionary no longer holds every
+    string). Converted in file order (:meth:`columns`), the merged dictionary is the one a
+    single scanner would have built, code for code: a string enters it at the first piece
+    that holds it, in the order the scanner met it there.
+
     Raises:
         RuntimeError: the extension is not built (check :data:`AVAILABLE` first).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, into: Scanner | None = None) -> None:
         if _kineto_scan is None:
             raise RuntimeError("the native Kineto scanner is not built (python setup.py build_ext --inplace)")
         self._c = _kineto_scan.Scanner(SPELLINGS)
+        #: whose dictionary the columns use
+        self.owner: Scanner = into if into is not None else self
         #: the dictionary: code → string (``strings[0]`` is None), grown by :meth:`columns`
-        self.strings: list[str | None] = [None]
+        #: (a helper's is its owner's)
+        self.strings: list[str | None] = self.owner.strings if into is not None else [None]
+        #: string → code in :attr:`strings`, kept once a helper exists (None before)
+        self._index: dict[str | None, int] | None = None
+        #: this scanner's C code → the owner's code (None: the same, no helper)
+        self._remap: np.ndarray | None = None
+        self._remap_n = 0
+        if into is not None:
+            into._start_remap()
+            self._start_remap()
+
+    def _start_remap(self) -> None:
+        if self._remap is not None:
+            return
+        own = self.owner
+        if own._index is None:
+            own._index = {t: i for i, t in enumerate(own.strings) if i}
+        n = len(self.strings) if own is self else 1  # the owner's C codes so far are its own
+        self._remap = np.arange(max(n, 1024), dtype=np.int32)
+        self._remap_n = n
+
+    def _map_new(self, new: list[str]) -> None:
+        """Give the strings a scan added (its C codes ``_remap_n ...``) their owner codes."""
+        own = self.owner
+        index, strings = own._index, own.strings
+        assert index is not None and self._remap is not None
+        if self._remap_n + len(new) > len(self._remap):
+            grown = np.zeros(2 * (self._remap_n + len(new)), np.int32)
+            grown[: self._remap_n] = self._remap[: self._remap_n]
+            self._remap = grown
+        out = self._remap
+        for j, t in enumerate(new, self._remap_n):
+            code = index.get(t)
+            if code is None:
+                code = index[t] = len(strings)
+                strings.append(t)
+            out[j] = code
+        self._remap_n += len(new)
 
     def scan(self, data: Any, bare: bool = False) -> Columns | None:
         """The columns of ``data`` (a JSON event array; bytes or any buffer; ``bare``: its
@@ -120,8 +167,8 @@ class Scanner:
 
     def scan_raw(self, data: Any, bare: bool = False) -> dict[str, Any] | None:
         """The C scan alone (the GIL released while it runs), safe in a worker thread: the
-        extension's dict (None when not handled), for :meth:`columns`. ``data`` must not be
-        changed until it returns.
+        extension's dict (None when not handled), for :meth:`columns` or :meth:`discard`.
+        ``data`` must not be changed until it returns.
 
         Raises:
             RuntimeError: this Scanner is already scanning (one scan at a time).
@@ -129,24 +176,48 @@ class Scanner:
         """
         return self._c.scan(data, bare)
 
+    def discard(self, d: dict[str, Any] | None) -> None:
+        """Forget a :meth:`scan_raw` result that will not be converted: the strings it added
+        leave this scanner's C dictionary (with those of any later scan of this scanner,
+        which must be discarded too)."""
+        if d is not None:
+            self._c.truncate(d["n_strings"] - len(d["strings"]))
+
     def columns(self, d: dict[str, Any] | None) -> Columns | None:
         """:meth:`scan_raw`'s result as :class:`Columns`, the strings it added appended to
-        :attr:`strings`: call it on the results in the order of the scans."""
+        :attr:`strings`: call it on the results in the order of the pieces in the file."""
         if d is None:
             return None
-        self.strings.extend(d["strings"])
-        i32, i64, u8 = np.int32, np.int64, np.uint8
+        if self._remap is None:
+            self.strings.extend(d["strings"])
+        else:
+            self._map_new(d["strings"])
+        i64, u8 = np.int64, np.uint8
+        code = self._code_array
         slots = [
-            (None if k is None else np.frombuffer(k, u8), np.frombuffer(v, i32 if k is None else i64))
+            (None, code(v)) if k is None else (np.frombuffer(k, u8), self._number_codes(np.frombuffer(k, u8), v))
             for k, v in d["slots"]
         ]
         return Columns(
-            n=d["n"], ph=np.frombuffer(d["ph"], i32), cat=np.frombuffer(d["cat"], i32),
-            name=np.frombuffer(d["name"], i32), pid=np.frombuffer(d["pid"], i32),
-            tid=np.frombuffer(d["tid"], i32), ts_ns=np.frombuffer(d["ts"], i64),
-            dur_ns=np.frombuffer(d["dur"], i64), ts_state=np.frombuffer(d["ts_state"], u8),
-            dur_state=np.frombuffer(d["dur_state"], u8), slots=slots, scanner=self,
+            n=d["n"], ph=code(d["ph"]), cat=code(d["cat"]), name=code(d["name"]), pid=code(d["pid"]),
+            tid=code(d["tid"]), ts_ns=np.frombuffer(d["ts"], i64), dur_ns=np.frombuffer(d["dur"], i64),
+            ts_state=np.frombuffer(d["ts_state"], u8), dur_state=np.frombuffer(d["dur_state"], u8),
+            slots=slots, scanner=self.owner,
         )
+
+    def _code_array(self, b: bytes) -> np.ndarray:
+        a = np.frombuffer(b, np.int32)
+        return a if self._remap is None else self._remap[a]
+
+    def _number_codes(self, kinds: np.ndarray, b: bytes) -> np.ndarray:
+        """A NUMBER slot's values: the strings' (kind 3) codes remapped."""
+        v = np.frombuffer(b, np.int64)
+        if self._remap is None:
+            return v
+        is_str = kinds == 3
+        if not is_str.any():
+            return v
+        return np.where(is_str, self._remap[np.where(is_str, v, 0)], v)
 
     def dictionary(self) -> list[str | None]:
         """Every string interned by the scans converted so far (:meth:`columns`), by code

@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+from .kineto_blocks import Buffer, ReadAhead, Source
+from .kineto_blocks import enabled as read_ahead_enabled
 from .kineto_decode import decode
 from .kineto_events import (
     BOUNDARY,
@@ -32,8 +34,6 @@ from .kineto_events import (
     merge_headers,
 )
 from .kineto_native import Scanner, decode_piece, native_scanner
-from .kineto_readahead import ReadAhead
-from .kineto_readahead import enabled as read_ahead_enabled
 from .kineto_recover import recover_events, recover_region
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,6 @@ STREAM_BLOCK_BYTES = 1 << 20
 #: header before it that is not valid JSON) is decoded in memory when it is at most this big
 STREAM_FALLBACK_BYTES = 64 << 20
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 #: what follows the ``]`` that closes the event array: ``, "key"`` or the closing ``}``
 _AFTER_CLOSE = re.compile(rb'\]\s*(?:,\s*"|\})')
@@ -58,6 +57,43 @@ _ARRAY_END_OPEN = re.compile(rb'\}\s*\]\s*(?:,\s*"|\})')
 ENV_SCAN_AHEAD = "TRACEROOF_SCAN_AHEAD"
 #: :meth:`_Stream._slow_piece`'s "the array is done" marker
 _END = object()
+#: :meth:`_Stream._take`'s "go on with the next piece"
+_GO_ON = object()
+#: pieces the worker thread scans for each one this thread scans: this thread also hands
+#: every piece on (numpy column building), which costs about as much as a scan
+WORKER_PIECES = 2
+
+
+@dataclass
+class _Piece:
+    """One piece of the event array, by stream offsets: ``[start, stop)``; ``next``: where
+    the piece after it starts (its boundary's ``{``), None when the stream ended first."""
+
+    start: int
+    stop: int
+    next: int | None
+    scanner: Scanner | None = None
+    raw: Any = None  # Scanner.scan_raw's result
+
+
+@dataclass
+class _Job:
+    """The worker's scan of ``pieces``: ``future`` gives their results, stopping after the
+    first not handled."""
+
+    pieces: list[_Piece]
+    future: Future
+
+
+def _scan_pieces(scanner: Scanner, data: memoryview, spans: list[tuple[int, int]]) -> list[Any]:
+    """The worker's job: ``scanner.scan_raw`` of each span of ``data`` in turn, up to the
+    first not handled (None)."""
+    out = []
+    for a, b in spans:
+        out.append(scanner.scan_raw(data[a:b], True))
+        if out[-1] is None:
+            break
+    return out
 
 
 class StreamFormatError(ValueError):
@@ -70,163 +106,6 @@ class StreamFormatError(ValueError):
         self.expected = expected
 
 
-class _Source:
-    """Decompressed blocks read from a binary file object, plain or gzip (sniffed by magic).
-
-    ``raw_read`` counts the bytes read from the file object (compressed bytes for a gzip
-    stream), ``size`` the decompressed bytes handed out. A gzip stream that ends early (a
-    cut ``.gz``) or turns corrupt just ends there: everything inflated so far is kept and
-    ``gzip_problem`` says why. Trailing bytes after the last gzip member are ignored.
-    """
-
-    def __init__(self, fh: Any, block: int) -> None:
-        self.fh = fh
-        self.block = max(int(block), 1 << 10)
-        self.raw_read = 0
-        self.size = 0
-        self.eof = False
-        self.gzip = False
-        self.gzip_problem: str | None = None
-        self._z: Any = None
-        self._started = False
-
-    def _raw(self, n: int) -> bytes:
-        b = self.fh.read(n) or b""
-        self.raw_read += len(b)
-        return bytes(b)
-
-    def read(self) -> bytes:
-        """The next block of decompressed bytes (at most ``block``); ``b""`` at the end."""
-        if self.eof:
-            return b""
-        if not self._started:
-            self._started = True
-            head = self._raw(self.block)
-            if head[:2] == _GZIP_MAGIC:
-                self.gzip = True
-                self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                return self._inflate(head)
-            return self._out(head)
-        if self._z is None:
-            return self._out(self._raw(self.block))
-        return self._inflate(b"")
-
-    def _out(self, b: bytes) -> bytes:
-        if not b:
-            self.eof = True
-        self.size += len(b)
-        return b
-
-    def _inflate(self, data: bytes) -> bytes:
-        while True:
-            z = self._z
-            if not data:
-                if z.eof:
-                    # the member ended: what follows it is unused_data. CPython's zlib also
-                    # leaves the same bytes in unconsumed_tail when the member ended in a call
-                    # after an output-limited one; feeding that tail to the finished member
-                    # returned b"" forever (a fuzz hang), so eof is tested first
-                    rest = z.unused_data or self._raw(1 << 16)
-                    if rest[:2] != _GZIP_MAGIC:
-                        return self._out(b"")
-                    self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
-                    data = rest
-                    continue
-                elif z.unconsumed_tail:
-                    data = z.unconsumed_tail
-                else:
-                    data = self._raw(max(self.block // 4, 1 << 16))
-                    if not data:
-                        # gzip's own words, as the in-memory path reports them
-                        self.gzip_problem = "Compressed file ended before the end-of-stream marker was reached"
-                        return self._out(b"")
-            try:
-                out = z.decompress(data, self.block)
-            except zlib.error as exc:
-                self.gzip_problem = f"corrupt gzip data ({exc})"
-                return self._out(b"")
-            data = b""
-            if out:
-                return self._out(out)
-
-
-class _Buffer:
-    """The not yet decoded bytes of the stream: ``data[0]`` is byte ``base`` of the stream.
-
-    The bytes live in one ``bytearray`` that is kept from block to block (``_ba[_off:_end]``
-    are the live ones): a block is copied in behind them, and the live bytes are moved to
-    its front in place when it fills up, so the decoder does not allocate (and page-fault
-    in) fresh memory for every piece. :meth:`view` is the live bytes without a copy (it
-    must not outlive the call it is passed to); :attr:`data` is a copy, for the rare paths
-    (header, tail, recovery).
-    """
-
-    def __init__(self, src: Any) -> None:
-        self.src = src  # a _Source or a ReadAhead of one
-        self._ba = bytearray(0)
-        self._off = 0
-        self._end = 0
-        self.base = 0
-
-    def __len__(self) -> int:
-        return self._end - self._off
-
-    @property
-    def data(self) -> bytes:
-        """A copy of the live bytes."""
-        return bytes(memoryview(self._ba)[self._off : self._end])
-
-    def view(self) -> memoryview:
-        """The live bytes, without a copy."""
-        return memoryview(self._ba)[self._off : self._end]
-
-    def _append(self, b: bytes) -> None:
-        live = self._end - self._off
-        if self._end + len(b) > len(self._ba):
-            if live + len(b) <= len(self._ba) and self._off >= len(self._ba) // 4:
-                mv = memoryview(self._ba)
-                mv[0:live] = mv[self._off : self._end]  # memmove in place
-                del mv
-            else:  # too small: a new one, twice as big as needed
-                grown = bytearray(max(2 * (live + len(b)), 1 << 16))
-                grown[0:live] = memoryview(self._ba)[self._off : self._end]
-                self._ba = grown
-            self._off, self._end = 0, live
-        self._ba[self._end : self._end + len(b)] = b
-        self._end += len(b)
-
-    def fill(self, n: int) -> bool:
-        """Read until the buffer holds at least ``n`` bytes; False when the stream ended first."""
-        while len(self) < n:
-            b = self.src.read()
-            if not b:
-                break
-            self._append(b)
-        return len(self) >= n
-
-    def fill_all(self, cap: int | None = None) -> bool:
-        """Read to the end of the stream, or until the buffer holds ``cap`` bytes; True when
-        the end was reached."""
-        while not self.src.eof:
-            if cap is not None and len(self) >= cap:
-                return False
-            self.fill(len(self) + (16 << 20))
-        return True
-
-    def drop(self, n: int) -> None:
-        """Remove the first ``n`` bytes (:meth:`take` without making a copy of them)."""
-        n = min(n, len(self))
-        self._off += n
-        self.base += n
-
-    def take(self, n: int) -> bytes:
-        """Remove and return the first ``n`` bytes."""
-        n = min(n, len(self))
-        out = bytes(memoryview(self._ba)[self._off : self._off + n])
-        self.drop(n)
-        return out
-
-
 class _Stream:
     """One streaming decode: see :func:`decode_stream`."""
 
@@ -236,10 +115,10 @@ class _Stream:
     ) -> None:
         self.native = native
         self.scanner: Scanner | None = native_scanner(native, path)
-        src = _Source(fh, block)
+        src = Source(fh, block)
         #: the blocks, read (and inflated) by a thread ahead of the decoding (kineto_readahead)
         self.src: Any = ReadAhead(src) if read_ahead_enabled() else src
-        self.buf = _Buffer(self.src)
+        self.buf = Buffer(self.src)
         self.block = self.src.block
         self.stats = DecodeStats()
         self.path = path
@@ -248,6 +127,10 @@ class _Stream:
         #: the thread that scans the next piece natively (started at the first one)
         self._worker: ThreadPoolExecutor | None = None
         self._ahead = os.environ.get(ENV_SCAN_AHEAD, "").strip() != "0"
+        #: the scanner of the pieces this thread scans (made at the first one)
+        self._helper: Scanner | None = None
+        #: the bytes of the worker's pieces (kept from job to job)
+        self._copy = bytearray(0)
 
     def close(self) -> None:
         """Wait for a scan still running (an exception left it behind), stop the worker and
@@ -331,69 +214,146 @@ class _Stream:
         """Decode the event array from ``buf`` (just after its ``[``) to its end; returns the
         header decoded after the array (None when there is none or it is broken).
 
-        Native path: while piece k's events are handed on (the caller's column building,
-        in Python), piece k+1 is already being scanned in a worker thread (the GIL is
-        released during the C scan, :meth:`_scan_ahead`); the scans still run one at a
-        time, in file order, on the one dictionary, so the result is the same as scanning
-        piece after piece."""
+        Native path, in rounds: a worker thread scans the next :data:`WORKER_PIECES` pieces
+        (a copy of their bytes, the GIL released) while this thread scans the piece after
+        them with a helper scanner (:class:`~.kineto_native.Scanner` ``into=``) and then
+        hands the round's pieces on in file order, the next round's worker scan already
+        running. Pieces are cut exactly where the one-thread loop cuts them; a piece that
+        is not handled is decoded from the front as the one-thread loop does, the scans of
+        the pieces after it discarded (their strings leave the dictionaries), so the result
+        is the same as scanning piece after piece in one thread (``TRACEROOF_SCAN_AHEAD=0``).
+        """
         buf = self.buf
-        ahead = None
+        job: _Job | None = None
         while True:
-            if ahead is None:
+            if job is None:
                 if not self._skip_ws():
                     return self._recover_rest()  # cut right after '[' or a ','
                 if buf.view()[:1] == b"]":  # an empty array, or a ',' before it (recovered)
                     buf.fill_all()
                     return self._tail(buf.data[1:])
-                m, stop = self._find_piece(self.block)
-                # the native scanner reads the items in place; msgspec needs them wrapped
-                events = self.scanner.scan(buf.view()[:stop], bare=True) if self.scanner else None
-            else:
-                m, stop, scanning = ahead
-                ahead = None
-                events = self.scanner.columns(scanning.result())  # type: ignore[union-attr]
-            if events is None:
-                m, events = self._slow_piece(m, stop)
-                if m is _END:
-                    return events
-            if m is None:
-                self.strict(events)
-                # the stream ended right after a complete event (no ']'): a cut file, read
-                # the way the in-memory recovery reads it (cut between two events)
-                self.stats.strict = False
-                self.stats.truncated_at = buf.base + len(buf)
-                self.stats.truncated_mid_event = False
-                return None
-            buf.drop(m.end() - 1)
-            ahead = self._scan_ahead()
-            self.strict(events)
-            del events
+                job = self._submit(buf.base)
+                if job is None:  # one piece in this thread
+                    m, stop = self._find_piece(self.block)
+                    # the native scanner reads the items in place; msgspec needs them wrapped
+                    events = self.scanner.scan(buf.view()[:stop], bare=True) if self.scanner else None
+                    done = self._take(m, stop, events)
+                    if done is not _GO_ON:
+                        return done
+                    continue
+            pieces = list(job.pieces)
+            if pieces[-1].next is not None:
+                pieces.append(self._own_piece(pieces[-1].next))
+            for p, raw in zip(job.pieces, job.future.result()):
+                p.raw = raw
+            ok = all(p.raw is not None for p in pieces) and pieces[-1].next is not None
+            if ok:  # every piece scanned: their bytes are no longer needed
+                buf.drop(pieces[-1].next - buf.base)  # type: ignore[operator]
+                job = self._submit(pieces[-1].next)  # type: ignore[arg-type]
+                for p in pieces:
+                    self.strict(p.scanner.columns(p.raw))  # type: ignore[union-attr,arg-type]
+                    p.raw = None
+                continue
+            job = None
+            for i, p in enumerate(pieces):
+                if p.raw is None:  # not handled: from the front, as in one thread
+                    self._discard(pieces[i + 1 :])
+                    stop = p.stop - buf.base
+                    m = BOUNDARY.match(buf.view(), stop - 1) if p.next is not None else None
+                    done = self._take(m, stop, None)
+                    if done is not _GO_ON:
+                        return done
+                    break
+                events = p.scanner.columns(p.raw)  # type: ignore[union-attr]
+                p.raw = None
+                if p.next is None:
+                    return self._take(None, p.stop - buf.base, events)
+                buf.drop(p.next - buf.base)
+                self.strict(events)  # type: ignore[arg-type]
+                del events
 
-    def _find_piece(self, target: int) -> tuple[Any, int]:
+    def _take(self, m: Any, stop: int, events: Any) -> Any:
+        """Piece ``buf[:stop]`` (boundary ``m``) with its native ``events`` (None: not
+        handled, or no scanner): hands them on and drops the piece; returns ``_GO_ON``, or
+        what :meth:`events` returns when the array or the stream ended here."""
+        buf = self.buf
+        if events is None:
+            m, events = self._slow_piece(m, stop)
+            if m is _END:
+                return events
+        if m is None:
+            self.strict(events)
+            # the stream ended right after a complete event (no ']'): a cut file, read
+            # the way the in-memory recovery reads it (cut between two events)
+            self.stats.strict = False
+            self.stats.truncated_at = buf.base + len(buf)
+            self.stats.truncated_mid_event = False
+            return None
+        buf.drop(m.end() - 1)
+        self.strict(events)
+        return _GO_ON
+
+    def _find_piece(self, target: int, start: int = 0) -> tuple[Any, int]:
         """The first event boundary at or after ``target`` (reading on until there is one,
-        or the stream ends: then None) and where the piece before it stops."""
+        or the stream ends: then None) and where the piece (from ``start``) before it
+        stops; offsets in ``buf``."""
         buf = self.buf
         while True:
             m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
             if m is None and not self.src.eof:
                 # no event boundary yet (one long event): read geometrically more, so that
                 # an event of n bytes costs O(n) copies and searches, not O(n^2 / block)
-                buf.fill(max(2 * len(buf), target + self.block))
+                buf.fill(max(start + 2 * (len(buf) - start), target + self.block))
                 continue
             return m, (m.start() + 1) if m else len(buf)
 
-    def _scan_ahead(self) -> tuple[Any, int, Future] | None:
-        """Start the native scan of the next piece in the worker thread (what the head of
-        :meth:`events`' loop does, without its fallbacks): ``(boundary, stop, future)``,
-        or None (no scanner, the stream's end, the array's ``]``: the loop's head takes
-        those). ``buf`` must not change until the future is done; only the events
-        already scanned are handed on meanwhile."""
-        if self.scanner is None or not self._ahead or not self._skip_ws() or self.buf.view()[:1] == b"]":
+    def _piece(self, start: int) -> _Piece:
+        """The piece from stream offset ``start`` (an event's ``{``), cut as the one-thread
+        loop cuts it."""
+        base = self.buf.base
+        m, stop = self._find_piece(start - base + self.block, start - base)
+        return _Piece(start, base + stop, None if m is None else base + m.end() - 1)
+
+    def _submit(self, start: int) -> _Job | None:
+        """Start the worker's scan of the :data:`WORKER_PIECES` pieces from stream offset
+        ``start`` (fewer at the stream's end), on a copy of their bytes; None when there is
+        no scanner or ``TRACEROOF_SCAN_AHEAD=0``."""
+        if self.scanner is None or not self._ahead:
             return None
-        m, stop = self._find_piece(self.block)
+        pieces = [self._piece(start)]
+        while len(pieces) < WORKER_PIECES and pieces[-1].next is not None:
+            pieces.append(self._piece(pieces[-1].next))
+        n = pieces[-1].stop - start
+        if len(self._copy) < n:
+            self._copy = bytearray(n + (n >> 2))
+        copy = memoryview(self._copy)
+        at = start - self.buf.base
+        copy[:n] = self.buf.view()[at : at + n]
+        spans = [(p.start - start, p.stop - start) for p in pieces]
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="traceroof-scan")
-        return m, stop, self._worker.submit(self.scanner.scan_raw, self.buf.view()[:stop], True)
+        for p in pieces:
+            p.scanner = self.scanner
+        return _Job(pieces, self._worker.submit(_scan_pieces, self.scanner, copy, spans))
+
+    def _own_piece(self, start: int) -> _Piece:
+        """The piece from ``start``, scanned here (in place) by the helper scanner."""
+        if self._helper is None:
+            self._helper = Scanner(into=self.scanner)
+        p = self._piece(start)
+        at = start - self.buf.base
+        p.scanner = self._helper
+        p.raw = self._helper.scan_raw(self.buf.view()[at : p.stop - self.buf.base], True)
+        return p
+
+    @staticmethod
+    def _discard(pieces: list[_Piece]) -> None:
+        """Forget the scans of the pieces that follow one not handled: their strings leave
+        their scanners' C dictionaries (truncated to before the earliest of them)."""
+        for p in pieces:
+            if p.raw is not None:
+                p.scanner.discard(p.raw)  # type: ignore[union-attr]
+                p.raw = None
 
     def _slow_piece(self, m: Any, stop: int) -> tuple[Any, Any]:
         """``buf[:stop]``, which the native scanner did not take (or there is none): msgspec,
