@@ -40,10 +40,13 @@ ONE = {KS.ENV_SCAN_AHEAD: "0", B.ENV_READ_AHEAD: "0"}
 TWO = {KS.ENV_SCAN_AHEAD: "1", B.ENV_READ_AHEAD: "1"}
 
 
-def _env(monkeypatch, env: dict[str, str]) -> None:
+def _env(monkeypatch, env: dict[str, str], helper: bool = True) -> None:
     monkeypatch.setenv(N.ENV_DECODER, "native")
     for k, v in env.items():
         monkeypatch.setenv(k, v)
+    # whether the reading thread scans pieces too depends on the worker's speed: forced here
+    # (helper: OWN_PIECES_MAX pieces each round; else none, the worker scans them all)
+    monkeypatch.setattr(KS._Stream, "_worker_busy", staticmethod(lambda job: helper))
 
 
 def stream(data: bytes, block: int, monkeypatch, env: dict[str, str]):
@@ -52,10 +55,10 @@ def stream(data: bytes, block: int, monkeypatch, env: dict[str, str]):
     return K.read_fileobj(io.BytesIO(data), path="t.json", block_bytes=block)
 
 
-def codes(data: bytes, block: int, monkeypatch, env: dict[str, str]):
+def codes(data: bytes, block: int, monkeypatch, env: dict[str, str], helper: bool = True):
     """Every piece ``decode_stream`` hands on: native pieces as their code arrays, with the
     final dictionary; msgspec pieces as their events."""
-    _env(monkeypatch, env)
+    _env(monkeypatch, env, helper)
     got: list = []
     scanners: list = []
 
@@ -99,14 +102,18 @@ def test_one_and_two_threads_equal_on_every_real_trace(rel, monkeypatch):
     assert_same(stream(data, block, monkeypatch, TWO), stream(data, block, monkeypatch, ONE), f"{rel} block {block}")
 
 
+@pytest.mark.parametrize("helper", ["always", "never"])
 @pytest.mark.parametrize("rel", [
     "TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
     "kineto/tb_plugin/test/gpu_metrics_input.json",
 ])
-def test_the_merged_dictionary_is_the_one_thread_dictionary_code_for_code(rel, monkeypatch):
+def test_the_merged_dictionary_is_the_one_thread_dictionary_code_for_code(rel, helper, monkeypatch):
     raw = _raw(real(rel))
     block = max(4 << 10, len(raw) // 100)
-    two = codes(raw, block, monkeypatch, TWO)
+    roles = _roles(monkeypatch)
+    two = codes(raw, block, monkeypatch, TWO, helper == "always")
+    whos = {who for who, _ in roles}  # who scanned: the worker, and the helper when asked to
+    assert "worker" in whos and ("helper" in whos) == (helper == "always"), whos
     assert two[1] is not None and len(two[0]) >= 9  # native pieces: three rounds at least
     assert_codes_equal(two, codes(raw, block, monkeypatch, ONE))
 

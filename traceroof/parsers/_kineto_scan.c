@@ -1,7 +1,8 @@
 /* _kineto_scan: a validating scanner of a Kineto JSON event array into columns.
  *
  * Scanner(spellings).scan(data) -> dict | None;  Scanner.strings(start) -> list;
- * Scanner.truncate(n): forget the dictionary's codes >= n
+ * Scanner.truncate(n): forget the dictionary's codes >= n;  Scanner.remap(d, table): the
+ * codes of a scan's result d replaced by table[code], in place (another dictionary's codes)
  *
  * scan() runs with the GIL released: one Scanner may scan in a worker thread while other
  * Python code runs (one scan at a time per Scanner: a second, or strings(), while a scan
@@ -506,6 +507,60 @@ static PyObject *Scanner_strings(Scanner *self, PyObject *args) {
     return strings_from(&self->s->strings, start < 0 ? 0 : (size_t)start);
 }
 
+/* remap one int32 column (a bytes object of the result dict, rewritten in place) */
+static int remap_i32(PyObject *b, const int32_t *tab, Py_ssize_t ntab) {
+    if (!PyBytes_Check(b)) { PyErr_SetString(PyExc_TypeError, "remap: a column is not bytes"); return -1; }
+    int32_t *v = (int32_t *)PyBytes_AS_STRING(b);
+    Py_ssize_t n = PyBytes_GET_SIZE(b) / 4;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (v[i] < 0 || v[i] >= ntab) { PyErr_SetString(PyExc_ValueError, "remap: a code beyond the table"); return -1; }
+        v[i] = tab[v[i]];
+    }
+    return 0;
+}
+
+/* remap(d, table): every code of scan()'s result ``d`` (the int32 columns, and the string
+ * values, kind 3, of the NUMBER slots) replaced by table[code], in place: d's bytes are the
+ * scan's own, referenced by nothing else yet. table: an int32 buffer covering every code. */
+static PyObject *Scanner_remap(Scanner *self, PyObject *args) {
+    PyObject *d;
+    Py_buffer tb;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyDict_Type, &d, &tb)) return NULL;
+    const int32_t *tab = (const int32_t *)tb.buf;
+    Py_ssize_t ntab = tb.len / 4;
+    static const char *keys[] = {"ph", "cat", "name", "pid", "tid"};
+    for (int i = 0; i < 5; i++) {
+        PyObject *b = PyDict_GetItemString(d, keys[i]);
+        if (!b) { PyErr_SetString(PyExc_KeyError, keys[i]); goto fail; }
+        if (remap_i32(b, tab, ntab) < 0) goto fail;
+    }
+    PyObject *slots = PyDict_GetItemString(d, "slots");
+    if (!slots || !PyList_Check(slots)) { PyErr_SetString(PyExc_KeyError, "slots"); goto fail; }
+    for (Py_ssize_t sl = 0; sl < PyList_GET_SIZE(slots); sl++) {
+        PyObject *t = PyList_GET_ITEM(slots, sl);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) { PyErr_SetString(PyExc_TypeError, "remap: a slot"); goto fail; }
+        PyObject *k = PyTuple_GET_ITEM(t, 0), *v = PyTuple_GET_ITEM(t, 1);
+        if (k == Py_None) { if (remap_i32(v, tab, ntab) < 0) goto fail; continue; }
+        if (!PyBytes_Check(k) || !PyBytes_Check(v) || PyBytes_GET_SIZE(v) != 8 * PyBytes_GET_SIZE(k)) {
+            PyErr_SetString(PyExc_TypeError, "remap: a NUMBER slot");
+            goto fail;
+        }
+        const uint8_t *kinds = (const uint8_t *)PyBytes_AS_STRING(k);
+        int64_t *vals = (int64_t *)PyBytes_AS_STRING(v);
+        for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(k); i++) {
+            if (kinds[i] != 3) continue;
+            if (vals[i] < 0 || vals[i] >= ntab) { PyErr_SetString(PyExc_ValueError, "remap: a code beyond the table"); goto fail; }
+            vals[i] = tab[vals[i]];
+        }
+    }
+    PyBuffer_Release(&tb);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&tb);
+    return NULL;
+}
+
 /* truncate(n): forget the codes >= n (the strings of scans whose results are discarded) */
 static PyObject *Scanner_truncate(Scanner *self, PyObject *args) {
     Py_ssize_t n;
@@ -517,6 +572,8 @@ static PyObject *Scanner_truncate(Scanner *self, PyObject *args) {
 }
 
 static PyMethodDef Scanner_methods[] = {
+    {"remap", (PyCFunction)Scanner_remap, METH_VARARGS,
+     "remap(d, table): scan()'s result d with every code replaced by table[code] (in place)."},
     {"truncate", (PyCFunction)Scanner_truncate, METH_VARARGS,
      "truncate(n): forget the dictionary's codes n and above (n >= 1)."},
     {"scan", (PyCFunction)Scanner_scan, METH_VARARGS,

@@ -192,32 +192,19 @@ class Scanner:
             self.strings.extend(d["strings"])
         else:
             self._map_new(d["strings"])
-        i64, u8 = np.int64, np.uint8
-        code = self._code_array
+            self._c.remap(d, self._remap[: self._remap_n])  # in C, in place: d is this call's
+        i32, i64, u8 = np.int32, np.int64, np.uint8
         slots = [
-            (None, code(v)) if k is None else (np.frombuffer(k, u8), self._number_codes(np.frombuffer(k, u8), v))
+            (None if k is None else np.frombuffer(k, u8), np.frombuffer(v, i32 if k is None else i64))
             for k, v in d["slots"]
         ]
         return Columns(
-            n=d["n"], ph=code(d["ph"]), cat=code(d["cat"]), name=code(d["name"]), pid=code(d["pid"]),
-            tid=code(d["tid"]), ts_ns=np.frombuffer(d["ts"], i64), dur_ns=np.frombuffer(d["dur"], i64),
-            ts_state=np.frombuffer(d["ts_state"], u8), dur_state=np.frombuffer(d["dur_state"], u8),
-            slots=slots, scanner=self.owner,
+            n=d["n"], ph=np.frombuffer(d["ph"], i32), cat=np.frombuffer(d["cat"], i32),
+            name=np.frombuffer(d["name"], i32), pid=np.frombuffer(d["pid"], i32),
+            tid=np.frombuffer(d["tid"], i32), ts_ns=np.frombuffer(d["ts"], i64),
+            dur_ns=np.frombuffer(d["dur"], i64), ts_state=np.frombuffer(d["ts_state"], u8),
+            dur_state=np.frombuffer(d["dur_state"], u8), slots=slots, scanner=self.owner,
         )
-
-    def _code_array(self, b: bytes) -> np.ndarray:
-        a = np.frombuffer(b, np.int32)
-        return a if self._remap is None else self._remap[a]
-
-    def _number_codes(self, kinds: np.ndarray, b: bytes) -> np.ndarray:
-        """A NUMBER slot's values: the strings' (kind 3) codes remapped."""
-        v = np.frombuffer(b, np.int64)
-        if self._remap is None:
-            return v
-        is_str = kinds == 3
-        if not is_str.any():
-            return v
-        return np.where(is_str, self._remap[np.where(is_str, v, 0)], v)
 
     def dictionary(self) -> list[str | None]:
         """Every string interned by the scans converted so far (:meth:`columns`), by code

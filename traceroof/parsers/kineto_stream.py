@@ -59,9 +59,12 @@ ENV_SCAN_AHEAD = "TRACEROOF_SCAN_AHEAD"
 _END = object()
 #: :meth:`_Stream._take`'s "go on with the next piece"
 _GO_ON = object()
-#: pieces the worker thread scans for each one this thread scans: this thread also hands
-#: every piece on (numpy column building), which costs about as much as a scan
-WORKER_PIECES = 2
+#: pieces the worker thread scans in one job (on a copy of their bytes: the memory this
+#: holds is ~this many blocks)
+WORKER_PIECES = 3
+#: while the worker's job runs, this thread (which also hands every piece on: numpy column
+#: building, about half the cost of a scan) scans at most this many pieces after it
+OWN_PIECES_MAX = 2
 
 
 @dataclass
@@ -215,10 +218,10 @@ class _Stream:
         header decoded after the array (None when there is none or it is broken).
 
         Native path, in rounds: a worker thread scans the next :data:`WORKER_PIECES` pieces
-        (a copy of their bytes, the GIL released) while this thread scans the piece after
-        them with a helper scanner (:class:`~.kineto_native.Scanner` ``into=``) and then
-        hands the round's pieces on in file order, the next round's worker scan already
-        running. Pieces are cut exactly where the one-thread loop cuts them; a piece that
+        (a copy of their bytes, the GIL released); while it is not done, this thread scans
+        the pieces after them (at most :data:`OWN_PIECES_MAX`) with a helper scanner
+        (:class:`~.kineto_native.Scanner` ``into=``); then the next job starts and this
+        thread hands the round's pieces on in file order. Pieces are cut exactly where the one-thread loop cuts them; a piece that
         is not handled is decoded from the front as the one-thread loop does, the scans of
         the pieces after it discarded (their strings leave the dictionaries), so the result
         is the same as scanning piece after piece in one thread (``TRACEROOF_SCAN_AHEAD=0``).
@@ -242,7 +245,10 @@ class _Stream:
                         return done
                     continue
             pieces = list(job.pieces)
-            if pieces[-1].next is not None:
+            while self._worker_busy(job) and len(pieces) - len(job.pieces) < OWN_PIECES_MAX:
+                # the worker is still scanning: scan the piece after its job here meanwhile
+                if pieces[-1].next is None or (pieces[-1].scanner is self._helper and pieces[-1].raw is None):
+                    break
                 pieces.append(self._own_piece(pieces[-1].next))
             for p, raw in zip(job.pieces, job.future.result()):
                 p.raw = raw
@@ -271,6 +277,11 @@ class _Stream:
                 buf.drop(p.next - buf.base)
                 self.strict(events)  # type: ignore[arg-type]
                 del events
+
+    @staticmethod
+    def _worker_busy(job: _Job) -> bool:
+        """The worker is still scanning ``job`` (the tests force either answer)."""
+        return not job.future.done()
 
     def _take(self, m: Any, stop: int, events: Any) -> Any:
         """Piece ``buf[:stop]`` (boundary ``m``) with its native ``events`` (None: not
