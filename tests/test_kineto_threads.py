@@ -127,7 +127,7 @@ def _roles(monkeypatch) -> list[tuple[str, bool]]:
     def scan_raw(self, d, bare=False):
         r = orig(self, d, bare)
         who = ("worker" if threading.current_thread().name.startswith("traceroof-scan")
-               else "owner" if self.owner is self else "helper")
+               else "helper" if self.helper else "owner")
         seen.append((who, r is not None))
         return r
 

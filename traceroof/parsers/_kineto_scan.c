@@ -2,7 +2,9 @@
  *
  * Scanner(spellings).scan(data) -> dict | None;  Scanner.strings(start) -> list;
  * Scanner.truncate(n): forget the dictionary's codes >= n;  Scanner.remap(d, table): the
- * codes of a scan's result d replaced by table[code], in place (another dictionary's codes)
+ * codes of a scan's result d replaced by table[code], in place (another dictionary's codes);
+ * Scanner.absorb(helper): the helper's strings interned into this dictionary (for remap).
+ * Scanner(spellings, False): results without their new strings (a helper's).
  *
  * scan() runs with the GIL released: one Scanner may scan in a worker thread while other
  * Python code runs (one scan at a time per Scanner: a second, or strings(), while a scan
@@ -364,12 +366,14 @@ static PyObject *strings_from(Intern *t, size_t start) {
     return out;
 }
 
-static PyObject *build_result(Scan *s, size_t n0) {
+static PyObject *build_result(Scan *s, size_t n0, int with_strings) {
     Cols *k = &s->cols;
     size_t n = k->n;
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    if (set_item(d, "strings", strings_from(&s->strings, n0)) < 0) goto fail;
+    if (set_item(d, "strings", with_strings ? strings_from(&s->strings, n0) : PyList_New(0)) < 0
+        || set_item(d, "n_before", PyLong_FromSize_t(n0)) < 0)
+        goto fail;
     if (set_item(d, "n", PyLong_FromSize_t(n)) < 0 || set_item(d, "n_strings", PyLong_FromSize_t(s->strings.n)) < 0)
         goto fail;
     if (set_item(d, "ph", bytes_of(k->ph, n * 4)) < 0 || set_item(d, "cat", bytes_of(k->cat, n * 4)) < 0
@@ -440,6 +444,7 @@ typedef struct {
     Scan *s;
     PyObject *spellings;  /* keeps the key bytes alive */
     int busy;             /* a scan is running with the GIL released */
+    int with_strings;     /* scan() results carry the strings they added */
 } Scanner;
 
 static int check_free(Scanner *self) {
@@ -461,8 +466,10 @@ static void Scanner_dealloc(Scanner *self) {
 
 static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
     PyObject *spellings;
+    int with_strings = 1;
     (void)kw;
-    if (!PyArg_ParseTuple(args, "O", &spellings)) return -1;
+    if (!PyArg_ParseTuple(args, "O|p", &spellings, &with_strings)) return -1;
+    self->with_strings = with_strings;
     if (self->s) { PyErr_SetString(PyExc_RuntimeError, "Scanner already initialised"); return -1; }
     self->s = calloc(1, sizeof(Scan));
     if (!self->s) { PyErr_NoMemory(); return -1; }
@@ -491,7 +498,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     self->busy = 0;
     if (r == NOMEM) { intern_rollback(&s->strings, n0); PyErr_NoMemory(); }
     else if (r != OK) { intern_rollback(&s->strings, n0); Py_INCREF(Py_None); out = Py_None; }
-    else out = build_result(s, n0);
+    else out = build_result(s, n0, self->with_strings);
     if (s->cols.cap > ((size_t)1 << 20)) {  /* a huge piece: do not keep its buffers */
         cols_free(&s->cols);
         memset(&s->cols, 0, offsetof(Cols, nslots));
@@ -561,6 +568,12 @@ fail:
     return NULL;
 }
 
+/* absorb(helper) -> (table, strings): every string of ``helper``'s dictionary (codes 1..) interned
+ * into this one in code order; table: int32 bytes, helper code -> this one's code (table[0] =
+ * 0); strings: this dictionary's new entries, in code order. The helper's dictionary is then
+ * emptied (its next scan starts afresh). */
+static PyObject *Scanner_absorb(Scanner *self, PyObject *args);
+
 /* truncate(n): forget the codes >= n (the strings of scans whose results are discarded) */
 static PyObject *Scanner_truncate(Scanner *self, PyObject *args) {
     Py_ssize_t n;
@@ -571,7 +584,35 @@ static PyObject *Scanner_truncate(Scanner *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Scanner_absorb(Scanner *self, PyObject *args) {
+    PyObject *other;
+    if (check_free(self) < 0) return NULL;
+    if (!PyArg_ParseTuple(args, "O!", Py_TYPE(self), &other)) return NULL;
+    Scanner *h = (Scanner *)other;
+    if (h == self) { PyErr_SetString(PyExc_ValueError, "absorb: a scanner cannot absorb itself"); return NULL; }
+    if (check_free(h) < 0) return NULL;
+    Intern *o = &self->s->strings, *t = &h->s->strings;
+    size_t n0 = o->n;
+    PyObject *tab = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(t->n * 4));
+    if (!tab) return NULL;
+    int32_t *m = (int32_t *)PyBytes_AS_STRING(tab);
+    m[0] = 0;
+    for (size_t c = 1; c < t->n; c++) {
+        int64_t v = intern(o, t->arena + t->off[c], t->len[c]);
+        if (v < 0) { intern_rollback(o, n0); Py_DECREF(tab); return PyErr_NoMemory(); }
+        m[c] = (int32_t)v;
+    }
+    PyObject *added = strings_from(o, n0);
+    if (!added) { intern_rollback(o, n0); Py_DECREF(tab); return NULL; }
+    memset(t->table, 0, t->tcap * sizeof(uint32_t));  /* the helper starts afresh */
+    t->n = 1;
+    t->arena_len = 0;
+    return Py_BuildValue("(NN)", tab, added);
+}
+
 static PyMethodDef Scanner_methods[] = {
+    {"absorb", (PyCFunction)Scanner_absorb, METH_VARARGS,
+     "absorb(helper) -> (table, strings): the helper's strings interned here; its dictionary emptied."},
     {"remap", (PyCFunction)Scanner_remap, METH_VARARGS,
      "remap(d, table): scan()'s result d with every code replaced by table[code] (in place)."},
     {"truncate", (PyCFunction)Scanner_truncate, METH_VARARGS,

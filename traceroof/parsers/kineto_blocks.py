@@ -258,6 +258,21 @@ class Buffer:
         self._off += n
         self.base += n
 
+    def unshift(self, b: Any) -> None:
+        """Put back in front the bytes just before ``base`` (dropped earlier: the caller
+        kept them)."""
+        n = len(b)
+        live = self._end - self._off
+        if n <= self._off:
+            self._ba[self._off - n : self._off] = b
+            self._off -= n
+        else:
+            grown = bytearray(max(2 * (live + n), 1 << 16))
+            grown[0:n] = b
+            grown[n : n + live] = memoryview(self._ba)[self._off : self._end]
+            self._ba, self._off, self._end = grown, 0, n + live
+        self.base -= n
+
     def take(self, n: int) -> bytes:
         """Remove and return the first ``n`` bytes."""
         n = min(n, len(self))

@@ -101,63 +101,26 @@ class Columns:
 class Scanner:
     """One file's scanner: one string dictionary shared by all the pieces it scans.
 
-    ``Scanner(into=owner)``: a helper that scans other pieces of the same file (in another
-    thread): its :class:`Columns` use ``owner``'s dictionary (``scanner`` is ``owner``),
-    each of its codes remapped to the owner's code of the same string. Once it has a
-    helper, the owner remaps its own codes too (its C dictionary no longer holds every
-    string). Converted in file order (:meth:`columns`), the merged dictionary is the one a
-    single scanner would have built, code for code: a string enters it at the first piece
-    that holds it, in the order the scanner met it there.
+    ``Scanner(helper=True)``: scans pieces of the same file for another scanner (the owner,
+    in another thread). Its results are in its own codes until the owner takes them,
+    in file order, with :meth:`absorb`: the helper's strings enter the owner's dictionary
+    (in C), the results are recoded to the owner's codes, the helper's dictionary is
+    emptied. The owner's dictionary is then the one it would have built scanning those
+    pieces itself, code for code (a string enters it at the first piece that holds it, in
+    the order the scanner met it there).
 
     Raises:
         RuntimeError: the extension is not built (check :data:`AVAILABLE` first).
     """
 
-    def __init__(self, into: Scanner | None = None) -> None:
+    def __init__(self, helper: bool = False) -> None:
         if _kineto_scan is None:
             raise RuntimeError("the native Kineto scanner is not built (python setup.py build_ext --inplace)")
-        self._c = _kineto_scan.Scanner(SPELLINGS)
-        #: whose dictionary the columns use
-        self.owner: Scanner = into if into is not None else self
+        self.helper = helper
+        self._c = _kineto_scan.Scanner(SPELLINGS, not helper)
         #: the dictionary: code → string (``strings[0]`` is None), grown by :meth:`columns`
-        #: (a helper's is its owner's)
-        self.strings: list[str | None] = self.owner.strings if into is not None else [None]
-        #: string → code in :attr:`strings`, kept once a helper exists (None before)
-        self._index: dict[str | None, int] | None = None
-        #: this scanner's C code → the owner's code (None: the same, no helper)
-        self._remap: np.ndarray | None = None
-        self._remap_n = 0
-        if into is not None:
-            into._start_remap()
-            self._start_remap()
-
-    def _start_remap(self) -> None:
-        if self._remap is not None:
-            return
-        own = self.owner
-        if own._index is None:
-            own._index = {t: i for i, t in enumerate(own.strings) if i}
-        n = len(self.strings) if own is self else 1  # the owner's C codes so far are its own
-        self._remap = np.arange(max(n, 1024), dtype=np.int32)
-        self._remap_n = n
-
-    def _map_new(self, new: list[str]) -> None:
-        """Give the strings a scan added (its C codes ``_remap_n ...``) their owner codes."""
-        own = self.owner
-        index, strings = own._index, own.strings
-        assert index is not None and self._remap is not None
-        if self._remap_n + len(new) > len(self._remap):
-            grown = np.zeros(2 * (self._remap_n + len(new)), np.int32)
-            grown[: self._remap_n] = self._remap[: self._remap_n]
-            self._remap = grown
-        out = self._remap
-        for j, t in enumerate(new, self._remap_n):
-            code = index.get(t)
-            if code is None:
-                code = index[t] = len(strings)
-                strings.append(t)
-            out[j] = code
-        self._remap_n += len(new)
+        #: (:meth:`adopt`, :meth:`absorb`); a helper's stays empty
+        self.strings: list[str | None] = [None]
 
     def scan(self, data: Any, bare: bool = False) -> Columns | None:
         """The columns of ``data`` (a JSON event array; bytes or any buffer; ``bare``: its
@@ -177,22 +140,46 @@ class Scanner:
         return self._c.scan(data, bare)
 
     def discard(self, d: dict[str, Any] | None) -> None:
-        """Forget a :meth:`scan_raw` result that will not be converted: the strings it added
-        leave this scanner's C dictionary (with those of any later scan of this scanner,
-        which must be discarded too)."""
+        """Forget a :meth:`scan_raw` result of this scanner that will not be converted: the
+        strings it added leave the C dictionary (with those of any later scan of this
+        scanner, which must be discarded too)."""
         if d is not None:
-            self._c.truncate(d["n_strings"] - len(d["strings"]))
+            self._c.truncate(d["n_before"])
+
+    def adopt(self, d: dict[str, Any]) -> None:
+        """Add the strings a result of this (owner) scanner brought to :attr:`strings` now
+        (before an :meth:`absorb` that follows it in the file); :meth:`columns` later."""
+        self.strings.extend(d["strings"])
+        d["strings"] = []
+
+    def absorb(self, helper: Scanner, results: list[dict[str, Any]]) -> None:
+        """Take ``helper``'s ``results`` (all its scans since the last absorb, in file
+        order, each following everything this scanner's dictionary holds): their strings
+        join this dictionary, their codes become this scanner's (in C, in place); then
+        :meth:`columns` converts them. The helper's dictionary starts afresh.
+
+        Raises:
+            MemoryError: an allocation failed.
+        """
+        table, added = self._c.absorb(helper._c)
+        self.strings.extend(added)
+        for d in results:
+            self._c.remap(d, table)
+            d["strings"] = []
 
     def columns(self, d: dict[str, Any] | None) -> Columns | None:
         """:meth:`scan_raw`'s result as :class:`Columns`, the strings it added appended to
-        :attr:`strings`: call it on the results in the order of the pieces in the file."""
+        :attr:`strings`: call it on the results in the order of the pieces in the file (a
+        helper's after :meth:`absorb`, on the owner).
+
+        Raises:
+            RuntimeError: called on a helper (its codes are not a dictionary's).
+        """
         if d is None:
             return None
-        if self._remap is None:
-            self.strings.extend(d["strings"])
-        else:
-            self._map_new(d["strings"])
-            self._c.remap(d, self._remap[: self._remap_n])  # in C, in place: d is this call's
+        if self.helper:
+            raise RuntimeError("a helper scanner's results are converted by its owner (absorb)")
+        self.strings.extend(d["strings"])
         i32, i64, u8 = np.int32, np.int64, np.uint8
         slots = [
             (None if k is None else np.frombuffer(k, u8), np.frombuffer(v, i32 if k is None else i64))
@@ -203,7 +190,7 @@ class Scanner:
             name=np.frombuffer(d["name"], i32), pid=np.frombuffer(d["pid"], i32),
             tid=np.frombuffer(d["tid"], i32), ts_ns=np.frombuffer(d["ts"], i64),
             dur_ns=np.frombuffer(d["dur"], i64), ts_state=np.frombuffer(d["ts_state"], u8),
-            dur_state=np.frombuffer(d["dur_state"], u8), slots=slots, scanner=self.owner,
+            dur_state=np.frombuffer(d["dur_state"], u8), slots=slots, scanner=self,
         )
 
     def dictionary(self) -> list[str | None]:

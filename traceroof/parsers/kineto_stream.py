@@ -61,10 +61,10 @@ _END = object()
 _GO_ON = object()
 #: pieces the worker thread scans in one job (on a copy of their bytes: the memory this
 #: holds is ~this many blocks)
-WORKER_PIECES = 3
+WORKER_PIECES = 2
 #: while the worker's job runs, this thread (which also hands every piece on: numpy column
 #: building, about half the cost of a scan) scans at most this many pieces after it
-OWN_PIECES_MAX = 2
+OWN_PIECES_MAX = 1
 
 
 @dataclass
@@ -86,6 +86,8 @@ class _Job:
 
     pieces: list[_Piece]
     future: Future
+    #: the pieces' bytes (from the first's start to the last's stop), in ``_Stream._copy``
+    nbytes: int
 
 
 def _scan_pieces(scanner: Scanner, data: memoryview, spans: list[tuple[int, int]]) -> list[Any]:
@@ -252,31 +254,56 @@ class _Stream:
                 pieces.append(self._own_piece(pieces[-1].next))
             for p, raw in zip(job.pieces, job.future.result()):
                 p.raw = raw
-            ok = all(p.raw is not None for p in pieces) and pieces[-1].next is not None
-            if ok:  # every piece scanned: their bytes are no longer needed
+            k = self._settle(pieces)
+            owner = self.scanner
+            assert owner is not None
+            if k == len(pieces) and pieces[-1].next is not None:
+                # every piece scanned: their bytes are no longer needed; the next job starts
+                # before these are handed on
                 buf.drop(pieces[-1].next - buf.base)  # type: ignore[operator]
                 job = self._submit(pieces[-1].next)  # type: ignore[arg-type]
                 for p in pieces:
-                    self.strict(p.scanner.columns(p.raw))  # type: ignore[union-attr,arg-type]
+                    self.strict(owner.columns(p.raw))  # type: ignore[arg-type]
                     p.raw = None
                 continue
+            self.buf.unshift(memoryview(self._copy)[: job.nbytes])  # the job's bytes, back
             job = None
-            for i, p in enumerate(pieces):
-                if p.raw is None:  # not handled: from the front, as in one thread
-                    self._discard(pieces[i + 1 :])
-                    stop = p.stop - buf.base
-                    m = BOUNDARY.match(buf.view(), stop - 1) if p.next is not None else None
-                    done = self._take(m, stop, None)
-                    if done is not _GO_ON:
-                        return done
-                    break
-                events = p.scanner.columns(p.raw)  # type: ignore[union-attr]
+            for p in pieces[:k]:
+                events = owner.columns(p.raw)
                 p.raw = None
                 if p.next is None:
                     return self._take(None, p.stop - buf.base, events)
                 buf.drop(p.next - buf.base)
                 self.strict(events)  # type: ignore[arg-type]
                 del events
+            # pieces[k], not handled: from the front, as in one thread
+            stop = pieces[k].stop - buf.base
+            m = BOUNDARY.match(buf.view(), stop - 1) if pieces[k].next is not None else None
+            done = self._take(m, stop, None)
+            if done is not _GO_ON:
+                return done
+
+    def _settle(self, pieces: list[_Piece]) -> int:
+        """The round's scans in file order: the index ``k`` of the first piece not handled
+        (``len(pieces)`` when none); the scans after it discarded, the owner's before it
+        adopted and then the helper's absorbed (recoded to the owner's dictionary), so that
+        ``owner.columns`` converts each of ``pieces[:k]``."""
+        k = next((i for i, p in enumerate(pieces) if p.raw is None), len(pieces))
+        for p in pieces[k + 1 :]:
+            if p.raw is not None:
+                p.scanner.discard(p.raw)  # type: ignore[union-attr]
+                p.raw = None
+        owner = self.scanner
+        assert owner is not None
+        helped = []
+        for p in pieces[:k]:  # the worker's pieces come first, then the helper's
+            if p.scanner is owner:
+                owner.adopt(p.raw)
+            else:
+                helped.append(p.raw)
+        if helped:
+            owner.absorb(self._helper, helped)  # type: ignore[arg-type]
+        return k
 
     @staticmethod
     def _worker_busy(job: _Job) -> bool:
@@ -312,9 +339,11 @@ class _Stream:
         while True:
             m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
             if m is None and not self.src.eof:
-                # no event boundary yet (one long event): read geometrically more, so that
-                # an event of n bytes costs O(n) copies and searches, not O(n^2 / block)
-                buf.fill(max(start + 2 * (len(buf) - start), target + self.block))
+                # no event boundary yet: a block past the target first; then (one long
+                # event) geometrically more, so that an event of n bytes costs O(n) copies
+                # and searches, not O(n^2 / block)
+                want = target + self.block
+                buf.fill(want if len(buf) < want else start + 2 * (len(buf) - start))
                 continue
             return m, (m.start() + 1) if m else len(buf)
 
@@ -338,33 +367,26 @@ class _Stream:
         if len(self._copy) < n:
             self._copy = bytearray(n + (n >> 2))
         copy = memoryview(self._copy)
-        at = start - self.buf.base
-        copy[:n] = self.buf.view()[at : at + n]
+        assert start == self.buf.base
+        copy[:n] = self.buf.view()[:n]
+        self.buf.drop(n)  # held once: the copy (put back if a piece is not handled)
         spans = [(p.start - start, p.stop - start) for p in pieces]
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="traceroof-scan")
         for p in pieces:
             p.scanner = self.scanner
-        return _Job(pieces, self._worker.submit(_scan_pieces, self.scanner, copy, spans))
+        return _Job(pieces, self._worker.submit(_scan_pieces, self.scanner, copy, spans), n)
 
     def _own_piece(self, start: int) -> _Piece:
         """The piece from ``start``, scanned here (in place) by the helper scanner."""
         if self._helper is None:
-            self._helper = Scanner(into=self.scanner)
+            self._helper = Scanner(helper=True)
         p = self._piece(start)
         at = start - self.buf.base
         p.scanner = self._helper
         p.raw = self._helper.scan_raw(self.buf.view()[at : p.stop - self.buf.base], True)
         return p
 
-    @staticmethod
-    def _discard(pieces: list[_Piece]) -> None:
-        """Forget the scans of the pieces that follow one not handled: their strings leave
-        their scanners' C dictionaries (truncated to before the earliest of them)."""
-        for p in pieces:
-            if p.raw is not None:
-                p.scanner.discard(p.raw)  # type: ignore[union-attr]
-                p.raw = None
 
     def _slow_piece(self, m: Any, stop: int) -> tuple[Any, Any]:
         """``buf[:stop]``, which the native scanner did not take (or there is none): msgspec,
