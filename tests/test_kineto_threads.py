@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import logging
 import os
 import threading
 
@@ -47,6 +48,7 @@ def _env(monkeypatch, env: dict[str, str], helper: bool = True) -> None:
     # whether the reading thread scans pieces too depends on the worker's speed: forced here
     # (helper: OWN_PIECES_MAX pieces each round; else none, the worker scans them all)
     monkeypatch.setattr(KS._Stream, "_worker_busy", staticmethod(lambda job: helper))
+    monkeypatch.setattr(KS, "MIN_CORES", 0.0)  # never fall back to one thread (tested apart)
 
 
 def stream(data: bytes, block: int, monkeypatch, env: dict[str, str]):
@@ -241,6 +243,37 @@ def test_read_ahead_hands_the_blocks_in_order_and_close_stops_it():
         got.append(b)
     assert got == [b"%04d" % i for i in range(1, 6)] and ra.eof and ra.gzip_problem == "ended"
     assert ra.read() == b"" and src.calls == 6  # not read again after its end
+    ra.close()
+
+
+def test_a_starved_worker_hands_the_rest_of_the_file_to_one_thread(monkeypatch, caplog):
+    # a machine whose cores are taken (forced: MIN_CORES beyond reach): after CHECK_JOBS
+    # jobs the worker and the read-ahead thread stop; the result is still the one-thread one
+    raw = _raw(real("TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"))
+    block = max(4 << 10, len(raw) // 200)
+    roles = _roles(monkeypatch)
+    _env(monkeypatch, TWO)
+    monkeypatch.setattr(KS, "MIN_CORES", 1e9)
+    with caplog.at_level(logging.DEBUG, logger="traceroof.parsers.kineto_stream"):
+        two = K.read_fileobj(io.BytesIO(gzip.compress(raw)), path="t.json", block_bytes=block)
+    said = [r.getMessage() for r in caplog.records if "one thread from here" in r.getMessage()]
+    assert len(said) == 1 and f"over {KS.CHECK_JOBS + 1} jobs" in said[0], said
+    worker = sum(who == "worker" for who, _ in roles)
+    # the worker scanned its CHECK_JOBS + 1 jobs (two pieces each), the owner the rest
+    assert worker == KS.WORKER_PIECES * (KS.CHECK_JOBS + 1) and sum(who == "owner" for who, _ in roles) > 20
+    monkeypatch.undo()
+    assert_same(two, stream(gzip.compress(raw), block, monkeypatch, ONE), "starved")
+
+
+def test_read_ahead_stopped_hands_what_it_read_then_reads_directly():
+    src = _Blocks(50)
+    ra = B.ReadAhead(src, depth=3)
+    got = [ra.read(), ra.read()]
+    ra.stop()  # the thread's queued and in-hand blocks first, then the caller's own reads
+    assert not [t for t in threading.enumerate() if t.name == "traceroof-read"]
+    while (b := ra.read()):
+        got.append(b)
+    assert got == [b"%04d" % i for i in range(1, 51)] and src.calls == 51
     ra.close()
 
 

@@ -50,6 +50,8 @@ class ReadAhead:
         self._q: queue.Queue[Any] = queue.Queue(max(int(depth), 1))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the block the thread had read when it was stopped (handed out after the queue)
+        self._spill: list[Any] = []
 
     @property
     def raw_read(self) -> int:
@@ -74,10 +76,16 @@ class ReadAhead:
         """
         if self.eof:
             return b""
-        if self._thread is None:
+        if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name="traceroof-read", daemon=True)
             self._thread.start()
-        item = self._q.get()
+        if self._stop.is_set() and self._thread is None:  # stopped: the rest, then direct reads
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                item = self._spill.pop() if self._spill else self.src.read()
+        else:
+            item = self._q.get()
         if isinstance(item, BaseException):
             self.eof = True
             raise item
@@ -87,26 +95,36 @@ class ReadAhead:
 
     def _run(self) -> None:
         try:
-            while not self._stop.is_set():
+            while True:
                 b = self.src.read()
-                self._q.put(b)
-                if not b:
+                if not self._put(b) or not b:
                     return
         except BaseException as exc:  # handed to the reader, raised where it happened
-            self._q.put(exc)
+            self._put(exc)
+
+    def _put(self, item: Any) -> bool:
+        """Queue ``item``; False (the item kept in ``_spill``) when stopped meanwhile."""
+        while True:
+            if self._stop.is_set():
+                self._spill.append(item)
+                return False
+            try:
+                self._q.put(item, timeout=0.02)
+                return True
+            except queue.Full:
+                continue
+
+    def stop(self) -> None:
+        """Read in the caller's thread from now on: the thread stops after the block it is
+        reading; the blocks it read are still handed out first, in order."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def close(self) -> None:
-        """Stop the thread (after the block it is reading) and drop the blocks not read."""
-        self._stop.set()
-        if self._thread is None:
-            return
-        while self._thread.is_alive():
-            try:
-                self._q.get(timeout=0.05)  # make room for a blocked put
-            except queue.Empty:
-                pass
-        self._thread.join()
-        self._thread = None
+        """Stop the thread (after the block it is reading)."""
+        self.stop()
 
 
 class Source:
