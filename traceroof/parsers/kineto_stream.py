@@ -1,7 +1,10 @@
 """Streaming Kineto JSON decoding: a plain or gzip stream, block by block (:func:`decode_stream`).
 
-Holds about two blocks of JSON at once; the result equals the in-memory
-:func:`~.kineto_decode.decode` of the whole content (see :func:`decode_stream`).
+Holds a few blocks of JSON at once; the result equals the in-memory
+:func:`~.kineto_decode.decode` of the whole content (see :func:`decode_stream`). Blocks are
+read (and inflated) by a read-ahead thread (:class:`~.kineto_blocks.ReadAhead`), and on the
+native path pieces are scanned by a worker thread and this one (:meth:`_Stream.events`);
+both give way to one thread when the machine's cores are taken (:meth:`_Stream._result`).
 """
 
 from __future__ import annotations
@@ -537,7 +540,8 @@ def decode_stream(
     progress: Callable[[int, int], None] | None = None,
     native: bool = False,
 ) -> Decoded:
-    """Decode a Kineto JSON stream block by block, holding about two blocks of JSON at once.
+    """Decode a Kineto JSON stream block by block, holding a few blocks of JSON at once (one
+    thread reads ``fh`` ahead, another scans natively: see the module docstring).
 
     The result equals :func:`decode` on the whole decompressed content: the same events in
     the same order, the same header, the same repairs and drops on damaged input (except
@@ -558,7 +562,9 @@ def decode_stream(
 
     Args:
         fh: a binary file object (``read(n)``): a plain file, a gzip stream (recognised by
-            its magic bytes and inflated here, member after member), a tar member.
+            its magic bytes and inflated here, member after member), a tar member. It is
+            read from the read-ahead thread (``TRACEROOF_READ_AHEAD=0``: this one), never
+            from two threads at once, and not after this returns.
         on_chunk: called with each decoded list of :class:`Event`, in file order.
         path: for messages.
         block_bytes: decompressed bytes per decoded piece (at least 1 KiB; a piece ends at an
