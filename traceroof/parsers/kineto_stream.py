@@ -65,7 +65,7 @@ _END = object()
 _GO_ON = object()
 #: the threads are given up for the rest of a file when, measured every CHECK_JOBS jobs,
 #: the process used fewer than MIN_CORES cores since the first job (see _Stream._result)
-CHECK_JOBS = 16
+CHECK_JOBS = 8
 MIN_CORES = 1.15
 #: pieces the worker thread scans in one job (on a copy of their bytes: the memory this
 #: holds is ~this many blocks)
