@@ -129,7 +129,7 @@ class _Stream:
         self.native = native
         self.scanner: Scanner | None = native_scanner(native, path)
         src = Source(fh, block)
-        #: the blocks, read (and inflated) by a thread ahead of the decoding (kineto_readahead)
+        #: the blocks, read (and inflated) by a thread ahead of the decoding (kineto_blocks.ReadAhead)
         self.src: Any = ReadAhead(src) if read_ahead_enabled() else src
         self.buf = Buffer(self.src)
         self.block = self.src.block
