@@ -7,6 +7,8 @@ Each row runs in its own subprocess (so peak RSS is its own) and reports CPU sec
 
 * ``read_trace (msgspec)`` / ``read_trace (native)``: ``traceroof.io.read_trace(TRACE)`` with
   ``TRACEROOF_DECODER=python`` / the native scanner (decode, column building and linking);
+  ``read_trace (native, one thread)``: the same without the scan worker and read-ahead
+  threads (``TRACEROOF_SCAN_AHEAD=0 TRACEROOF_READ_AHEAD=0``);
 * ``decode: msgspec typed`` (the floor): the event array cut in 1 MiB pieces at event
   boundaries, each decoded by msgspec into the typed ``Event`` structs traceroof uses
   (``kineto_events.EVENTS_DECODER``), nothing else: what the msgspec path costs before any
@@ -57,6 +59,8 @@ def _one(row: str, path: str) -> dict:
     extra: dict = {}
     if row.startswith("read_trace"):
         os.environ["TRACEROOF_DECODER"] = "python" if "msgspec" in row else "native"
+        if "one thread" in row:  # the native path without its worker and read-ahead threads
+            os.environ["TRACEROOF_SCAN_AHEAD"] = os.environ["TRACEROOF_READ_AHEAD"] = "0"
         from traceroof.io import read_trace
 
         t0, c0 = time.perf_counter(), _cpu()
@@ -113,7 +117,8 @@ def main(argv: list[str]) -> None:
     if "--one" in argv:  # child: one row, JSON on stdout
         print(json.dumps(_one(os.environ["BENCH_ROW"], path)))
         return
-    rows = ["decode: msgspec typed", "decode: native scan", "read_trace (msgspec)", "read_trace (native)"]
+    rows = ["decode: msgspec typed", "decode: native scan", "read_trace (msgspec)", "read_trace (native, one thread)",
+            "read_trace (native)"]
     if "--ndjson" in argv:
         rows.append("decode: polars read_ndjson")
     print(f"{path} ({os.path.getsize(path) / 1e6:.0f} MB); load: {os.getloadavg()[0]:.2f}")

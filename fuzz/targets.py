@@ -15,6 +15,7 @@ whose exit code is not 70 and whose message is one line naming the file
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import marshal
@@ -220,16 +221,35 @@ def run_kineto_decode(data: bytes) -> None:
 
 
 def run_kineto_stream(data: bytes) -> None:
-    """The streaming decoder alone, in 1 KiB blocks (many block boundaries)."""
+    """The streaming decoder alone, in 1 KiB blocks (many block boundaries); with the native
+    scanner built, again on the native path (the worker thread, the helper scanner, the
+    read-ahead thread), which must decode as many events with the same statistics."""
+    from traceroof.parsers import kineto_native as N
     from traceroof.parsers.kineto_stream import StreamFormatError, decode_stream
 
-    try:
-        decode_stream(io.BytesIO(data), _on_chunk, path="<fuzz>", block_bytes=1024)
-    except StreamFormatError:
-        pass
-    except ValueError as exc:
-        if type(exc) is not ValueError:
-            raise
+    def one(native: bool) -> object:
+        n = [0]
+
+        def count(events) -> None:
+            if not isinstance(events, N.Columns):
+                _on_chunk(events)
+            n[0] += len(events)
+
+        try:
+            d = decode_stream(io.BytesIO(data), count, path="<fuzz>", block_bytes=1024, native=native)
+        except StreamFormatError as exc:
+            return ("format", str(exc))
+        except ValueError as exc:
+            if type(exc) is not ValueError:
+                raise
+            return ("value", str(exc))
+        return (n[0], dataclasses.asdict(d.stats))
+
+    plain = one(False)
+    if N.active():
+        native = one(True)
+        if native != plain:
+            raise AssertionError(f"kineto_stream: native path {native!r} != msgspec path {plain!r}")
 
 
 def run_kineto(data: bytes) -> None:
@@ -401,6 +421,18 @@ def _native() -> Callable[[bytes], None] | None:
         cols = N.scan(data)
         if cols is None:
             return
+        # a helper's scan absorbed by an owner that saw other strings first decodes to the
+        # same strings, column by column
+        owner, helper = N.Scanner(), N.Scanner(helper=True)
+        owner.scan(b'[{"ph": "X", "name": "owner first", "cat": "x"}]')
+        d = helper.scan_raw(data)
+        assert d is not None, "kineto_native: a helper did not handle what a scanner handles"
+        owner.absorb(helper, [d])
+        again = owner.columns(d)
+        S, T = cols.scanner.dictionary(), owner.dictionary()
+        for f in ("ph", "cat", "name", "pid", "tid"):
+            if [S[i] for i in getattr(cols, f)] != [T[i] for i in getattr(again, f)]:
+                raise AssertionError(f"kineto_native: the absorbed {f} column differs")
         try:
             n = len(EVENTS_DECODER.decode(data))
         except (ValueError, RecursionError) as exc:  # msgspec.DecodeError is a ValueError

@@ -1,7 +1,7 @@
 """A gzip member that inflates to more than one streaming block, followed by trailing bytes:
 CPython's zlib leaves those bytes in ``unconsumed_tail`` as well as ``unused_data`` once the
 member has ended in a call after an output-limited one, and the stream reader fed the tail to
-the finished member forever (a hang the fuzz harness found, ``kineto_stream._Source._inflate``).
+the finished member forever (a hang the fuzz harness found, ``kineto_blocks.Source._inflate``).
 Now the bytes are what follows the member (not gzip: ignored), and a second member after the
 first is read once, not twice."""
 

@@ -16,6 +16,7 @@ import tarfile
 
 import pytest
 from conftest import FIXTURES, REAL, real
+from test_kineto_native import count_paths
 
 from traceroof.io import read_trace
 from traceroof.parsers import kineto as K
@@ -99,10 +100,7 @@ def test_the_native_path_really_ran_on_the_real_traces(monkeypatch):
     # the equality above only means something if the scanner handled the pieces: on a real
     # trace every piece but the last one's first try (it runs past the array's "]") is native
     p = real("TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
-    seen: list = []
-    orig = N.Scanner.scan
-    monkeypatch.setattr(N.Scanner, "scan", lambda self, d, bare=False: seen.append(r := orig(self, d, bare)) or r)
+    scans, wrapped = count_paths(monkeypatch)
     monkeypatch.setenv(N.ENV_DECODER, "native")
     K.read_fileobj(p.open("rb"), path=str(p), block_bytes=64 << 10)
-    handled = [r is not None for r in seen]
-    assert handled.count(True) > 20 and handled.count(False) == 1
+    assert scans.count(True) > 20 and len(wrapped) == 1

@@ -1,6 +1,16 @@
 /* _kineto_scan: a validating scanner of a Kineto JSON event array into columns.
  *
- * Scanner(spellings).scan(data) -> dict | None;  Scanner.strings(start) -> list
+ * Scanner(spellings).scan(data) -> dict | None;  Scanner.strings(start) -> list;
+ * Scanner.truncate(n): forget the dictionary's codes >= n;  Scanner.remap(d, table): the
+ * codes of a scan's result d replaced by table[code], in place (another dictionary's codes);
+ * Scanner.absorb(helper): the helper's strings interned into this dictionary (for remap).
+ * Scanner(spellings, False): results without their new strings (a helper's).
+ *
+ * scan() runs with the GIL released: one Scanner may scan in a worker thread while other
+ * Python code runs (one scan at a time per Scanner: a second, or strings(), while a scan
+ * is running raises RuntimeError). Its dict carries ``strings``, the dictionary entries the
+ * scan added (codes n_strings - len(strings) .. n_strings - 1), so that the caller can grow
+ * its copy of the dictionary in file order without calling back into a busy Scanner.
  *
  *   spellings  a tuple of (key: bytes, slot: int, kind: int): the ``args`` keys to read
  *              (kind 0 NUMBER, 1 JSON_TEXT, 2 ANY); spellings of one slot in precedence order.
@@ -341,11 +351,29 @@ static int set_item(PyObject *d, const char *key, PyObject *v) {
     return r;
 }
 
-static PyObject *build_result(Scan *s) {
+/* the dictionary's codes [start, n) as a list of str (code 0: None) */
+static PyObject *strings_from(Intern *t, size_t start) {
+    if (start > t->n) start = t->n;
+    PyObject *out = PyList_New((Py_ssize_t)(t->n - start));
+    if (!out) return NULL;
+    for (size_t i = start; i < t->n; i++) {
+        PyObject *u;
+        if (i == 0) { Py_INCREF(Py_None); u = Py_None; }
+        else u = PyUnicode_DecodeUTF8(t->arena + t->off[i], (Py_ssize_t)t->len[i], "strict");
+        if (!u) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)(i - start), u);
+    }
+    return out;
+}
+
+static PyObject *build_result(Scan *s, size_t n0, int with_strings) {
     Cols *k = &s->cols;
     size_t n = k->n;
     PyObject *d = PyDict_New();
     if (!d) return NULL;
+    if (set_item(d, "strings", with_strings ? strings_from(&s->strings, n0) : PyList_New(0)) < 0
+        || set_item(d, "n_before", PyLong_FromSize_t(n0)) < 0)
+        goto fail;
     if (set_item(d, "n", PyLong_FromSize_t(n)) < 0 || set_item(d, "n_strings", PyLong_FromSize_t(s->strings.n)) < 0)
         goto fail;
     if (set_item(d, "ph", bytes_of(k->ph, n * 4)) < 0 || set_item(d, "cat", bytes_of(k->cat, n * 4)) < 0
@@ -416,6 +444,7 @@ typedef struct {
     Scan *s;
     PyObject *spellings;  /* keeps the key bytes alive */
     int busy;             /* a scan is running with the GIL released */
+    int with_strings;     /* scan() results carry the strings they added */
 } Scanner;
 
 static int check_free(Scanner *self) {
@@ -437,8 +466,10 @@ static void Scanner_dealloc(Scanner *self) {
 
 static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
     PyObject *spellings;
+    int with_strings = 1;
     (void)kw;
-    if (!PyArg_ParseTuple(args, "O", &spellings)) return -1;
+    if (!PyArg_ParseTuple(args, "O|p", &spellings, &with_strings)) return -1;
+    self->with_strings = with_strings;
     if (self->s) { PyErr_SetString(PyExc_RuntimeError, "Scanner already initialised"); return -1; }
     self->s = calloc(1, sizeof(Scan));
     if (!self->s) { PyErr_NoMemory(); return -1; }
@@ -467,7 +498,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     self->busy = 0;
     if (r == NOMEM) { intern_rollback(&s->strings, n0); PyErr_NoMemory(); }
     else if (r != OK) { intern_rollback(&s->strings, n0); Py_INCREF(Py_None); out = Py_None; }
-    else out = build_result(s);
+    else out = build_result(s, n0, self->with_strings);
     if (s->cols.cap > ((size_t)1 << 20)) {  /* a huge piece: do not keep its buffers */
         cols_free(&s->cols);
         memset(&s->cols, 0, offsetof(Cols, nslots));
@@ -480,22 +511,112 @@ static PyObject *Scanner_strings(Scanner *self, PyObject *args) {
     Py_ssize_t start;
     if (check_free(self) < 0) return NULL;
     if (!PyArg_ParseTuple(args, "n", &start)) return NULL;
-    Intern *t = &self->s->strings;
-    if (start < 0) start = 0;
-    if ((size_t)start > t->n) start = (Py_ssize_t)t->n;
-    PyObject *out = PyList_New((Py_ssize_t)t->n - start);
-    if (!out) return NULL;
-    for (size_t i = (size_t)start; i < t->n; i++) {
-        PyObject *u;
-        if (i == 0) { Py_INCREF(Py_None); u = Py_None; }
-        else u = PyUnicode_DecodeUTF8(t->arena + t->off[i], (Py_ssize_t)t->len[i], "strict");
-        if (!u) { Py_DECREF(out); return NULL; }
-        PyList_SET_ITEM(out, (Py_ssize_t)(i - (size_t)start), u);
+    return strings_from(&self->s->strings, start < 0 ? 0 : (size_t)start);
+}
+
+/* remap one int32 column (a bytes object of the result dict, rewritten in place) */
+static int remap_i32(PyObject *b, const int32_t *tab, Py_ssize_t ntab) {
+    if (!PyBytes_Check(b)) { PyErr_SetString(PyExc_TypeError, "remap: a column is not bytes"); return -1; }
+    int32_t *v = (int32_t *)PyBytes_AS_STRING(b);
+    Py_ssize_t n = PyBytes_GET_SIZE(b) / 4;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (v[i] < 0 || v[i] >= ntab) { PyErr_SetString(PyExc_ValueError, "remap: a code beyond the table"); return -1; }
+        v[i] = tab[v[i]];
     }
-    return out;
+    return 0;
+}
+
+/* remap(d, table): every code of scan()'s result ``d`` (the int32 columns, and the string
+ * values, kind 3, of the NUMBER slots) replaced by table[code], in place: d's bytes are the
+ * scan's own, referenced by nothing else yet. table: an int32 buffer covering every code. */
+static PyObject *Scanner_remap(Scanner *self, PyObject *args) {
+    PyObject *d;
+    Py_buffer tb;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyDict_Type, &d, &tb)) return NULL;
+    const int32_t *tab = (const int32_t *)tb.buf;
+    Py_ssize_t ntab = tb.len / 4;
+    static const char *keys[] = {"ph", "cat", "name", "pid", "tid"};
+    for (int i = 0; i < 5; i++) {
+        PyObject *b = PyDict_GetItemString(d, keys[i]);
+        if (!b) { PyErr_SetString(PyExc_KeyError, keys[i]); goto fail; }
+        if (remap_i32(b, tab, ntab) < 0) goto fail;
+    }
+    PyObject *slots = PyDict_GetItemString(d, "slots");
+    if (!slots || !PyList_Check(slots)) { PyErr_SetString(PyExc_KeyError, "slots"); goto fail; }
+    for (Py_ssize_t sl = 0; sl < PyList_GET_SIZE(slots); sl++) {
+        PyObject *t = PyList_GET_ITEM(slots, sl);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) { PyErr_SetString(PyExc_TypeError, "remap: a slot"); goto fail; }
+        PyObject *k = PyTuple_GET_ITEM(t, 0), *v = PyTuple_GET_ITEM(t, 1);
+        if (k == Py_None) { if (remap_i32(v, tab, ntab) < 0) goto fail; continue; }
+        if (!PyBytes_Check(k) || !PyBytes_Check(v) || PyBytes_GET_SIZE(v) != 8 * PyBytes_GET_SIZE(k)) {
+            PyErr_SetString(PyExc_TypeError, "remap: a NUMBER slot");
+            goto fail;
+        }
+        const uint8_t *kinds = (const uint8_t *)PyBytes_AS_STRING(k);
+        int64_t *vals = (int64_t *)PyBytes_AS_STRING(v);
+        for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(k); i++) {
+            if (kinds[i] != 3) continue;
+            if (vals[i] < 0 || vals[i] >= ntab) { PyErr_SetString(PyExc_ValueError, "remap: a code beyond the table"); goto fail; }
+            vals[i] = tab[vals[i]];
+        }
+    }
+    PyBuffer_Release(&tb);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&tb);
+    return NULL;
+}
+
+/* absorb(helper) -> (table, strings): every string of ``helper``'s dictionary (codes 1..) interned
+ * into this one in code order; table: int32 bytes, helper code -> this one's code (table[0] =
+ * 0); strings: this dictionary's new entries, in code order. The helper's dictionary is then
+ * emptied (its next scan starts afresh). */
+static PyObject *Scanner_absorb(Scanner *self, PyObject *args);
+
+/* truncate(n): forget the codes >= n (the strings of scans whose results are discarded) */
+static PyObject *Scanner_truncate(Scanner *self, PyObject *args) {
+    Py_ssize_t n;
+    if (check_free(self) < 0) return NULL;
+    if (!PyArg_ParseTuple(args, "n", &n)) return NULL;
+    if (n < 1) n = 1;
+    intern_rollback(&self->s->strings, (size_t)n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Scanner_absorb(Scanner *self, PyObject *args) {
+    PyObject *other;
+    if (check_free(self) < 0) return NULL;
+    if (!PyArg_ParseTuple(args, "O!", Py_TYPE(self), &other)) return NULL;
+    Scanner *h = (Scanner *)other;
+    if (h == self) { PyErr_SetString(PyExc_ValueError, "absorb: a scanner cannot absorb itself"); return NULL; }
+    if (check_free(h) < 0) return NULL;
+    Intern *o = &self->s->strings, *t = &h->s->strings;
+    size_t n0 = o->n;
+    PyObject *tab = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(t->n * 4));
+    if (!tab) return NULL;
+    int32_t *m = (int32_t *)PyBytes_AS_STRING(tab);
+    m[0] = 0;
+    for (size_t c = 1; c < t->n; c++) {
+        int64_t v = intern(o, t->arena + t->off[c], t->len[c]);
+        if (v < 0) { intern_rollback(o, n0); Py_DECREF(tab); return PyErr_NoMemory(); }
+        m[c] = (int32_t)v;
+    }
+    PyObject *added = strings_from(o, n0);
+    if (!added) { intern_rollback(o, n0); Py_DECREF(tab); return NULL; }
+    memset(t->table, 0, t->tcap * sizeof(uint32_t));  /* the helper starts afresh */
+    t->n = 1;
+    t->arena_len = 0;
+    return Py_BuildValue("(NN)", tab, added);
 }
 
 static PyMethodDef Scanner_methods[] = {
+    {"absorb", (PyCFunction)Scanner_absorb, METH_VARARGS,
+     "absorb(helper) -> (table, strings): the helper's strings interned here; its dictionary emptied."},
+    {"remap", (PyCFunction)Scanner_remap, METH_VARARGS,
+     "remap(d, table): scan()'s result d with every code replaced by table[code] (in place)."},
+    {"truncate", (PyCFunction)Scanner_truncate, METH_VARARGS,
+     "truncate(n): forget the dictionary's codes n and above (n >= 1)."},
     {"scan", (PyCFunction)Scanner_scan, METH_VARARGS,
      "scan(data, bare=False) -> dict | None: the columns of a JSON event array (bare: its items "
      "without the brackets); None when not handled."},

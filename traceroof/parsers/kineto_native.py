@@ -102,24 +102,85 @@ class Columns:
 class Scanner:
     """One file's scanner: one string dictionary shared by all the pieces it scans.
 
+    ``Scanner(helper=True)``: scans pieces of the same file for another scanner (the owner,
+    in another thread). Its results are in its own codes until the owner takes them,
+    in file order, with :meth:`absorb`: the helper's strings enter the owner's dictionary
+    (in C), the results are recoded to the owner's codes, the helper's dictionary is
+    emptied. The owner's dictionary is then the one it would have built scanning those
+    pieces itself, code for code (a string enters it at the first piece that holds it, in
+    the order the scanner met it there).
+
     Raises:
         RuntimeError: the extension is not built (check :data:`AVAILABLE` first).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, helper: bool = False) -> None:
         if _kineto_scan is None:
             raise RuntimeError("the native Kineto scanner is not built (python setup.py build_ext --inplace)")
-        self._c = _kineto_scan.Scanner(SPELLINGS)
-        #: the dictionary: code → string (``strings[0]`` is None), grown by :meth:`dictionary`
-        self.strings: list[str | None] = []
+        self.helper = helper
+        self._c = _kineto_scan.Scanner(SPELLINGS, not helper)
+        #: the dictionary: code → string (``strings[0]`` is None), grown by :meth:`columns`
+        #: (:meth:`adopt`, :meth:`absorb`); a helper's stays empty
+        self.strings: list[str | None] = [None]
 
     def scan(self, data: Any, bare: bool = False) -> Columns | None:
         """The columns of ``data`` (a JSON event array; bytes or any buffer; ``bare``: its
         items without the brackets, at least one), None when not handled (the dictionary is
-        then as before the call)."""
-        d = self._c.scan(data, bare)
+        then as before the call). Same as ``columns(scan_raw(data, bare))``."""
+        return self.columns(self.scan_raw(data, bare))
+
+    def scan_raw(self, data: Any, bare: bool = False) -> dict[str, Any] | None:
+        """The C scan alone (the GIL released while it runs), safe in a worker thread: the
+        extension's dict (None when not handled), for :meth:`columns` or :meth:`discard`.
+        ``data`` must not be changed until it returns.
+
+        Raises:
+            RuntimeError: this Scanner is already scanning (one scan at a time).
+            MemoryError: an allocation failed.
+        """
+        return self._c.scan(data, bare)
+
+    def discard(self, d: dict[str, Any] | None) -> None:
+        """Forget a :meth:`scan_raw` result of this scanner that will not be converted: the
+        strings it added leave the C dictionary (with those of any later scan of this
+        scanner, which must be discarded too)."""
+        if d is not None:
+            self._c.truncate(d["n_before"])
+
+    def adopt(self, d: dict[str, Any]) -> None:
+        """Add the strings a result of this (owner) scanner brought to :attr:`strings` now
+        (before an :meth:`absorb` that follows it in the file); :meth:`columns` later."""
+        self.strings.extend(d["strings"])
+        d["strings"] = []
+
+    def absorb(self, helper: Scanner, results: list[dict[str, Any]]) -> None:
+        """Take ``helper``'s ``results`` (all its scans since the last absorb, in file
+        order, each following everything this scanner's dictionary holds): their strings
+        join this dictionary, their codes become this scanner's (in C, in place); then
+        :meth:`columns` converts them. The helper's dictionary starts afresh.
+
+        Raises:
+            MemoryError: an allocation failed.
+        """
+        table, added = self._c.absorb(helper._c)
+        self.strings.extend(added)
+        for d in results:
+            self._c.remap(d, table)
+            d["strings"] = []
+
+    def columns(self, d: dict[str, Any] | None) -> Columns | None:
+        """:meth:`scan_raw`'s result as :class:`Columns`, the strings it added appended to
+        :attr:`strings`: call it on the results in the order of the pieces in the file (a
+        helper's after :meth:`absorb`, on the owner).
+
+        Raises:
+            RuntimeError: called on a helper (its codes are not a dictionary's).
+        """
         if d is None:
             return None
+        if self.helper:
+            raise RuntimeError("a helper scanner's results are converted by its owner (absorb)")
+        self.strings.extend(d["strings"])
         import numpy as np
 
         i32, i64, u8 = np.int32, np.int64, np.uint8
@@ -136,8 +197,8 @@ class Scanner:
         )
 
     def dictionary(self) -> list[str | None]:
-        """Every string interned so far, by code (``[0]`` is None)."""
-        self.strings.extend(self._c.strings(len(self.strings)))
+        """Every string interned by the scans converted so far (:meth:`columns`), by code
+        (``[0]`` is None)."""
         return self.strings
 
 

@@ -1,17 +1,25 @@
 """Streaming Kineto JSON decoding: a plain or gzip stream, block by block (:func:`decode_stream`).
 
-Holds about two blocks of JSON at once; the result equals the in-memory
-:func:`~.kineto_decode.decode` of the whole content (see :func:`decode_stream`).
+Holds a few blocks of JSON at once; the result equals the in-memory
+:func:`~.kineto_decode.decode` of the whole content (see :func:`decode_stream`). Blocks are
+read (and inflated) by a read-ahead thread (:class:`~.kineto_blocks.ReadAhead`), and on the
+native path pieces are scanned by a worker thread and this one (:meth:`_Stream.events`);
+both give way to one thread when the machine's cores are taken (:meth:`_Stream._result`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
-import zlib
+import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+from .kineto_blocks import Buffer, ReadAhead, Source
+from .kineto_blocks import enabled as read_ahead_enabled
 from .kineto_decode import decode
 from .kineto_events import (
     BOUNDARY,
@@ -42,13 +50,63 @@ STREAM_BLOCK_BYTES = 1 << 20
 #: header before it that is not valid JSON) is decoded in memory when it is at most this big
 STREAM_FALLBACK_BYTES = 64 << 20
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 #: what follows the ``]`` that closes the event array: ``, "key"`` or the closing ``}``
 _AFTER_CLOSE = re.compile(rb'\]\s*(?:,\s*"|\})')
 #: ``}`` ``]`` ``, "`` or ``}``: the event array may end here (see
 #: :func:`~.kineto_recover.find_array_end`)
 _ARRAY_END_OPEN = re.compile(rb'\}\s*\]\s*(?:,\s*"|\})')
+#: ``TRACEROOF_SCAN_AHEAD=0`` scans every piece in the reading thread (no worker thread:
+#: comparisons and benchmarks; the result is the same either way)
+ENV_SCAN_AHEAD = "TRACEROOF_SCAN_AHEAD"
+#: :meth:`_Stream._slow_piece`'s "the array is done" marker
+_END = object()
+#: :meth:`_Stream._take`'s "go on with the next piece"
+_GO_ON = object()
+#: the threads are given up for the rest of a file when, measured every CHECK_JOBS jobs,
+#: the process used fewer than MIN_CORES cores since the first job (see _Stream._result)
+CHECK_JOBS = 8
+MIN_CORES = 1.15
+#: pieces the worker thread scans in one job (on a copy of their bytes: the memory this
+#: holds is ~this many blocks)
+WORKER_PIECES = 2
+#: while the worker's job runs, this thread (which also hands every piece on: numpy column
+#: building, about half the cost of a scan) scans at most this many pieces after it
+OWN_PIECES_MAX = 1
+
+
+@dataclass
+class _Piece:
+    """One piece of the event array, by stream offsets: ``[start, stop)``; ``next``: where
+    the piece after it starts (its boundary's ``{``), None when the stream ended first."""
+
+    start: int
+    stop: int
+    next: int | None
+    scanner: Scanner | None = None
+    raw: Any = None  # Scanner.scan_raw's result
+
+
+@dataclass
+class _Job:
+    """The worker's scan of ``pieces``: ``future`` gives their results, stopping after the
+    first not handled."""
+
+    pieces: list[_Piece]
+    future: Future
+    #: the pieces' bytes (from the first's start to the last's stop), in ``_Stream._copy``
+    nbytes: int
+
+
+def _scan_pieces(scanner: Scanner, data: memoryview, spans: list[tuple[int, int]]) -> list[Any]:
+    """The worker's job: ``scanner.scan_raw`` of each span of ``data`` in turn, up to the
+    first not handled (None)."""
+    out = []
+    for a, b in spans:
+        out.append(scanner.scan_raw(data[a:b], True))
+        if out[-1] is None:
+            break
+    return out
 
 
 class StreamFormatError(ValueError):
@@ -61,163 +119,6 @@ class StreamFormatError(ValueError):
         self.expected = expected
 
 
-class _Source:
-    """Decompressed blocks read from a binary file object, plain or gzip (sniffed by magic).
-
-    ``raw_read`` counts the bytes read from the file object (compressed bytes for a gzip
-    stream), ``size`` the decompressed bytes handed out. A gzip stream that ends early (a
-    cut ``.gz``) or turns corrupt just ends there: everything inflated so far is kept and
-    ``gzip_problem`` says why. Trailing bytes after the last gzip member are ignored.
-    """
-
-    def __init__(self, fh: Any, block: int) -> None:
-        self.fh = fh
-        self.block = max(int(block), 1 << 10)
-        self.raw_read = 0
-        self.size = 0
-        self.eof = False
-        self.gzip = False
-        self.gzip_problem: str | None = None
-        self._z: Any = None
-        self._started = False
-
-    def _raw(self, n: int) -> bytes:
-        b = self.fh.read(n) or b""
-        self.raw_read += len(b)
-        return bytes(b)
-
-    def read(self) -> bytes:
-        """The next block of decompressed bytes (at most ``block``); ``b""`` at the end."""
-        if self.eof:
-            return b""
-        if not self._started:
-            self._started = True
-            head = self._raw(self.block)
-            if head[:2] == _GZIP_MAGIC:
-                self.gzip = True
-                self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                return self._inflate(head)
-            return self._out(head)
-        if self._z is None:
-            return self._out(self._raw(self.block))
-        return self._inflate(b"")
-
-    def _out(self, b: bytes) -> bytes:
-        if not b:
-            self.eof = True
-        self.size += len(b)
-        return b
-
-    def _inflate(self, data: bytes) -> bytes:
-        while True:
-            z = self._z
-            if not data:
-                if z.eof:
-                    # the member ended: what follows it is unused_data. CPython's zlib also
-                    # leaves the same bytes in unconsumed_tail when the member ended in a call
-                    # after an output-limited one; feeding that tail to the finished member
-                    # returned b"" forever (a fuzz hang), so eof is tested first
-                    rest = z.unused_data or self._raw(1 << 16)
-                    if rest[:2] != _GZIP_MAGIC:
-                        return self._out(b"")
-                    self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
-                    data = rest
-                    continue
-                elif z.unconsumed_tail:
-                    data = z.unconsumed_tail
-                else:
-                    data = self._raw(max(self.block // 4, 1 << 16))
-                    if not data:
-                        # gzip's own words, as the in-memory path reports them
-                        self.gzip_problem = "Compressed file ended before the end-of-stream marker was reached"
-                        return self._out(b"")
-            try:
-                out = z.decompress(data, self.block)
-            except zlib.error as exc:
-                self.gzip_problem = f"corrupt gzip data ({exc})"
-                return self._out(b"")
-            data = b""
-            if out:
-                return self._out(out)
-
-
-class _Buffer:
-    """The not yet decoded bytes of the stream: ``data[0]`` is byte ``base`` of the stream.
-
-    The bytes live in one ``bytearray`` that is kept from block to block (``_ba[_off:_end]``
-    are the live ones): a block is copied in behind them, and the live bytes are moved to
-    its front in place when it fills up, so the decoder does not allocate (and page-fault
-    in) fresh memory for every piece. :meth:`view` is the live bytes without a copy (it
-    must not outlive the call it is passed to); :attr:`data` is a copy, for the rare paths
-    (header, tail, recovery).
-    """
-
-    def __init__(self, src: _Source) -> None:
-        self.src = src
-        self._ba = bytearray(0)
-        self._off = 0
-        self._end = 0
-        self.base = 0
-
-    def __len__(self) -> int:
-        return self._end - self._off
-
-    @property
-    def data(self) -> bytes:
-        """A copy of the live bytes."""
-        return bytes(memoryview(self._ba)[self._off : self._end])
-
-    def view(self) -> memoryview:
-        """The live bytes, without a copy."""
-        return memoryview(self._ba)[self._off : self._end]
-
-    def _append(self, b: bytes) -> None:
-        live = self._end - self._off
-        if self._end + len(b) > len(self._ba):
-            if live + len(b) <= len(self._ba) and self._off >= len(self._ba) // 4:
-                mv = memoryview(self._ba)
-                mv[0:live] = mv[self._off : self._end]  # memmove in place
-                del mv
-            else:  # too small: a new one, twice as big as needed
-                grown = bytearray(max(2 * (live + len(b)), 1 << 16))
-                grown[0:live] = memoryview(self._ba)[self._off : self._end]
-                self._ba = grown
-            self._off, self._end = 0, live
-        self._ba[self._end : self._end + len(b)] = b
-        self._end += len(b)
-
-    def fill(self, n: int) -> bool:
-        """Read until the buffer holds at least ``n`` bytes; False when the stream ended first."""
-        while len(self) < n:
-            b = self.src.read()
-            if not b:
-                break
-            self._append(b)
-        return len(self) >= n
-
-    def fill_all(self, cap: int | None = None) -> bool:
-        """Read to the end of the stream, or until the buffer holds ``cap`` bytes; True when
-        the end was reached."""
-        while not self.src.eof:
-            if cap is not None and len(self) >= cap:
-                return False
-            self.fill(len(self) + (16 << 20))
-        return True
-
-    def drop(self, n: int) -> None:
-        """Remove the first ``n`` bytes (:meth:`take` without making a copy of them)."""
-        n = min(n, len(self))
-        self._off += n
-        self.base += n
-
-    def take(self, n: int) -> bytes:
-        """Remove and return the first ``n`` bytes."""
-        n = min(n, len(self))
-        out = bytes(memoryview(self._ba)[self._off : self._off + n])
-        self.drop(n)
-        return out
-
-
 class _Stream:
     """One streaming decode: see :func:`decode_stream`."""
 
@@ -227,13 +128,33 @@ class _Stream:
     ) -> None:
         self.native = native
         self.scanner: Scanner | None = native_scanner(native, path)
-        self.src = _Source(fh, block)
-        self.buf = _Buffer(self.src)
+        src = Source(fh, block)
+        #: the blocks, read (and inflated) by a thread ahead of the decoding (kineto_blocks.ReadAhead)
+        self.src: Any = ReadAhead(src) if read_ahead_enabled() else src
+        self.buf = Buffer(self.src)
         self.block = self.src.block
         self.stats = DecodeStats()
         self.path = path
         self._on_chunk = on_chunk
         self._progress = progress
+        #: the thread that scans the next piece natively (started at the first one)
+        self._worker: ThreadPoolExecutor | None = None
+        self._ahead = os.environ.get(ENV_SCAN_AHEAD, "").strip() != "0"
+        #: the scanner of the pieces this thread scans (made at the first one)
+        self._helper: Scanner | None = None
+        #: the bytes of the worker's pieces (kept from job to job)
+        self._copy = bytearray(0)
+        self._jobs = 0  # the worker's jobs so far
+        self._since = (0.0, 0.0)  # wall and process CPU s at the first job
+
+    def close(self) -> None:
+        """Wait for a scan still running (an exception left it behind), stop the worker and
+        the read-ahead thread."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
+        if isinstance(self.src, ReadAhead):
+            self.src.close()
 
     def emit(self, events: list[Event]) -> None:
         """Hand events on (``stats.events`` counted by the caller) and report progress."""
@@ -306,58 +227,231 @@ class _Stream:
     # ------------------------------------------------------------------ events
     def events(self) -> Top | None:
         """Decode the event array from ``buf`` (just after its ``[``) to its end; returns the
-        header decoded after the array (None when there is none or it is broken)."""
+        header decoded after the array (None when there is none or it is broken).
+
+        Native path, in rounds: a worker thread scans the next :data:`WORKER_PIECES` pieces
+        (a copy of their bytes, the GIL released); while it is not done, this thread scans
+        the pieces after them (at most :data:`OWN_PIECES_MAX`) with a helper scanner
+        (:class:`~.kineto_native.Scanner` ``into=``); then the next job starts and this
+        thread hands the round's pieces on in file order. Pieces are cut exactly where the one-thread loop cuts them; a piece that
+        is not handled is decoded from the front as the one-thread loop does, the scans of
+        the pieces after it discarded (their strings leave the dictionaries), so the result
+        is the same as scanning piece after piece in one thread (``TRACEROOF_SCAN_AHEAD=0``).
+        """
+        buf = self.buf
+        job: _Job | None = None
+        while True:
+            if job is None:
+                if not self._skip_ws():
+                    return self._recover_rest()  # cut right after '[' or a ','
+                if buf.view()[:1] == b"]":  # an empty array, or a ',' before it (recovered)
+                    buf.fill_all()
+                    return self._tail(buf.data[1:])
+                job = self._submit(buf.base)
+                if job is None:  # one piece in this thread
+                    m, stop = self._find_piece(self.block)
+                    # the native scanner reads the items in place; msgspec needs them wrapped
+                    events = self.scanner.scan(buf.view()[:stop], bare=True) if self.scanner else None
+                    done = self._take(m, stop, events)
+                    if done is not _GO_ON:
+                        return done
+                    continue
+            pieces = list(job.pieces)
+            while self._worker_busy(job) and len(pieces) - len(job.pieces) < OWN_PIECES_MAX:
+                # the worker is still scanning: scan the piece after its job here meanwhile
+                if pieces[-1].next is None or (pieces[-1].scanner is self._helper and pieces[-1].raw is None):
+                    break
+                pieces.append(self._own_piece(pieces[-1].next))
+            for p, raw in zip(job.pieces, self._result(job)):
+                p.raw = raw
+            k = self._settle(pieces)
+            owner = self.scanner
+            assert owner is not None
+            if k == len(pieces) and pieces[-1].next is not None:
+                # every piece scanned: their bytes are no longer needed; the next job starts
+                # before these are handed on
+                buf.drop(pieces[-1].next - buf.base)  # type: ignore[operator]
+                job = self._submit(pieces[-1].next)  # type: ignore[arg-type]
+                for p in pieces:
+                    self.strict(owner.columns(p.raw))  # type: ignore[arg-type]
+                    p.raw = None
+                continue
+            self.buf.unshift(memoryview(self._copy)[: job.nbytes])  # the job's bytes, back
+            job = None
+            for p in pieces[:k]:
+                events = owner.columns(p.raw)
+                p.raw = None
+                if p.next is None:
+                    return self._take(None, p.stop - buf.base, events)
+                buf.drop(p.next - buf.base)
+                self.strict(events)  # type: ignore[arg-type]
+                del events
+            # pieces[k], not handled: from the front, as in one thread
+            stop = pieces[k].stop - buf.base
+            m = BOUNDARY.match(buf.view(), stop - 1) if pieces[k].next is not None else None
+            done = self._take(m, stop, None)
+            if done is not _GO_ON:
+                return done
+
+    def _settle(self, pieces: list[_Piece]) -> int:
+        """The round's scans in file order: the index ``k`` of the first piece not handled
+        (``len(pieces)`` when none); the scans after it discarded, the owner's before it
+        adopted and then the helper's absorbed (recoded to the owner's dictionary), so that
+        ``owner.columns`` converts each of ``pieces[:k]``."""
+        k = next((i for i, p in enumerate(pieces) if p.raw is None), len(pieces))
+        for p in pieces[k + 1 :]:
+            if p.raw is not None:
+                p.scanner.discard(p.raw)  # type: ignore[union-attr]
+                p.raw = None
+        owner = self.scanner
+        assert owner is not None
+        helped = []
+        for p in pieces[:k]:  # the worker's pieces come first, then the helper's
+            if p.scanner is owner:
+                owner.adopt(p.raw)
+            else:
+                helped.append(p.raw)
+        if helped:
+            owner.absorb(self._helper, helped)  # type: ignore[arg-type]
+        return k
+
+    def _result(self, job: _Job) -> list[Any]:
+        """The worker's results for ``job``. Every :data:`CHECK_JOBS` jobs, the cores this
+        process used since the first job are measured (process CPU time over wall time):
+        under :data:`MIN_CORES`, the machine's cores are taken by other processes and the
+        threads only add their hand-overs (each waits for the scheduler; 1 GB at load 10:
+        15.7 s against 9.4 s in one thread), so the rest of the file is read in this thread
+        alone (logged at debug)."""
+        out = job.future.result()
+        self._jobs += 1
+        now, cpu = time.perf_counter(), time.process_time()  # CPU: every thread's
+        if self._jobs == 1:
+            self._since = (now, cpu)
+        elif self._ahead and self._jobs % CHECK_JOBS == 1 and now > self._since[0]:
+            cores = (cpu - self._since[1]) / (now - self._since[0])
+            if cores < MIN_CORES:
+                logger.debug("%s: %.2f cores used over %d jobs: one thread from here", self.path, cores, self._jobs)
+                self._ahead = False
+                if isinstance(self.src, ReadAhead):
+                    self.src.stop()
+        return out
+
+    @staticmethod
+    def _worker_busy(job: _Job) -> bool:
+        """The worker is still scanning ``job`` (the tests force either answer)."""
+        return not job.future.done()
+
+    def _take(self, m: Any, stop: int, events: Any) -> Any:
+        """Piece ``buf[:stop]`` (boundary ``m``) with its native ``events`` (None: not
+        handled, or no scanner): hands them on and drops the piece; returns ``_GO_ON``, or
+        what :meth:`events` returns when the array or the stream ended here."""
+        buf = self.buf
+        if events is None:
+            m, events = self._slow_piece(m, stop)
+            if m is _END:
+                return events
+        if m is None:
+            self.strict(events)
+            # the stream ended right after a complete event (no ']'): a cut file, read
+            # the way the in-memory recovery reads it (cut between two events)
+            self.stats.strict = False
+            self.stats.truncated_at = buf.base + len(buf)
+            self.stats.truncated_mid_event = False
+            return None
+        buf.drop(m.end() - 1)
+        self.strict(events)
+        return _GO_ON
+
+    def _find_piece(self, target: int, start: int = 0) -> tuple[Any, int]:
+        """The first event boundary at or after ``target`` (reading on until there is one,
+        or the stream ends: then None) and where the piece (from ``start``) before it
+        stops; offsets in ``buf``."""
         buf = self.buf
         while True:
-            if not self._skip_ws():
-                return self._recover_rest()  # cut right after '[' or a ','
-            if buf.view()[:1] == b"]":  # an empty array, or a ',' before it (recovered)
-                buf.fill_all()
-                return self._tail(buf.data[1:])
-            target = self.block
-            extensions = 0
-            while True:
-                m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
-                if m is None and not self.src.eof:
-                    # no event boundary yet (one long event): read geometrically more, so that
-                    # an event of n bytes costs O(n) copies and searches, not O(n^2 / block)
-                    buf.fill(max(2 * len(buf), target + self.block))
-                    continue
-                stop = (m.start() + 1) if m else len(buf)
-                # the native scanner reads the items in place; msgspec needs them wrapped
-                events = self.scanner.scan(buf.view()[:stop], bare=True) if self.scanner else None
+            m = BOUNDARY.search(buf.view(), target) if target < len(buf) else None
+            if m is None and not self.src.eof:
+                # no event boundary yet: a block past the target first; then (one long
+                # event) geometrically more, so that an event of n bytes costs O(n) copies
+                # and searches, not O(n^2 / block)
+                want = target + self.block
+                buf.fill(want if len(buf) < want else start + 2 * (len(buf) - start))
+                continue
+            return m, (m.start() + 1) if m else len(buf)
+
+    def _piece(self, start: int) -> _Piece:
+        """The piece from stream offset ``start`` (an event's ``{``), cut as the one-thread
+        loop cuts it."""
+        base = self.buf.base
+        m, stop = self._find_piece(start - base + self.block, start - base)
+        return _Piece(start, base + stop, None if m is None else base + m.end() - 1)
+
+    def _submit(self, start: int) -> _Job | None:
+        """Start the worker's scan of the :data:`WORKER_PIECES` pieces from stream offset
+        ``start`` (fewer at the stream's end), on a copy of their bytes; None when there is
+        no scanner or ``TRACEROOF_SCAN_AHEAD=0``."""
+        if self.scanner is None or not self._ahead:
+            return None
+        pieces = [self._piece(start)]
+        while len(pieces) < WORKER_PIECES and pieces[-1].next is not None:
+            pieces.append(self._piece(pieces[-1].next))
+        n = pieces[-1].stop - start
+        if len(self._copy) < n:
+            self._copy = bytearray(n + (n >> 2))
+        copy = memoryview(self._copy)
+        assert start == self.buf.base
+        copy[:n] = self.buf.view()[:n]
+        self.buf.drop(n)  # held once: the copy (put back if a piece is not handled)
+        spans = [(p.start - start, p.stop - start) for p in pieces]
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="traceroof-scan")
+        for p in pieces:
+            p.scanner = self.scanner
+        return _Job(pieces, self._worker.submit(_scan_pieces, self.scanner, copy, spans), n)
+
+    def _own_piece(self, start: int) -> _Piece:
+        """The piece from ``start``, scanned here (in place) by the helper scanner."""
+        if self._helper is None:
+            self._helper = Scanner(helper=True)
+        p = self._piece(start)
+        at = start - self.buf.base
+        p.scanner = self._helper
+        p.raw = self._helper.scan_raw(self.buf.view()[at : p.stop - self.buf.base], True)
+        return p
+
+
+    def _slow_piece(self, m: Any, stop: int) -> tuple[Any, Any]:
+        """``buf[:stop]``, which the native scanner did not take (or there is none): msgspec,
+        extended past a boundary that lies inside a string, the array's end found in it,
+        or recovered event by event. Returns ``(boundary, events)`` to go on with, or
+        ``(_END, header tail)`` when the array ended or the rest was recovered."""
+        buf = self.buf
+        extensions = 0
+        scanned = True  # buf[:stop] was just scanned natively
+        while True:
+            if not scanned and self.scanner is not None:
+                events = self.scanner.scan(buf.view()[:stop], bare=True)
                 if events is not None:
-                    piece = b""
-                    break
-                piece = b"".join((b"[", buf.view()[:stop], b"]"))
-                try:
-                    events = decode_piece(None, piece)
-                    break
-                except DECODE_ERRORS as exc:
-                    end = _closing_bracket(piece, exc, self.scanner)
-                    if end is not None:
-                        # the array ends in this piece: the rest of the stream is the tail
-                        del piece
-                        buf.drop(end[0])
-                        self.strict(end[1])
-                        buf.fill_all()
-                        return self._tail(buf.data[1:])
-                    extensions += 1
-                    if m is None or extensions > MAX_EXTENSIONS:
-                        logger.debug("%s: events invalid at byte %d (%s); recovering", self.path, buf.base, exc)
-                        self.stats.strict = False
-                        return self._recover_piece(stop if m is not None else None)
-                    target = m.end()  # the boundary was inside a string: extend
+                    return m, events
+            scanned = False
+            piece = b"".join((b"[", buf.view()[:stop], b"]"))
+            try:
+                return m, decode_piece(None, piece)
+            except DECODE_ERRORS as exc:
+                end = _closing_bracket(piece, exc, self.scanner)
+                if end is not None:
+                    # the array ends in this piece: the rest of the stream is the tail
+                    del piece
+                    buf.drop(end[0])
+                    self.strict(end[1])
+                    buf.fill_all()
+                    return _END, self._tail(buf.data[1:])
+                extensions += 1
+                if m is None or extensions > MAX_EXTENSIONS:
+                    logger.debug("%s: events invalid at byte %d (%s); recovering", self.path, buf.base, exc)
+                    self.stats.strict = False
+                    return _END, self._recover_piece(stop if m is not None else None)
             del piece
-            self.strict(events)
-            if m is None:
-                # the stream ended right after a complete event (no ']'): a cut file, read
-                # the way the in-memory recovery reads it (cut between two events)
-                self.stats.strict = False
-                self.stats.truncated_at = buf.base + len(buf)
-                self.stats.truncated_mid_event = False
-                return None
-            buf.drop(m.end() - 1)
+            m, stop = self._find_piece(m.end())  # the boundary was inside a string: extend
 
     def _skip_ws(self) -> bool:
         """Drop leading whitespace (and a stray ``,`` left by a recovered piece); False when
@@ -446,7 +540,8 @@ def decode_stream(
     progress: Callable[[int, int], None] | None = None,
     native: bool = False,
 ) -> Decoded:
-    """Decode a Kineto JSON stream block by block, holding about two blocks of JSON at once.
+    """Decode a Kineto JSON stream block by block, holding a few blocks of JSON at once (one
+    thread reads ``fh`` ahead, another scans natively: see the module docstring).
 
     The result equals :func:`decode` on the whole decompressed content: the same events in
     the same order, the same header, the same repairs and drops on damaged input (except
@@ -467,7 +562,9 @@ def decode_stream(
 
     Args:
         fh: a binary file object (``read(n)``): a plain file, a gzip stream (recognised by
-            its magic bytes and inflated here, member after member), a tar member.
+            its magic bytes and inflated here, member after member), a tar member. It is
+            read from the read-ahead thread (``TRACEROOF_READ_AHEAD=0``: this one), never
+            from two threads at once, and not after this returns.
         on_chunk: called with each decoded list of :class:`Event`, in file order.
         path: for messages.
         block_bytes: decompressed bytes per decoded piece (at least 1 KiB; a piece ends at an
@@ -488,5 +585,9 @@ def decode_stream(
         ValueError: the stream holds no ``traceEvents`` array (the caller names the file).
         OSError: reading ``fh`` failed.
     """
-    return _Stream(fh, on_chunk, path, block_bytes, progress, native).run()
+    stream = _Stream(fh, on_chunk, path, block_bytes, progress, native)
+    try:
+        return stream.run()
+    finally:
+        stream.close()
 

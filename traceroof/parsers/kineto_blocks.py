@@ -1,0 +1,299 @@
+"""The blocks of a Kineto JSON stream: read and inflated (:class:`Source`), read ahead in a
+thread (:class:`ReadAhead`), and the not yet decoded bytes (:class:`Buffer`), for
+:mod:`.kineto_stream`.
+
+Reading ahead: reading and inflating release the GIL (file reads, ``zlib.decompress``), so a
+thread that does them while the decoder works takes that time off the decoder's path (~1.2 s
+of inflating on the 1 GB ``.json.gz`` of ``docs/performance.md``). At most ``depth`` blocks
+wait (``depth`` x 1 MiB of memory); the blocks come out in the order the source gave them,
+and the source's end, its gzip problem and an exception it raised come out where they
+happened (an exception is raised by the :meth:`ReadAhead.read` that reaches it).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import zlib
+from typing import Any
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+#: ``TRACEROOF_READ_AHEAD=0`` reads every block in the decoding thread (comparisons,
+#: benchmarks; the result is the same either way)
+ENV_READ_AHEAD = "TRACEROOF_READ_AHEAD"
+
+#: blocks read ahead at most (each at most the stream's block size, 1 MiB by default)
+DEPTH = 2
+
+
+def enabled() -> bool:
+    """False when ``TRACEROOF_READ_AHEAD=0``."""
+    return os.environ.get(ENV_READ_AHEAD, "").strip() != "0"
+
+
+class ReadAhead:
+    """``src``'s blocks, read by a thread ahead of the caller (started at the first read).
+
+    ``src`` has ``read() -> bytes`` (``b""`` at the end, after which it is not called
+    again), and the attributes ``block``, ``raw_read`` (bytes read from the file so far),
+    ``size`` and ``gzip_problem``, which this object passes on (``raw_read`` runs ahead of
+    the blocks handed out by at most ``depth`` blocks). :meth:`close` must be called (the
+    thread stops after the block it is reading).
+    """
+
+    def __init__(self, src: Any, depth: int = DEPTH) -> None:
+        self.src = src
+        self.block: int = src.block
+        self.eof = False
+        self._q: queue.Queue[Any] = queue.Queue(max(int(depth), 1))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: the block the thread had read when it was stopped (handed out after the queue)
+        self._spill: list[Any] = []
+
+    @property
+    def raw_read(self) -> int:
+        """Bytes read from the file object so far (compressed bytes for a gzip stream)."""
+        return self.src.raw_read
+
+    @property
+    def size(self) -> int:
+        """Decompressed bytes read so far (by the thread: ahead of those handed out)."""
+        return self.src.size
+
+    @property
+    def gzip_problem(self) -> str | None:
+        """Why a gzip stream ended early (set before its last, empty block is handed out)."""
+        return self.src.gzip_problem
+
+    def read(self) -> bytes:
+        """The next block (at most ``block`` bytes); ``b""`` at the end.
+
+        Raises:
+            OSError (or whatever the source raised): where the source raised it.
+        """
+        if self.eof:
+            return b""
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._run, name="traceroof-read", daemon=True)
+            self._thread.start()
+        if self._stop.is_set() and self._thread is None:  # stopped: the rest, then direct reads
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                item = self._spill.pop() if self._spill else self.src.read()
+        else:
+            item = self._q.get()
+        if isinstance(item, BaseException):
+            self.eof = True
+            raise item
+        if not item:
+            self.eof = True
+        return item
+
+    def _run(self) -> None:
+        try:
+            while True:
+                b = self.src.read()
+                if not self._put(b) or not b:
+                    return
+        except BaseException as exc:  # handed to the reader, raised where it happened
+            self._put(exc)
+
+    def _put(self, item: Any) -> bool:
+        """Queue ``item``; False (the item kept in ``_spill``) when stopped meanwhile."""
+        while True:
+            if self._stop.is_set():
+                self._spill.append(item)
+                return False
+            try:
+                self._q.put(item, timeout=0.02)
+                return True
+            except queue.Full:
+                continue
+
+    def stop(self) -> None:
+        """Read in the caller's thread from now on: the thread stops after the block it is
+        reading; the blocks it read are still handed out first, in order."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def close(self) -> None:
+        """Stop the thread (after the block it is reading)."""
+        self.stop()
+
+
+class Source:
+    """Decompressed blocks read from a binary file object, plain or gzip (sniffed by magic).
+
+    ``raw_read`` counts the bytes read from the file object (compressed bytes for a gzip
+    stream), ``size`` the decompressed bytes handed out. A gzip stream that ends early (a
+    cut ``.gz``) or turns corrupt just ends there: everything inflated so far is kept and
+    ``gzip_problem`` says why. Trailing bytes after the last gzip member are ignored.
+    """
+
+    def __init__(self, fh: Any, block: int) -> None:
+        self.fh = fh
+        self.block = max(int(block), 1 << 10)
+        self.raw_read = 0
+        self.size = 0
+        self.eof = False
+        self.gzip = False
+        self.gzip_problem: str | None = None
+        self._z: Any = None
+        self._started = False
+
+    def _raw(self, n: int) -> bytes:
+        b = self.fh.read(n) or b""
+        self.raw_read += len(b)
+        return bytes(b)
+
+    def read(self) -> bytes:
+        """The next block of decompressed bytes (at most ``block``); ``b""`` at the end."""
+        if self.eof:
+            return b""
+        if not self._started:
+            self._started = True
+            head = self._raw(self.block)
+            if head[:2] == _GZIP_MAGIC:
+                self.gzip = True
+                self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                return self._inflate(head)
+            return self._out(head)
+        if self._z is None:
+            return self._out(self._raw(self.block))
+        return self._inflate(b"")
+
+    def _out(self, b: bytes) -> bytes:
+        if not b:
+            self.eof = True
+        self.size += len(b)
+        return b
+
+    def _inflate(self, data: bytes) -> bytes:
+        while True:
+            z = self._z
+            if not data:
+                if z.eof:
+                    # the member ended: what follows it is unused_data. CPython's zlib also
+                    # leaves the same bytes in unconsumed_tail when the member ended in a call
+                    # after an output-limited one; feeding that tail to the finished member
+                    # returned b"" forever (a fuzz hang), so eof is tested first
+                    rest = z.unused_data or self._raw(1 << 16)
+                    if rest[:2] != _GZIP_MAGIC:
+                        return self._out(b"")
+                    self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
+                    data = rest
+                    continue
+                elif z.unconsumed_tail:
+                    data = z.unconsumed_tail
+                else:
+                    data = self._raw(max(self.block // 4, 1 << 16))
+                    if not data:
+                        # gzip's own words, as the in-memory path reports them
+                        self.gzip_problem = "Compressed file ended before the end-of-stream marker was reached"
+                        return self._out(b"")
+            try:
+                out = z.decompress(data, self.block)
+            except zlib.error as exc:
+                self.gzip_problem = f"corrupt gzip data ({exc})"
+                return self._out(b"")
+            data = b""
+            if out:
+                return self._out(out)
+
+
+class Buffer:
+    """The not yet decoded bytes of the stream: ``data[0]`` is byte ``base`` of the stream.
+
+    The bytes live in one ``bytearray`` that is kept from block to block (``_ba[_off:_end]``
+    are the live ones): a block is copied in behind them, and the live bytes are moved to
+    its front in place when it fills up, so the decoder does not allocate (and page-fault
+    in) fresh memory for every piece. :meth:`view` is the live bytes without a copy (it
+    must not outlive the call it is passed to); :attr:`data` is a copy, for the rare paths
+    (header, tail, recovery).
+    """
+
+    def __init__(self, src: Any) -> None:
+        self.src = src  # a Source or a ReadAhead of one
+        self._ba = bytearray(0)
+        self._off = 0
+        self._end = 0
+        self.base = 0
+
+    def __len__(self) -> int:
+        return self._end - self._off
+
+    @property
+    def data(self) -> bytes:
+        """A copy of the live bytes."""
+        return bytes(memoryview(self._ba)[self._off : self._end])
+
+    def view(self) -> memoryview:
+        """The live bytes, without a copy."""
+        return memoryview(self._ba)[self._off : self._end]
+
+    def _append(self, b: bytes) -> None:
+        live = self._end - self._off
+        if self._end + len(b) > len(self._ba):
+            if live + len(b) <= len(self._ba) and self._off >= len(self._ba) // 4:
+                mv = memoryview(self._ba)
+                mv[0:live] = mv[self._off : self._end]  # memmove in place
+                del mv
+            else:  # too small: a new one, twice as big as needed
+                grown = bytearray(max(2 * (live + len(b)), 1 << 16))
+                grown[0:live] = memoryview(self._ba)[self._off : self._end]
+                self._ba = grown
+            self._off, self._end = 0, live
+        self._ba[self._end : self._end + len(b)] = b
+        self._end += len(b)
+
+    def fill(self, n: int) -> bool:
+        """Read until the buffer holds at least ``n`` bytes; False when the stream ended first."""
+        while len(self) < n:
+            b = self.src.read()
+            if not b:
+                break
+            self._append(b)
+        return len(self) >= n
+
+    def fill_all(self, cap: int | None = None) -> bool:
+        """Read to the end of the stream, or until the buffer holds ``cap`` bytes; True when
+        the end was reached."""
+        while not self.src.eof:
+            if cap is not None and len(self) >= cap:
+                return False
+            self.fill(len(self) + (16 << 20))
+        return True
+
+    def drop(self, n: int) -> None:
+        """Remove the first ``n`` bytes (:meth:`take` without making a copy of them)."""
+        n = min(n, len(self))
+        self._off += n
+        self.base += n
+
+    def unshift(self, b: Any) -> None:
+        """Put back in front the bytes just before ``base`` (dropped earlier: the caller
+        kept them)."""
+        n = len(b)
+        live = self._end - self._off
+        if n <= self._off:
+            self._ba[self._off - n : self._off] = b
+            self._off -= n
+        else:
+            grown = bytearray(max(2 * (live + n), 1 << 16))
+            grown[0:n] = b
+            grown[n : n + live] = memoryview(self._ba)[self._off : self._end]
+            self._ba, self._off, self._end = grown, 0, n + live
+        self.base -= n
+
+    def take(self, n: int) -> bytes:
+        """Remove and return the first ``n`` bytes."""
+        n = min(n, len(self))
+        out = bytes(memoryview(self._ba)[self._off : self._off + n])
+        self.drop(n)
+        return out
