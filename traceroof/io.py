@@ -268,6 +268,17 @@ def _read_worker(path: str, prepare: bool = False) -> Trace:
         raise RuntimeError(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
+def warm_worker() -> None:
+    """What a worker process imports before its first file (:data:`traceroof.parallel.WARM_UP`):
+    the format registry's readers and the per-rank stages (:mod:`traceroof.rank_prep`, the
+    costing, the eager match), while the parent is still importing its own modules."""
+    import importlib
+
+    registry.folder_suffixes()  # loads every registered format's module
+    for name in ("parsers.kineto", "parsers.kineto_native", "rank_prep", "costing", "unlaunched", "graph_replay"):
+        importlib.import_module(f"{__package__}.{name}")
+
+
 def _read_unit(path: str, progress: Progress | None) -> Trace:
     p = Path(path)
     if not p.exists():
