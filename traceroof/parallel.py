@@ -82,7 +82,7 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         _refuse_in_bootstrap()
     workers = min(jobs, len(items)) - 1
-    early = _take_early()
+    early = _take_early(workers)
     if early is not None:  # started by :func:`early_workers`, which reaps them
         early.run(fn, items, done)
         early.release()
@@ -126,7 +126,7 @@ class _Pool:
         self.held = [weakref.ref(q) for q in (getattr(self.pool, "_call_queue", None),
                                                getattr(self.pool, "_result_queue", None), self.claims)
                      if q is not None]
-        self.used = False
+        self.used, self.workers = False, workers
         self._leaving: Any = None  # the pool's manager thread once released (:meth:`release`)
         with self.guard.exported():  # the workers inherit it
             for _ in range(workers):  # a pool spawns a worker per submit while none is idle
@@ -190,12 +190,16 @@ class _Pool:
 _EARLY: _Pool | None = None
 
 
-def _take_early() -> _Pool | None:
-    """The pool :func:`early_workers` started, if it has not run anything yet (then it is
-    the caller's to run, once)."""
-    if _EARLY is not None and not _EARLY.used and _EARLY.pool is not None:
-        return _EARLY
-    return None
+def _take_early(workers: int) -> _Pool | None:
+    """The pool :func:`early_workers` started, if it has not run anything yet and has at
+    least ``workers`` workers (then it is the caller's to run, once); one with fewer is
+    stopped now (the caller starts its own)."""
+    if _EARLY is None or _EARLY.used or _EARLY.pool is None:
+        return None
+    if _EARLY.workers < workers:
+        _EARLY.close(started=False)
+        return None
+    return _EARLY
 
 
 @contextlib.contextmanager
