@@ -196,10 +196,6 @@ def children():
                 out.append((int(p.name), rest[0]))
     return out
 
-def who(x):
-    time.sleep(0.05)  # long enough that the worker takes some items
-    return os.getpid()
-
 if __name__ == "__main__":
     mode, jobs = sys.argv[1], int(sys.argv[2])
     out = {}
@@ -207,8 +203,10 @@ if __name__ == "__main__":
         procs = list(parallel._EARLY.pool._processes.values())
         out["before"] = sorted(pid for pid, _ in children())
         if mode == "run":
-            pids = run_parallel(who, [str(i) for i in range(60)], jobs=jobs)
-            out["theirs"] = sorted(set(pids) - {os.getpid()})
+            from test_parallel_pool import pid_and_main
+            ran = run_parallel(pid_and_main, [str(i) for i in range(60)], jobs=jobs)
+            out["theirs"] = sorted({pid for pid, _ in ran} - {os.getpid()})
+            out["main_in_workers"] = sorted({main for pid, main in ran if pid != os.getpid()})
             # released once the run is over: the workers leave before the block ends
             deadline = time.time() + 60
             while time.time() < deadline and {p for p, st in children() if st != "Z"} & set(out["theirs"]):
@@ -218,6 +216,13 @@ if __name__ == "__main__":
     out["after"] = children()
     print(json.dumps(out))
 """
+
+
+def pid_and_main(x: str) -> tuple[int, bool]:
+    """Run in a worker: its pid, and whether it ran the main module (the script of
+    :data:`SCRIPT_EARLY`, which defines ``children``, as ``__mp_main__``)."""
+    time.sleep(0.05)  # long enough that the worker takes some items
+    return os.getpid(), hasattr(sys.modules.get("__mp_main__"), "children")
 
 
 def _early(tmp_path: Path, mode: str, jobs: int = 2) -> dict:
@@ -235,6 +240,7 @@ def test_early_workers_run_the_next_read_and_leave_as_soon_as_it_is_done(tmp_pat
     out = _early(tmp_path, "run")
     # the items this process did not run ran on the worker started before the call
     assert out["theirs"] and set(out["theirs"]) <= set(out["before"])
+    assert out["main_in_workers"] == [False]  # the script (main module) was not run in it
     assert out["left_inside"] == []  # gone before the block's end (released, reaped later)
     assert out["exitcodes"] == [0]  # it left on its own, not stopped
     assert out["after"] == []  # no worker, zombie or resource tracker outlives the block
@@ -251,6 +257,7 @@ def test_a_read_asking_for_more_workers_than_started_early_starts_its_own(tmp_pa
     out = _early(tmp_path, "run", jobs=3)  # two workers wanted, one started early
     assert out["exitcodes"] == [-15]  # the early one stopped at once
     assert len(out["theirs"]) == 2 and not set(out["theirs"]) & set(out["before"])
+    assert out["main_in_workers"] == [True]  # a plain pool's workers import the main module
     assert out["after"] == []
 
 

@@ -114,7 +114,7 @@ class _Pool:
     future in a pool that then breaks trips CPython 3.11's pool manager). :meth:`close`
     shuts the workers down and reaps them, and the resource tracker they started."""
 
-    def __init__(self, workers: int, warm_up: str = WARM_UP) -> None:
+    def __init__(self, workers: int, warm_up: str = WARM_UP, *, main: bool = True) -> None:
         # spawn, not fork: forking a process whose polars/Rayon threads hold locks can deadlock
         ctx = multiprocessing.get_context("spawn")
         self.guard = _GuardFile()
@@ -128,7 +128,7 @@ class _Pool:
                      if q is not None]
         self.used, self.workers = False, workers
         self._leaving: Any = None  # the pool's manager thread once released (:meth:`release`)
-        with self.guard.exported():  # the workers inherit it
+        with self.guard.exported(), (contextlib.nullcontext() if main else _main_hidden()):  # the workers inherit it
             for _ in range(workers):  # a pool spawns a worker per submit while none is idle
                 with contextlib.suppress(BrokenProcessPool):  # one died already: run() says so
                     self.pool.submit(_nothing)
@@ -209,7 +209,8 @@ def early_workers(workers: int, warm_up: str = WARM_UP) -> Iterator[None]:
     their start (spawn, then the imports of :data:`WARM_UP`, ~0.45 s of CPU) overlaps this
     process's own imports. Leaving the block shuts them down and reaps them (stopped at once
     when nothing ran on them), and the resource tracker they started; nothing outlives it.
-    With ``workers`` < 1, or inside a worker, it does nothing.
+    The workers do not import the main module (:func:`_main_hidden`): what runs on them must
+    be defined in another module. With ``workers`` < 1, or inside a worker, it does nothing.
 
     Raises:
         UsageError: as :func:`run_parallel`, a worker found the main module starting
@@ -219,12 +220,29 @@ def early_workers(workers: int, warm_up: str = WARM_UP) -> Iterator[None]:
     if workers < 1 or _EARLY is not None or getattr(multiprocessing.current_process(), "_inheriting", False):
         yield
         return
-    _EARLY = _Pool(workers, warm_up)
+    _EARLY = _Pool(workers, warm_up, main=False)
     try:
         yield
     finally:
         pool, _EARLY = _EARLY, None
         pool.close(started=pool.used)
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """The main module's name and file hidden from the workers spawned meanwhile, so that
+    they do not import it (multiprocessing's spawn runs the main module in each worker, to
+    find the functions it defines; the workers of :func:`early_workers` run only traceroof's,
+    and the CLI's main module would cost each ~0.05 s of CPU: click and every command)."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
 
 
 def likely_files(paths: Sequence[str]) -> int:
