@@ -202,6 +202,10 @@ if __name__ == "__main__":
     with early_workers(1):
         procs = list(parallel._EARLY.pool._processes.values())
         out["before"] = sorted(pid for pid, _ in children())
+        if mode == "one":
+            import traceroof
+            traceroof.read_trace(sys.argv[3], jobs=2)  # one file: read here
+            out["stopped_inside"] = [p.exitcode for p in procs]
         if mode == "run":
             from test_parallel_pool import pid_and_main
             ran = run_parallel(pid_and_main, [str(i) for i in range(60)], jobs=jobs)
@@ -225,12 +229,12 @@ def pid_and_main(x: str) -> tuple[int, bool]:
     return os.getpid(), hasattr(sys.modules.get("__mp_main__"), "children")
 
 
-def _early(tmp_path: Path, mode: str, jobs: int = 2) -> dict:
+def _early(tmp_path: Path, mode: str, jobs: int = 2, *args: str) -> dict:
     import json
 
     script = tmp_path / "early.py"
     script.write_text(SCRIPT_EARLY)
-    res = subprocess.run([sys.executable, str(script), mode, str(jobs)], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, str(script), mode, str(jobs), *args], capture_output=True, text=True,
                          env=_env(), timeout=300)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
@@ -250,6 +254,12 @@ def test_early_workers_nobody_used_are_stopped_where_they_are(tmp_path):
     out = _early(tmp_path, "idle")
     assert len(out["before"]) >= 1  # the worker (and the resource tracker) were up
     assert out["exitcodes"] == [-15]  # SIGTERM: not waited for (a wrong guess costs no wait)
+    assert out["after"] == []
+
+
+def test_early_workers_are_stopped_as_soon_as_the_read_is_of_one_file(tmp_path, ranks):
+    out = _early(tmp_path, "one", 2, str(sorted(ranks.iterdir())[0]))
+    assert out["stopped_inside"] == [-15]  # by the read itself, before the block's end
     assert out["after"] == []
 
 

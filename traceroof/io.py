@@ -23,7 +23,7 @@ import polars as pl
 from .duplicates import find_copies, op_identities
 from .errors import InputNotFoundError, TraceFormatError, TraceroofError
 from .merge import event_count, merge
-from .parallel import input_size, run_parallel
+from .parallel import drop_early, input_size, run_parallel
 from .parsers import registry
 from .trace import Trace
 
@@ -177,6 +177,7 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
     ok = False
     try:
         if len(units) == 1:
+            drop_early()  # workers started for a read of several files: not needed
             trace = read_one(units[0], progress=progress)
             if progress is not None:
                 progress.file_done(units[0], sizes[0], event_count(trace))

@@ -202,6 +202,13 @@ def _take_early(workers: int) -> _Pool | None:
     return _EARLY
 
 
+def drop_early() -> None:
+    """Stop the workers :func:`early_workers` started, if nothing ran on them yet: the read
+    they were started for turned out to be of one input (read in this process)."""
+    if _EARLY is not None and not _EARLY.used:
+        _EARLY.close(started=False)
+
+
 @contextlib.contextmanager
 def early_workers(workers: int, warm_up: str = WARM_UP) -> Iterator[None]:
     """Start ``workers`` worker processes now, for the first :func:`run_parallel` of the
@@ -442,4 +449,4 @@ def _refuse_in_bootstrap() -> None:
 GUARD_EXIT = 3
 
 
-__all__ = ["run_parallel", "early_workers", "likely_files", "default_jobs", "input_size"]
+__all__ = ["run_parallel", "early_workers", "drop_early", "likely_files", "default_jobs", "input_size"]
