@@ -51,14 +51,15 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
     """``[fn(item) for item in items]`` in ``jobs`` processes; results in input order.
 
     This process is one of the ``jobs``: it starts ``jobs − 1`` spawned workers (one pool for
-    the call, shut down, and every child reaped, before it returns) that take the items from
-    the front while it takes them from the back, each item run once, by whoever gets to it
-    first (:func:`_run_pool`). ``fn`` must be picklable (a module-level function, or a
-    ``functools.partial`` of one). The parent reports each finished item to ``progress`` as
-    it completes (its size from ``sizes``, in bytes, and ``events_of(result)`` events). The
-    first failure cancels the items not started yet and is raised as it was raised (ours
-    name their file). ``jobs`` defaults to the core count; with 1 (or one item) everything
-    runs in this process.
+    the call, shut down, and every child reaped, before it returns; or the ones
+    :func:`early_workers` started, told to leave when it returns and reaped at the end of
+    that block) that take the items from the front while it takes them from the back, each
+    item run once, by whoever gets to it first (:class:`_Pool`). ``fn`` must be picklable (a
+    module-level function, or a ``functools.partial`` of one). The parent reports each
+    finished item to ``progress`` as it completes (its size from ``sizes``, in bytes, and
+    ``events_of(result)`` events). The first failure cancels the items not started yet and
+    is raised as it was raised (ours name their file). ``jobs`` defaults to the core count;
+    with 1 (or one item) everything runs in this process.
 
     Raises:
         UsageError: the workers could not start because the main module calls this at
@@ -245,7 +246,10 @@ def _main_hidden() -> Iterator[None]:
     saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
     try:
         for k in saved:
-            setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+            if k == "__spec__":
+                main.__spec__ = None  # type: ignore[union-attr]
+            else:
+                delattr(main, k)
         yield
     finally:
         for k, v in saved.items():
@@ -317,7 +321,7 @@ def _claimed_call(fn: Callable[[str], Any], i: int, item: str) -> tuple[bool, An
 
 
 class _Share:
-    """The futures of :func:`_run_pool` not collected yet (``pending``), and the items this
+    """The futures of :meth:`_Pool.run` not collected yet (``pending``), and the items this
     process ran (``mine``: their futures' results are skipped)."""
 
     def __init__(self, items: list[str], guard: _GuardFile) -> None:
