@@ -192,3 +192,20 @@ def test_tar_of_ranks_still_reads(tmp_path):
     t = read_trace(tar)
     assert t.meta.ranks == [0, 1, 2]
     assert t.ops.height == read_trace(tmp_path / "run", jobs=1).ops.height
+
+
+def test_copies_are_found_from_the_identities_the_workers_computed(tmp_path):
+    from make_multirank import sglang_run
+
+    from traceroof.duplicates import find_copies, op_identities
+
+    run = sglang_run(tmp_path)  # 4 per-rank files and their merged copy
+    two = read_trace(tmp_path, jobs=2)  # each file's op identities computed where it was read
+    inputs = [read_trace(p, jobs=1) for p in resolve_inputs(tmp_path)]
+    here = find_copies(inputs)  # the identities computed here, from the traces themselves
+    assert here.skip == [resolve_inputs(tmp_path).index(str(run["merged"]))]  # the merged copy
+    given = find_copies(inputs, [op_identities(t, 0) for t in inputs])  # as input 0, renumbered
+    assert given == here
+    assert [w for w in two.meta.warnings if "a copy" in w] == here.warnings
+    assert two.meta.stats["duplicate_device_ops_skipped"] == here.device_ops == 36  # 6 + 8 + 10 + 12 kernels
+    assert_frame_equal(two.ops, read_trace(tmp_path, jobs=1).ops)

@@ -173,3 +173,120 @@ def test_results_come_in_input_order_whoever_ran_them():
     # one run of each: the worker's items are a prefix, the parent's the rest
     first_mine = pids.index(os.getpid())
     assert set(pids[first_mine:]) == {os.getpid()} and os.getpid() not in pids[:first_mine]
+
+
+# --------------------------------------------------------------------------- early workers
+
+SCRIPT_EARLY = """
+import json, os, sys, time
+from pathlib import Path
+from traceroof import parallel
+from traceroof.parallel import early_workers, run_parallel
+
+def children():
+    me = os.getpid()
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                rest = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(rest[1]) == me:
+                out.append((int(p.name), rest[0]))
+    return out
+
+if __name__ == "__main__":
+    mode, jobs = sys.argv[1], int(sys.argv[2])
+    out = {}
+    with early_workers(1):
+        procs = list(parallel._EARLY.pool._processes.values())
+        out["before"] = sorted(pid for pid, _ in children())
+        if mode == "one":
+            import traceroof
+            traceroof.read_trace(sys.argv[3], jobs=2)  # one file: read here
+            out["stopped_inside"] = [p.exitcode for p in procs]
+        if mode == "run":
+            from test_parallel_pool import pid_and_main
+            ran = run_parallel(pid_and_main, [str(i) for i in range(60)], jobs=jobs)
+            out["theirs"] = sorted({pid for pid, _ in ran} - {os.getpid()})
+            out["main_in_workers"] = sorted({main for pid, main in ran if pid != os.getpid()})
+            # released once the run is over: the workers leave before the block ends
+            deadline = time.time() + 60
+            while time.time() < deadline and {p for p, st in children() if st != "Z"} & set(out["theirs"]):
+                time.sleep(0.05)
+            out["left_inside"] = sorted({p for p, st in children() if st != "Z"} & set(out["theirs"]))
+    out["exitcodes"] = [p.exitcode for p in procs]
+    out["after"] = children()
+    print(json.dumps(out))
+"""
+
+
+def pid_and_main(x: str) -> tuple[int, bool]:
+    """Run in a worker: its pid, and whether it ran the main module (the script of
+    :data:`SCRIPT_EARLY`, which defines ``children``, as ``__mp_main__``)."""
+    time.sleep(0.05)  # long enough that the worker takes some items
+    return os.getpid(), hasattr(sys.modules.get("__mp_main__"), "children")
+
+
+def _early(tmp_path: Path, mode: str, jobs: int = 2, *args: str) -> dict:
+    import json
+
+    script = tmp_path / "early.py"
+    script.write_text(SCRIPT_EARLY)
+    res = subprocess.run([sys.executable, str(script), mode, str(jobs), *args], capture_output=True, text=True,
+                         env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_early_workers_run_the_next_read_and_leave_as_soon_as_it_is_done(tmp_path):
+    out = _early(tmp_path, "run")
+    # the items this process did not run ran on the worker started before the call
+    assert out["theirs"] and set(out["theirs"]) <= set(out["before"])
+    assert out["main_in_workers"] == [False]  # the script (main module) was not run in it
+    assert out["left_inside"] == []  # gone before the block's end (released, reaped later)
+    assert out["exitcodes"] == [0]  # it left on its own, not stopped
+    assert out["after"] == []  # no worker, zombie or resource tracker outlives the block
+
+
+def test_early_workers_nobody_used_are_stopped_where_they_are(tmp_path):
+    out = _early(tmp_path, "idle")
+    assert len(out["before"]) >= 1  # the worker (and the resource tracker) were up
+    assert out["exitcodes"] == [-15]  # SIGTERM: not waited for (a wrong guess costs no wait)
+    assert out["after"] == []
+
+
+def test_early_workers_are_stopped_as_soon_as_the_read_is_of_one_file(tmp_path, ranks):
+    out = _early(tmp_path, "one", 2, str(sorted(ranks.iterdir())[0]))
+    assert out["stopped_inside"] == [-15]  # by the read itself, before the block's end
+    assert out["after"] == []
+
+
+def test_a_read_asking_for_more_workers_than_started_early_starts_its_own(tmp_path):
+    out = _early(tmp_path, "run", jobs=3)  # two workers wanted, one started early
+    assert out["exitcodes"] == [-15]  # the early one stopped at once
+    assert len(out["theirs"]) == 2 and not set(out["theirs"]) & set(out["before"])
+    assert out["main_in_workers"] == [True]  # a plain pool's workers import the main module
+    assert out["after"] == []
+
+
+def test_likely_files_guesses_what_a_folder_a_glob_and_files_expand_to(tmp_path, ranks):
+    from traceroof.io import resolve_inputs
+    from traceroof.parallel import likely_files
+
+    # the fixture's folder: exactly what the readers expand it to
+    assert likely_files([str(ranks)]) == len(resolve_inputs(str(ranks))) == 4
+    d = tmp_path / "d"
+    d.mkdir()
+    for name in ("a.json", "b.json.gz", "notes.txt"):
+        (d / name).write_text("{}")
+    assert likely_files([str(d)]) == 2  # a.json, b.json.gz; not the .txt
+    assert likely_files([str(d / "a.json"), str(d / "notes.txt")]) == 2  # files given: each one
+    assert likely_files([str(d / "*.json*")]) == 2  # a glob: its matches
+    assert likely_files([str(d / "missing.json")]) == 0
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "meta.json").write_text("{}")
+    (cache / "x.json").write_text("{}")
+    assert likely_files([str(cache)]) == 0  # a cache is one input, read by this process

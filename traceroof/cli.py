@@ -42,6 +42,7 @@ from .cli_common import (  # noqa: F401  (re-exported: cli_live and tests reach 
     _State,
     chip_option,
     debug_option,
+    early_workers,
     echo,
     jobs_option,
     logger,
@@ -139,46 +140,47 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
       traceroof analyze decode.json.gz --capture-trace run/capture_traces/
       traceroof analyze trace.json.gz -o report.html --perfetto trace.roofline.json.gz
     """
-    from .analysis import load_report
-    from .outputs import check_output_file
-    from .render import SUFFIXES, render
+    with early_workers(traces, jobs):  # before the imports below: the workers' start overlaps them
+        from .analysis import load_report
+        from .outputs import check_output_file
+        from .render import SUFFIXES, render
 
-    if output:
-        check_output_file(output)
-    if perfetto_out:
-        cli_perfetto.check_path(perfetto_out)
-    mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
-    names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
+        if output:
+            check_output_file(output)
+        if perfetto_out:
+            cli_perfetto.check_path(perfetto_out)
+        mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
+        names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
 
-    captures = None if not capture_traces else [] if list(capture_traces) == ["none"] else list(capture_traces)
+        captures = None if not capture_traces else [] if list(capture_traces) == ["none"] else list(capture_traces)
 
-    def trace_only(_report: Any) -> None:
-        if chip or rank is not None or step is not None or mflops or names or capture_traces:
-            raise click.UsageError("--chip/--rank/--step/--model/--findings/--capture-trace need a trace, "
-                                   "not a saved report")
+        def trace_only(_report: Any) -> None:
+            if chip or rank is not None or step is not None or mflops or names or capture_traces:
+                raise click.UsageError("--chip/--rank/--step/--model/--findings/--capture-trace need a trace, "
+                                       "not a saved report")
 
-    report = load_report(list(traces), chip, jobs=jobs, progress=_progress_bar(), on_saved=trace_only,
-                         analyzing=_analyzing, rank=rank, step=step, group_by=group_by,
-                         model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices,
-                         findings=names, capture_traces=captures)
-    if perfetto_out:
-        cli_perfetto.write(report, perfetto_out, _progress)
-    if fmt is None:
-        fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"
-    if output and fmt == "json":
-        report.save(output)
-        _progress(f"report written to {output}")
-        return
-    text = render(report, fmt, top=top)
-    if mflops and fmt in ("table", "markdown"):
-        from .cli_estimate import with_model_floor
+        report = load_report(list(traces), chip, jobs=jobs, progress=_progress_bar(), on_saved=trace_only,
+                             analyzing=_analyzing, rank=rank, step=step, group_by=group_by,
+                             model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices,
+                             findings=names, capture_traces=captures)
+        if perfetto_out:
+            cli_perfetto.write(report, perfetto_out, _progress)
+        if fmt is None:
+            fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"
+        if output and fmt == "json":
+            report.save(output)
+            _progress(f"report written to {output}")
+            return
+        text = render(report, fmt, top=top)
+        if mflops and fmt in ("table", "markdown"):
+            from .cli_estimate import with_model_floor
 
-        text = with_model_floor(text, report, model_path, mode, tokens_per_step, fmt)
-    if output:
-        Path(output).write_text(text)
-        _progress(f"{fmt} written to {output}")
-    else:
-        echo(text, nl=not text.endswith("\n"))
+            text = with_model_floor(text, report, model_path, mode, tokens_per_step, fmt)
+        if output:
+            Path(output).write_text(text)
+            _progress(f"{fmt} written to {output}")
+        else:
+            echo(text, nl=not text.endswith("\n"))
 
 
 @cli.command()

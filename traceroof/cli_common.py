@@ -14,9 +14,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import click
 
@@ -103,6 +103,16 @@ def jobs_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="Processes reading multi-file traces (directories, globs, several files). "
         "Default: the core count.",
     )(fn)
+
+
+def early_workers(traces: Sequence[str], jobs: int | None) -> ContextManager[None]:
+    """The worker processes of a multi-file read started now, before the command's own
+    imports (:func:`traceroof.parallel.early_workers`): ``min(jobs, files) − 1`` of them, the
+    files guessed from ``traces`` (:func:`~traceroof.parallel.likely_files`), ``jobs``
+    defaulting to the core count; none for one file. Shut down when the block is left."""
+    from .parallel import default_jobs, early_workers, likely_files
+
+    return early_workers(min(jobs or default_jobs(), likely_files(traces)) - 1)
 
 
 def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -98,11 +98,13 @@ class Copies:
             meta.warn(w)
 
 
-def find_copies(traces: Sequence[Trace]) -> Copies:
+def find_copies(traces: Sequence[Trace], identities: Sequence[pl.DataFrame | None] | None = None) -> Copies:
     """The inputs among ``traces`` that are copies of others (module docstring), to skip.
 
     Args:
         traces: the inputs of one analysis, each as read (before :func:`~traceroof.merge.merge`).
+        identities: per input, its :func:`op_identities` computed as input 0 (by the worker
+            process that read it, :func:`traceroof.io.read_trace`), or None: computed here.
 
     Raises:
         MixedInputsError: two inputs kept share device ops without one holding the other's
@@ -110,7 +112,10 @@ def find_copies(traces: Sequence[Trace]) -> Copies:
     """
     if len(traces) < 2:
         return Copies()
-    ids = pl.concat([op_identities(t, i) for i, t in enumerate(traces)])
+    given = list(identities) if identities is not None else [None] * len(traces)
+    ids = pl.concat([op_identities(t, i) if given[i] is None
+                     else given[i].with_columns(pl.lit(i, dtype=pl.Int32).alias("input"))  # type: ignore[union-attr]
+                     for i, t in enumerate(traces)])
     shared = ids.filter(pl.col("input").n_unique().over("_h") > 1)
     if shared.height == 0:
         return Copies()

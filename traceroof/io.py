@@ -16,12 +16,14 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, NamedTuple, Union
 
-from .duplicates import find_copies
+import polars as pl
+
+from .duplicates import find_copies, op_identities
 from .errors import InputNotFoundError, TraceFormatError, TraceroofError
 from .merge import event_count, merge
-from .parallel import input_size, run_parallel
+from .parallel import drop_early, input_size, run_parallel
 from .parsers import registry
 from .trace import Trace
 
@@ -175,13 +177,15 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
     ok = False
     try:
         if len(units) == 1:
+            drop_early()  # workers started for a read of several files: not needed
             trace = read_one(units[0], progress=progress)
             if progress is not None:
                 progress.file_done(units[0], sizes[0], event_count(trace))
         else:
-            worker = functools.partial(_read_worker, prepare=True) if prepare else _read_worker
-            trace = merge_inputs(run_parallel(worker, units, jobs=jobs, progress=progress, sizes=sizes,
-                                              events_of=event_count))
+            worker = functools.partial(_read_worker, prepare=prepare, identify=True)
+            read = run_parallel(worker, units, jobs=jobs, progress=progress, sizes=sizes,
+                                events_of=lambda r: event_count(r.trace))
+            trace = merge_inputs([r.trace for r in read], [r.identities for r in read])
         if captures:
             _say_captures_skipped(trace, captures)
         if len(units) > 1 and all(Path(u).parent.name in CAPTURE_DIRS for u in units):
@@ -196,17 +200,19 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             progress.close(ok=ok)
 
 
-def merge_inputs(traces: list[Trace]) -> Trace:
+def merge_inputs(traces: list[Trace], identities: Sequence[pl.DataFrame | None] | None = None) -> Trace:
     """:func:`~traceroof.merge.merge` of the inputs of one analysis, copies left out first
     (:func:`~traceroof.duplicates.find_copies`: each skipped input is named in a warning and
     counted in ``meta.stats['duplicate_inputs_skipped']``, its ops in
-    ``['duplicate_device_ops_skipped']``).
+    ``['duplicate_device_ops_skipped']``). ``identities``: per input, its op identities as
+    the worker that read it computed them (:func:`~traceroof.duplicates.op_identities`), or
+    None.
 
     Raises:
         MixedInputsError: inputs that overlap without one holding the other, or that cannot
             be merged (:func:`~traceroof.merge.check_mergeable`).
     """
-    copies = find_copies(traces)
+    copies = find_copies(traces, identities)
     kept = copies.keep(traces)
     trace = merge(kept)
     if any(t.prepared is not None for t in kept):
@@ -246,10 +252,21 @@ def read_one(path: str, *, progress: Progress | None = None) -> Trace:
         raise TraceFormatError(path, "file", f"a readable file ({type(exc).__name__}: {exc})") from exc
 
 
-def _read_worker(path: str, prepare: bool = False) -> Trace:
+class _Read(NamedTuple):
+    """What :func:`_read_worker` sends back: the file's Trace, and its op identities
+    (:func:`~traceroof.duplicates.op_identities` as input 0; None unless asked for)."""
+
+    trace: Trace
+    identities: pl.DataFrame | None
+
+
+def _read_worker(path: str, prepare: bool = False, identify: bool = False) -> _Read:
     """What a worker process runs: one file → its Trace (pickled back to the parent, with
     each column in one chunk: compact to send, and what the merged table is made of), with
-    ``prepare`` its per-rank analysis stages done too (:func:`traceroof.rank_prep.prepare`).
+    ``prepare`` its per-rank analysis stages done too (:func:`traceroof.rank_prep.prepare`),
+    with ``identify`` its op identities, which the parent's search for copies among the
+    inputs needs (:func:`merge_inputs`): so the parent, which then analyses the merge alone,
+    need not compute them.
 
     Unexpected exceptions are re-raised naming the file, so that a failure among hundreds of
     files says which one."""
@@ -261,11 +278,22 @@ def _read_worker(path: str, prepare: bool = False) -> Trace:
             from .rank_prep import prepare as prepare_rank
 
             t.prepared = prepare_rank(t)
-        return t
+        return _Read(t, op_identities(t, 0).rechunk() if identify else None)
     except TraceroofError:
         raise
     except Exception as exc:  # noqa: BLE001 - re-raised with the file named
         raise RuntimeError(f"{path}: {type(exc).__name__}: {exc}") from exc
+
+
+def warm_worker() -> None:
+    """What a worker process imports before its first file (:data:`traceroof.parallel.WARM_UP`):
+    the format registry's readers and the per-rank stages (:mod:`traceroof.rank_prep`, the
+    costing, the eager match), while the parent is still importing its own modules."""
+    import importlib
+
+    registry.folder_suffixes()  # loads every registered format's module
+    for name in ("parsers.kineto", "parsers.kineto_native", "rank_prep", "costing", "unlaunched", "graph_replay"):
+        importlib.import_module(f"{__package__}.{name}")
 
 
 def _read_unit(path: str, progress: Progress | None) -> Trace:

@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -51,14 +51,15 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
     """``[fn(item) for item in items]`` in ``jobs`` processes; results in input order.
 
     This process is one of the ``jobs``: it starts ``jobs − 1`` spawned workers (one pool for
-    the call, shut down, and every child reaped, before it returns) that take the items from
-    the front while it takes them from the back, each item run once, by whoever gets to it
-    first (:func:`_run_pool`). ``fn`` must be picklable (a module-level function, or a
-    ``functools.partial`` of one). The parent reports each finished item to ``progress`` as
-    it completes (its size from ``sizes``, in bytes, and ``events_of(result)`` events). The
-    first failure cancels the items not started yet and is raised as it was raised (ours
-    name their file). ``jobs`` defaults to the core count; with 1 (or one item) everything
-    runs in this process.
+    the call, shut down, and every child reaped, before it returns; or the ones
+    :func:`early_workers` started, told to leave when it returns and reaped at the end of
+    that block) that take the items from the front while it takes them from the back, each
+    item run once, by whoever gets to it first (:class:`_Pool`). ``fn`` must be picklable (a
+    module-level function, or a ``functools.partial`` of one). The parent reports each
+    finished item to ``progress`` as it completes (its size from ``sizes``, in bytes, and
+    ``events_of(result)`` events). The first failure cancels the items not started yet and
+    is raised as it was raised (ours name their file). ``jobs`` defaults to the core count;
+    with 1 (or one item) everything runs in this process.
 
     Raises:
         UsageError: the workers could not start because the main module calls this at
@@ -81,61 +82,229 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
         return out
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         _refuse_in_bootstrap()
-    _run_pool(fn, items, min(jobs, len(items)) - 1, done)
+    workers = min(jobs, len(items)) - 1
+    early = _take_early(workers)
+    if early is not None:  # started by :func:`early_workers`, which reaps them
+        early.run(fn, items, done)
+        early.release()
+        return out
+    pool = _Pool(workers)
+    try:
+        pool.run(fn, items, done)
+    finally:
+        pool.close()
     return out
 
 
-def _run_pool(fn: Callable[[str], Any], items: list[str], workers: int, done: Callable[[int, Any], None]) -> None:
-    """Run ``fn`` over ``items`` in ``workers`` spawned processes and this one (see
-    :func:`run_parallel`), calling ``done(i, result)`` here as each finishes.
+#: items beyond this many are only ever run by the workers (the claims array's size: one
+#: byte each, shared with the workers from their start, before the items are known)
+CLAIM_SLOTS = 1 << 16
 
-    Every item is submitted at once (the workers take them from the front) and this process
-    takes them from the back; whoever starts an item first claims it in a shared array
-    (:func:`_claimed_call`), and the other skips it. Nothing is cancelled (a cancelled
-    future in a pool that then breaks trips CPython 3.11's pool manager)."""
-    # spawn, not fork: forking a process whose polars/Rayon threads hold locks can deadlock
-    ctx = multiprocessing.get_context("spawn")
-    guard = _GuardFile()
-    tracker_was_running = _tracker_running()
-    claims = ctx.Array("b", len(items), lock=True)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(claims,))
-    # what holds the named semaphores the resource tracker tracks
-    held = [weakref.ref(q) for q in (getattr(pool, "_call_queue", None), getattr(pool, "_result_queue", None), claims)
-            if q is not None]
-    share = _Share(items, guard)
-    try:
-        with guard.exported():  # the workers start on the first submit, and inherit it
-            share.submit_all(pool, fn)
-        for i in reversed(range(len(items))):
-            if not _claim(claims, i):
+#: what a worker imports before its first item (``module:function``, called with no
+#: argument): the readers, so that their import overlaps this process's own start
+WARM_UP = "traceroof.io:warm_worker"
+
+
+class _Pool:
+    """``workers`` spawned worker processes and the claims they share with this one.
+
+    The workers start at once (each imports :data:`WARM_UP` first); :meth:`run` hands them
+    items: every item is submitted at once (the workers take them from the front) and this
+    process takes them from the back; whoever starts an item first claims it in the shared
+    array (:func:`_claimed_call`), and the other skips it. Nothing is cancelled (a cancelled
+    future in a pool that then breaks trips CPython 3.11's pool manager). :meth:`close`
+    shuts the workers down and reaps them, and the resource tracker they started."""
+
+    def __init__(self, workers: int, warm_up: str = WARM_UP, *, main: bool = True) -> None:
+        # spawn, not fork: forking a process whose polars/Rayon threads hold locks can deadlock
+        ctx = multiprocessing.get_context("spawn")
+        self.guard = _GuardFile()
+        self.tracker_was_running = _tracker_running()
+        self.claims = ctx.Array("b", CLAIM_SLOTS, lock=True)
+        self.pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(self.claims, warm_up))
+        # what holds the named semaphores the resource tracker tracks
+        self.held = [weakref.ref(q) for q in (getattr(self.pool, "_call_queue", None),
+                                               getattr(self.pool, "_result_queue", None), self.claims)
+                     if q is not None]
+        self.used, self.workers = False, workers
+        self._leaving: Any = None  # the pool's manager thread once released (:meth:`release`)
+        with self.guard.exported(), (contextlib.nullcontext() if main else _main_hidden()):  # the workers inherit it
+            for _ in range(workers):  # a pool spawns a worker per submit while none is idle
+                with contextlib.suppress(BrokenProcessPool):  # one died already: run() says so
+                    self.pool.submit(_nothing)
+
+    def run(self, fn: Callable[[str], Any], items: list[str], done: Callable[[int, Any], None]) -> None:
+        """Run ``fn`` over ``items`` here and in the workers, ``done(i, result)`` called here
+        as each finishes (module docstring of :func:`run_parallel`); once per pool."""
+        assert self.pool is not None and not self.used
+        self.used = True
+        share = _Share(items, self.guard)
+        share.submit_all(self.pool, fn)
+        for i in reversed(range(min(len(items), CLAIM_SLOTS))):
+            if not _claim(self.claims, i):
                 break  # a worker has it, and every item before it
             share.mine.add(i)
             done(i, fn(items[i]))
             share.collect(done, block=False)
         share.collect(done, block=True)
-        pool.shutdown(wait=True)  # every worker has started (and left, if it found no guard)
-        # this process may have run every item before a worker that found no guard left:
-        # the script is wrong all the same (each worker runs its top level), so say it
-        guard.raise_if_tripped()
+
+    def release(self) -> None:
+        """Tell the workers to leave once idle, without waiting for them: their exit then
+        overlaps this process's work; :meth:`close` reaps them (it joins the pool's manager
+        thread, which joins them). Kept as it is on a Python whose pool has no such thread."""
+        manager = getattr(self.pool, "_executor_manager_thread", None)
+        if self.pool is None or manager is None:
+            return
+        pool, self.pool, self._leaving = self.pool, None, manager
+        pool.shutdown(wait=False)
+
+    def close(self, *, started: bool = True) -> None:
+        """Shut the workers down (``started``: they may have been handed items, and all have
+        started; else they are stopped where they are, warming up), reap them and the
+        resource tracker; then raise :class:`UsageError` if a worker found the main module
+        without a ``__main__`` guard (this process may have run every item before such a
+        worker left: the script is wrong all the same, each worker runs its top level)."""
+        pool, self.pool = self.pool, None
+        leaving, self._leaving = self._leaving, None
+        if pool is None and leaving is None:
+            return
+        try:
+            if pool is not None:
+                if not started:
+                    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                        with contextlib.suppress(Exception):
+                            proc.terminate()
+                pool.shutdown(wait=True, cancel_futures=True)
+            else:
+                leaving.join()
+            del pool, leaving
+            self.claims = None
+            if not self.tracker_was_running and len(self.held) == 3:
+                _stop_tracker(self.held)
+            if started:
+                self.guard.raise_if_tripped()
+        finally:
+            self.guard.remove()
+
+
+_EARLY: _Pool | None = None
+
+
+def _take_early(workers: int) -> _Pool | None:
+    """The pool :func:`early_workers` started, if it has not run anything yet and has at
+    least ``workers`` workers (then it is the caller's to run, once); one with fewer is
+    stopped now (the caller starts its own)."""
+    if _EARLY is None or _EARLY.used or _EARLY.pool is None:
+        return None
+    if _EARLY.workers < workers:
+        _EARLY.close(started=False)
+        return None
+    return _EARLY
+
+
+def drop_early() -> None:
+    """Stop the workers :func:`early_workers` started, if nothing ran on them yet: the read
+    they were started for turned out to be of one input (read in this process)."""
+    if _EARLY is not None and not _EARLY.used:
+        _EARLY.close(started=False)
+
+
+@contextlib.contextmanager
+def early_workers(workers: int, warm_up: str = WARM_UP) -> Iterator[None]:
+    """Start ``workers`` worker processes now, for the first :func:`run_parallel` of the
+    block (which then runs on them, whatever its ``jobs``, as one of its processes), so that
+    their start (spawn, then the imports of :data:`WARM_UP`, ~0.45 s of CPU) overlaps this
+    process's own imports. Leaving the block shuts them down and reaps them (stopped at once
+    when nothing ran on them), and the resource tracker they started; nothing outlives it.
+    The workers do not import the main module (:func:`_main_hidden`): what runs on them must
+    be defined in another module. With ``workers`` < 1, or inside a worker, it does nothing.
+
+    Raises:
+        UsageError: as :func:`run_parallel`, a worker found the main module starting
+            workers at import time.
+    """
+    global _EARLY
+    if workers < 1 or _EARLY is not None or getattr(multiprocessing.current_process(), "_inheriting", False):
+        yield
+        return
+    _EARLY = _Pool(workers, warm_up, main=False)
+    try:
+        yield
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        del pool, share, claims
-        guard.remove()
-        if not tracker_was_running and len(held) == 3:
-            _stop_tracker(held)
+        pool, _EARLY = _EARLY, None
+        pool.close(started=pool.used)
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """The main module's name and file hidden from the workers spawned meanwhile, so that
+    they do not import it (multiprocessing's spawn runs the main module in each worker, to
+    find the functions it defines; the workers of :func:`early_workers` run only traceroof's,
+    and the CLI's main module would cost each ~0.05 s of CPU: click and every command)."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            if k == "__spec__":
+                main.__spec__ = None  # type: ignore[union-attr]
+            else:
+                delattr(main, k)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
+def likely_files(paths: Sequence[str]) -> int:
+    """How many trace files ``paths`` (the command line's inputs) probably expand to, told
+    without importing a reader (:func:`early_workers` is started on it): each existing
+    file 1; a folder its ``*.json``/``*.json.gz`` files at the top (0 when it holds a
+    ``meta.json``: a cache); a glob its matches. A guess: a wrong one only costs the
+    workers started for nothing."""
+    import glob
+
+    n = 0
+    for s in paths:
+        p = Path(s)
+        try:
+            if p.is_dir():
+                names = os.listdir(p)
+                if "meta.json" not in names:
+                    n += sum(1 for f in names if f.endswith((".json", ".json.gz")))
+            elif p.exists():
+                n += 1
+            elif any(c in s for c in "*?["):
+                n += len(glob.glob(s, recursive=True))
+        except OSError:
+            continue
+    return n
 
 
 _CLAIMS: Any = None
 
 
-def _init_worker(claims: Any) -> None:
-    """A worker's initializer: keep the shared claims array (:func:`_run_pool`)."""
+def _nothing() -> None:
+    """The task that makes the pool start a worker (:class:`_Pool`)."""
+
+
+def _init_worker(claims: Any, warm_up: str = "") -> None:
+    """A worker's initializer: keep the shared claims array (:class:`_Pool`), then import
+    and call ``warm_up`` (``module:function``; nothing when empty)."""
     global _CLAIMS
     _CLAIMS = claims
+    if warm_up:
+        import importlib
+
+        module, _, name = warm_up.partition(":")
+        getattr(importlib.import_module(module), name)()
 
 
 def _claim(claims: Any, i: int) -> bool:
-    """Claim item ``i``: True when nobody had (it is now the caller's)."""
+    """Claim item ``i``: True when nobody had (it is now the caller's); items past the
+    array (:data:`CLAIM_SLOTS`) are the workers' alone."""
+    if i >= len(claims):
+        return True
     with claims.get_lock():
         if claims[i]:
             return False
@@ -152,7 +321,7 @@ def _claimed_call(fn: Callable[[str], Any], i: int, item: str) -> tuple[bool, An
 
 
 class _Share:
-    """The futures of :func:`_run_pool` not collected yet (``pending``), and the items this
+    """The futures of :meth:`_Pool.run` not collected yet (``pending``), and the items this
     process ran (``mine``: their futures' results are skipped)."""
 
     def __init__(self, items: list[str], guard: _GuardFile) -> None:
@@ -284,4 +453,4 @@ def _refuse_in_bootstrap() -> None:
 GUARD_EXIT = 3
 
 
-__all__ = ["run_parallel", "default_jobs", "input_size"]
+__all__ = ["run_parallel", "early_workers", "drop_early", "likely_files", "default_jobs", "input_size"]
