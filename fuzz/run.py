@@ -58,14 +58,27 @@ def _worker(name: str, seed: int, start: int, count: int, out: str, deadline: fl
     results.put((name, start, res.inputs, res.cpu_s, [(c.index, c.kind, c.signature) for c in res.crashes]))
 
 
+def _shares(names: list[str], weights: dict[str, float], runs: int) -> dict[str, int]:
+    """``runs`` split by weight by largest remainders, so the shares sum to ``runs`` (rounding
+    each share alone made 999,998 of ``--runs 1000000``); a target whose share rounds down to
+    0 still gets 1 input, so a ``--runs`` below a few hundred runs a few more."""
+    total = sum(weights[n] for n in names)
+    exact = {n: runs * weights[n] / total for n in names}
+    shares = {n: max(1, math.floor(exact[n])) for n in names}
+    by_remainder = sorted(names, key=lambda n: exact[n] - math.floor(exact[n]), reverse=True)
+    for n in by_remainder[:max(0, runs - sum(shares.values()))]:
+        shares[n] += 1
+    return shares
+
+
 def plan(names: list[str], weights: dict[str, float], runs: int, jobs: int) -> list[tuple[str, int, int]]:
     """``(target, start, count)`` chunks: ``runs`` split by weight, each target's share cut
     into pieces of at most :data:`CHUNK` (and at least ``jobs`` pieces when it is big),
     ordered round robin over the targets."""
-    total = sum(weights[n] for n in names)
+    shares = _shares(names, weights, runs) if len(names) > 1 else {names[0]: runs}
     per: list[list[tuple[str, int, int]]] = []
     for n in names:
-        share = max(1, round(runs * weights[n] / total)) if len(names) > 1 else runs
+        share = shares[n]
         pieces = max(math.ceil(share / CHUNK), min(jobs, math.ceil(share / 500)))
         size = math.ceil(share / pieces)
         chunks = [(n, s, min(size, share - s)) for s in range(0, share, size)]

@@ -110,3 +110,37 @@ def test_smoke_1000_inputs_across_every_reader_no_crash(tmp_path):
     assert done == sum(c for _, _, c in chunks) >= SMOKE_INPUTS - len(ts)
     assert not crashes, "\n\n".join(f"{c.target}#{c.index} {c.kind} {c.signature}\n{c.text[-1500:]}"
                                     for c in crashes[:5])
+
+
+@pytest.mark.parametrize("runs", [1_000_000, 60_881, 1_000])
+def test_plan_runs_exactly_the_inputs_asked_for(runs):
+    # every target's chunks are contiguous from 0 and the totals add up to --runs (rounding
+    # each share alone made 999,998 of 10^6); each share is within 1 of runs × weight / total
+    ts = targets()
+    names = list(ts)
+    weights = {n: ts[n].weight for n in names}
+    chunks = plan(names, weights, runs, jobs=2)
+    assert sum(c[2] for c in chunks) == runs
+    total_w = sum(weights.values())
+    for n in names:
+        mine = sorted((s, c) for t, s, c in chunks if t == n)
+        assert mine[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(mine, mine[1:]))
+        assert abs(sum(c for _, c in mine) - runs * weights[n] / total_w) < 1
+
+
+def test_half_the_reader_inputs_force_the_native_scanner(monkeypatch):
+    # small Kineto inputs go to msgspec by size (parsers.kineto._use_native): the targets
+    # force TRACEROOF_DECODER=native for the inputs of even CRC-32, and leave it unset after
+    import os
+    import zlib
+
+    from fuzz.targets import _decoder_for
+    monkeypatch.delenv("TRACEROOF_DECODER", raising=False)
+    seen = {}
+    for i in range(64):
+        data = b"input %d" % i
+        with _decoder_for(data):
+            seen[data] = os.environ.get("TRACEROOF_DECODER")
+        assert "TRACEROOF_DECODER" not in os.environ
+    assert all((v == "native") == (zlib.crc32(d) % 2 == 0) for d, v in seen.items())
+    assert 16 < sum(v == "native" for v in seen.values()) < 48
