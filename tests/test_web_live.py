@@ -76,7 +76,11 @@ def test_live_dashboard_refreshes_and_keeps_the_last_good_capture(procs, page):
     kill_group(target)
     page.wait_for_function(f"() => ({STATUS_JS} || '').includes('last failed')", timeout=60_000)
     status = page.locator("#live-status").inner_text()
-    assert "connection refused" in status or "closed the connection" in status
+    # which cause depends on when the next capture starts: the port already closed (the TCP
+    # check: "connection refused"), closed between that check and the gRPC call (a loaded
+    # machine: "no profiler server answers"), or closed during the window
+    assert any(s in status for s in ("connection refused", "no profiler server answers",
+                                     "closed the connection")), status
     assert "showing the last good one" in status
     kept, good = page.locator("#live-ranking").inner_text(), _captures(page)
     assert "fusion" in kept
