@@ -22,6 +22,20 @@ FIXTURES = REPO / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 
+def require_native(*, module_level: bool = False) -> None:
+    """Skip when the native Kineto scanner (``traceroof.parsers._kineto_scan``) is not built,
+    but fail under ``TRACEROOF_REQUIRE_NATIVE=1`` (CI builds it: a missing build must not
+    pass as a skip). ``module_level``: called at a test module's top level."""
+    from traceroof.parsers import kineto_native
+
+    if kineto_native.AVAILABLE:
+        return
+    if os.environ.get("TRACEROOF_REQUIRE_NATIVE") == "1":
+        pytest.fail("TRACEROOF_REQUIRE_NATIVE=1 but traceroof.parsers._kineto_scan is not built")
+    pytest.skip("the native scanner is not built (python setup.py build_ext --inplace)",
+                allow_module_level=module_level)
+
+
 def real(*parts: str) -> Path:
     """Path of a real fixture; raises (test fails) when it is missing."""
     p = REAL.joinpath(*parts)

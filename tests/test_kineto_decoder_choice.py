@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
 import tarfile
 
 import pytest
-from conftest import real
+from conftest import real, require_native
 
 from traceroof.parsers import kineto as K
 from traceroof.parsers import kineto_native as N
@@ -26,10 +25,7 @@ DLRM_TAR = ("param", "et_replay", "tests", "inputs", "dlrm_kineto.tar.gz")
 def _needs_native() -> None:
     """As tests/test_kineto_native_equal.py: fail under ``TRACEROOF_REQUIRE_NATIVE=1`` (CI),
     skip otherwise, when the extension is not built."""
-    if not N.AVAILABLE:
-        if os.environ.get("TRACEROOF_REQUIRE_NATIVE") == "1":
-            pytest.fail("TRACEROOF_REQUIRE_NATIVE=1 but traceroof.parsers._kineto_scan is not built")
-        pytest.skip("the native scanner is not built (python setup.py build_ext --inplace)")
+    require_native()
 
 
 def _said(caplog, monkeypatch, f, decoder: str | None = None) -> list[str]:

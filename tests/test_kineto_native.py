@@ -13,20 +13,16 @@ import gzip
 import io
 import json
 import logging
-import os
 from decimal import Decimal
 
 import pytest
-from conftest import kineto
+from conftest import kineto, require_native
 
 from traceroof.parsers import kineto as K
 from traceroof.parsers import kineto_native as N
 from traceroof.parsers.kineto_times import raw_us_to_ns
 
-if not N.AVAILABLE:  # CI builds it and sets TRACEROOF_REQUIRE_NATIVE=1: a missing build fails there
-    if os.environ.get("TRACEROOF_REQUIRE_NATIVE") == "1":
-        raise RuntimeError("TRACEROOF_REQUIRE_NATIVE=1 but traceroof.parsers._kineto_scan is not built")
-    pytest.skip("the native scanner is not built (python setup.py build_ext --inplace)", allow_module_level=True)
+require_native(module_level=True)  # CI builds it and sets TRACEROOF_REQUIRE_NATIVE=1
 
 
 def cols(text: str | bytes):

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import os
 import tarfile
 
 import pytest
-from conftest import FIXTURES, REAL, real
+from conftest import FIXTURES, REAL, real, require_native
 from test_kineto_native import count_paths
 
 from traceroof.io import read_trace
@@ -34,10 +33,7 @@ FAULTS = sorted(p.name for p in (FIXTURES / "faults").glob("*.json.gz"))
 
 @pytest.fixture(autouse=True)
 def _native_built():
-    if not N.AVAILABLE:
-        if os.environ.get("TRACEROOF_REQUIRE_NATIVE") == "1":
-            pytest.fail("TRACEROOF_REQUIRE_NATIVE=1 but traceroof.parsers._kineto_scan is not built")
-        pytest.skip("the native scanner is not built (python setup.py build_ext --inplace)")
+    require_native()
 
 
 def assert_same(got, want, what: str) -> None:

@@ -14,12 +14,11 @@ import dataclasses
 import gzip
 import io
 import logging
-import os
 import threading
 
 import numpy as np
 import pytest
-from conftest import REAL, kineto, real
+from conftest import REAL, kineto, real, require_native
 from test_kineto_native import kernel, launch
 from test_kineto_native_equal import REAL_KINETO, assert_same
 
@@ -31,10 +30,7 @@ from traceroof.parsers import kineto_stream as KS
 
 @pytest.fixture(autouse=True)
 def _native_built():
-    if not N.AVAILABLE:
-        if os.environ.get("TRACEROOF_REQUIRE_NATIVE") == "1":
-            pytest.fail("TRACEROOF_REQUIRE_NATIVE=1 but traceroof.parsers._kineto_scan is not built")
-        pytest.skip("the native scanner is not built (python setup.py build_ext --inplace)")
+    require_native()
 
 
 ONE = {KS.ENV_SCAN_AHEAD: "0", B.ENV_READ_AHEAD: "0"}

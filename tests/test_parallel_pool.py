@@ -54,11 +54,8 @@ def ranks(tmp_path_factory) -> Path:
     return d
 
 
-SCRIPT_CHILDREN = """
-import os, sys
-from pathlib import Path
-import traceroof
-
+#: the scripts' children() (pid, state): every process whose parent is this one, from /proc
+CHILDREN_FN = """
 def children():
     me = os.getpid()
     out = []
@@ -71,7 +68,14 @@ def children():
             if int(rest[1]) == me:
                 out.append((int(p.name), rest[0]))
     return out
+"""
 
+SCRIPT_CHILDREN = """
+import os, sys
+from pathlib import Path
+import traceroof
+
+""" + CHILDREN_FN + """
 if __name__ == "__main__":
     t = traceroof.read_trace(sys.argv[1], jobs=2)
     print(len(t.meta.ranks), children())
@@ -183,19 +187,7 @@ from pathlib import Path
 from traceroof import parallel
 from traceroof.parallel import early_workers, run_parallel
 
-def children():
-    me = os.getpid()
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                rest = (p / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(rest[1]) == me:
-                out.append((int(p.name), rest[0]))
-    return out
-
+""" + CHILDREN_FN + """
 if __name__ == "__main__":
     mode, jobs = sys.argv[1], int(sys.argv[2])
     out = {}
