@@ -112,7 +112,7 @@ def _analyze_json(path: str, chip: list[str]) -> tuple[int, dict | str]:
     res = CliRunner().invoke(cli, ["analyze", path, "--format", "json", "-q", *chip])
     if res.exit_code != 0:
         return res.exit_code, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     d.pop("created_at", None)
     tr = d.get("trace")
     if isinstance(tr, dict):

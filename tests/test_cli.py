@@ -35,7 +35,7 @@ def test_analyze_table_shows_what_was_read_summary_ranking_and_warnings():
 def test_analyze_json_is_versioned_and_ranked_by_gap():
     res = run("analyze", str(real(QWEN)), "--format", "json", "--top", "50", "-q")
     assert res.exit_code == 0
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["schema_version"] == 2
     gaps = [r["gap_ns"] for r in d["ranking"] if r["gap_ns"] is not None]
     assert gaps == sorted(gaps, reverse=True) and len(gaps) > 5
@@ -58,7 +58,7 @@ def test_output_json_saves_full_report_that_reloads(tmp_path):
     assert res.exit_code == 0
     res2 = run("analyze", str(out), "--format", "json", "-q")
     assert res2.exit_code == 0
-    a, b = json.loads(out.read_text()), json.loads(res2.output)
+    a, b = json.loads(out.read_text()), json.loads(res2.stdout)
     assert a["ranking"][:20] == b["ranking"]
     assert len(a["ops"]["dur_ns"]) == a["trace"]["device_ops"]
 
@@ -110,7 +110,7 @@ def test_debug_shows_traceback(tmp_path):
 
 def test_chips_lists_ridge_points():
     res = run("chips", "--format", "json")
-    rows = {r["key"]: r for r in json.loads(res.output)}
+    rows = {r["key"]: r for r in json.loads(res.stdout)}
     # ridge = dense bf16 peak / HBM bandwidth: 989.4e12 / 3.35e12 = 295.3
     assert round(rows["h100_sxm"]["ridge_point_flops_per_byte"]) == 295
     table = run("chips").output
@@ -126,7 +126,7 @@ def test_every_command_help_has_an_example():
 def test_xplane_tpu_profile_end_to_end():
     res = run("analyze", str(real("xprof/xprof/convert/test_xplanes/tpu_inference_2.xplane.pb")), "--format", "json", "-q", "--top", "50")
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["chip"]["key"] == "tpu_v6e" and d["trace"]["format"] == "xplane"
     assert d["coverage"]["trace_share"] == pytest.approx(1.0)  # per-op FLOPs/bytes from the trace
     # async copy halves are exposed transfer time: expected 0, never "above the roof"
@@ -141,7 +141,7 @@ def test_cpu_jax_profile_with_a_user_chip_file():
     chip = FIXTURES / "jax_cpu" / "cpu_chip.toml"
     res = run("analyze", str(FIXTURES / "jax_cpu" / "train_step.xplane.pb"), "--chip", str(chip), "--format", "json", "-q")
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["chip"]["peak_flops_per_s"]["fp32"] == 160e9 and d["chip"]["reason"].endswith("cpu_chip.toml")
     assert d["coverage"]["costed_share"] == pytest.approx(1.0)
     res = run("analyze", str(FIXTURES / "jax_cpu" / "train_step.xplane.pb"))

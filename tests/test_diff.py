@@ -102,7 +102,7 @@ def test_cli_formats_and_exit_codes(pair, tmp_path):
     pa, pb = str(d / "a.json.gz"), str(d / "b.json.gz")
     res = _run("diff", pa, pb, "--chip", "h100", "--format", "json", "-q")
     assert res.exit_code == 0, res.output
-    j = json.loads(res.output)
+    j = json.loads(res.stdout)
     assert sum(t["delta_ns"] for t in j["by_op"]) == pytest.approx(j["delta_ns"], abs=1e-6)
     md = _run("diff", pa, pb, "--chip", "h100", "--format", "markdown", "-q").output
     assert md.startswith("### traceroof diff") and "| aten::mm | changed |" in md

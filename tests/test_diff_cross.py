@@ -396,7 +396,7 @@ def test_cli_json_says_how_the_ops_matched():
     res = CliRunner().invoke(cli, ["diff", str(h100), str(twin), "--chip", "h100", "--chip-b", str(CPU),
                                    "--format", "json", "-q"])
     assert res.exit_code == 0, res.output
-    j = json.loads(res.output)["matching"]
+    j = json.loads(res.stdout)["matching"]
     m = match(_h100("bert"), _report(twin, CPU))
     assert (j["coverage_a"], j["coverage_b"]) == pytest.approx((m.coverage_a, m.coverage_b), rel=1e-12)
     assert {g["kind"]: g["family"] for g in j["groups"] if g["matched"]} == {

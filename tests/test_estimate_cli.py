@@ -51,7 +51,7 @@ def test_search_and_memory_cli() -> None:
     res = _run("estimate", "--model", MIX, "--chip", "h100", "--search", "--chips", "64",
                "--global-batch-tokens", "2e6", "--mfu", "0.4", "--format", "json")
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["estimate_schema_version"] == 2
     s = data["search"]
     assert s["tried"] == s["rejected"] + len(s["layouts"])
@@ -68,7 +68,7 @@ def test_json_training_example() -> None:
     res = _run("estimate", "--model", M70, "--chip", "tpu-v5p", "--tokens", "15e12",
                "--chips", "8960", "--mfu", "0.4", "--format", "json")
     assert res.exit_code == 0, res.output
-    t = json.loads(res.output)["training"]
+    t = json.loads(res.stdout)["training"]
     # 6·70,552,387,584·15e12 / (8,960·459e12·0.4) / 86,400 s = 44.7 days
     assert round(t["wall_clock_linear_only_s"] / 86_400, 1) == 44.7
     assert t["cost_usd"] is None
@@ -113,7 +113,7 @@ def test_mla_config_is_estimated_not_refused() -> None:
     res = _run("estimate", "--model", str(MODELS / "deepseek-v2-lite.json"), "--chip", "h100",
                "--format", "json")
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["kv_bytes_per_token"] == 27 * (512 + 64) * 2
+    assert json.loads(res.stdout)["kv_bytes_per_token"] == 27 * (512 + 64) * 2
 
 
 def test_plot_writes_a_self_contained_chart(tmp_path) -> None:

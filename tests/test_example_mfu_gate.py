@@ -136,7 +136,7 @@ def test_gate_writes_github_step_summary(pair, tmp_path, monkeypatch):
 def test_gate_json_and_usage_errors(pair):
     base, _ = pair
     res = CliRunner().invoke(cli, ["gate", str(base), "--min-hfu", "0.1", "--format", "json"])
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["passed"] is True and d["checks"][0]["metric"] == "HFU"
     res = CliRunner().invoke(cli, ["gate", str(base)])
     assert res.exit_code == 2 and "nothing to check" in res.output

@@ -26,7 +26,7 @@ def _api(path: str) -> list[dict]:
 def test_json_findings_sorted_and_carry_every_evidence_number():
     res = run("analyze", DECODE, "--format", "json", "-q")
     assert res.exit_code == 0, res.output
-    got = json.loads(res.output)["findings"]
+    got = json.loads(res.stdout)["findings"]
     assert [f["kind"] for f in got] == ["launch_bound", "host_device_copies"]
     rec = [f["recoverable_ns"] for f in got]
     assert rec == sorted(rec, reverse=True) and rec[0] > 0
@@ -58,7 +58,7 @@ def test_table_and_markdown_list_findings_largest_first():
 def test_findings_option_selects_detectors():
     res = run("analyze", DECODE, "--format", "json", "-q", "--findings", "host_device_copies")
     assert res.exit_code == 0, res.output
-    assert {f["kind"] for f in json.loads(res.output)["findings"]} == {"host_device_copies"}
+    assert {f["kind"] for f in json.loads(res.stdout)["findings"]} == {"host_device_copies"}
     bad = run("analyze", DECODE, "--findings", "nope")
     assert bad.exit_code == 2 and "nope" in bad.output
 
@@ -68,7 +68,7 @@ def test_real_trace_findings_in_json(tmp_path):
 
     res = run("analyze", str(real(*NCCL.split("/"))), "--format", "json", "-q")
     assert res.exit_code == 0, res.output
-    found = json.loads(res.output)["findings"]
+    found = json.loads(res.stdout)["findings"]
     kinds = {f["kind"] for f in found}
     assert {"exposed_collectives", "device_idle", "launch_bound"} <= kinds
     rec = [f["recoverable_ns"] for f in found]

@@ -199,7 +199,7 @@ def test_cli_capture_trace_option_and_header_line(tmp_path):
     line = next(x for x in res.output.splitlines() if x.startswith("graph replays"))
     assert "1 graph (1 by capture trace): 100.0 %" in line
     out = CliRunner().invoke(cli, ["analyze", str(run), "--chip", "h100", "--format", "json"])
-    d = json.loads(out.output)
+    d = json.loads(out.stdout)
     validate_report(d)
     assert d["coverage"]["graphs"][0]["method"] == "unattributed"  # nothing beside it in tmp_path
     bad = CliRunner().invoke(cli, ["analyze", str(run), "--chip", "h100", "--capture-trace", str(tmp_path / "no")])

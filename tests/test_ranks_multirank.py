@@ -144,13 +144,13 @@ def test_the_cli_report_says_what_was_skipped_and_keeps_the_labels(tmp_path):
     run = sglang_run(tmp_path / "both")
     res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "both"), "--chip", "h100", "--format", "json", "--jobs", "1"])
     assert res.exit_code == 0, res.output
-    rep = json.loads(res.output)
+    rep = json.loads(res.stdout)
     assert rep["trace"]["device_time_ns"] == _kernels_of(run["per_rank"])[1]
     assert any(str(run["merged"]) in w and "a copy" in w for w in rep["warnings"])
     merged = sglang_run(tmp_path / "merged", per_rank=False)["merged"]
     res = CliRunner().invoke(cli, ["analyze", str(merged), "--chip", "h100", "--format", "json"])
     assert res.exit_code == 0, res.output
-    rep = json.loads(res.output)
+    rep = json.loads(res.stdout)
     assert rep["trace"]["rank_labels"] == {str(r): lb for r, lb in EXPECTED_LABELS.items()}
     assert [p["label"] for p in rep["ranks"]["per_rank"]] == list(EXPECTED_LABELS.values())
 

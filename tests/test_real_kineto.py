@@ -68,7 +68,7 @@ def test_needs_chip_trace_works_with_chip():
     res = CliRunner().invoke(cli, ["analyze", str(real("TraceLens/tests/traces/inference/vllm_decode_full/graph_execution.json.gz")),
                                    "--chip", "mi300x", "--format", "json", "-q"])
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["chip"]["key"] == "mi300x" and d["chip"]["reason"] == "--chip mi300x"
 
 
