@@ -346,16 +346,17 @@ def mapped(fh: Any, block: int) -> MappedBuffer | None:
     """The rest of ``fh`` (from its position) as a :class:`MappedBuffer`, when ``fh`` is a
     plain file object (``open(path, "rb")``: an ``io.BufferedReader`` of an ``io.FileIO``, or
     the ``FileIO``) of a regular file that does not start with the gzip magic there; None
-    otherwise (a pipe, a tar member, a gzip file, an empty rest, ``TRACEROOF_MMAP=0``, or
-    the mapping failed): then the blocks are read. Never raises.
+    otherwise (a pipe, a tar member, a gzip file, an empty rest, ``TRACEROOF_MMAP=0``, a
+    system without ``madvise(MADV_DONTNEED)``, or the mapping failed): then the blocks are
+    read. Never raises.
 
     The mapping is of the file's size when called: bytes appended later are not seen (the
     trace reads as cut there). A file made shorter while it is mapped makes the process
     fail (SIGBUS) when the decoder reaches the lost pages; a profiler writes its trace once,
     so this is not guarded (``TRACEROOF_MMAP=0`` reads such a file block by block).
     """
-    if os.environ.get(ENV_MMAP, "").strip() == "0":
-        return None
+    if os.environ.get(ENV_MMAP, "").strip() == "0" or not hasattr(mmap, "MADV_DONTNEED"):
+        return None  # (no MADV_DONTNEED, e.g. Windows: the pages behind could not be let go)
     if not (isinstance(fh, io.FileIO) or (type(fh) is io.BufferedReader and isinstance(fh.raw, io.FileIO))):
         return None
     try:
