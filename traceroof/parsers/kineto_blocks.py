@@ -393,12 +393,16 @@ class MappedBuffer(Buffer):
 
     @property
     def data(self) -> bytes:
+        """A copy of the live bytes."""
         return bytes(self._mv[self._off : self._end])
 
     def view(self) -> memoryview:
+        """The live bytes, in the mapping (valid until :meth:`close`)."""
         return self._mv[self._off : self._end]
 
     def fill(self, n: int) -> bool:
+        """Take in blocks of the mapping until the buffer holds at least ``n`` bytes; False
+        when the file ended first."""
         src = self.src
         while len(self) < n:
             if self._end >= len(src.mm):
@@ -409,6 +413,8 @@ class MappedBuffer(Buffer):
         return len(self) >= n
 
     def drop(self, n: int) -> None:
+        """Remove the first ``n`` bytes; every :data:`MAP_RELEASE_BYTES`, the pages more than
+        :data:`MAP_LAG_BYTES` behind are unmapped."""
         n = min(n, len(self))
         self._off += n
         self.base += n
@@ -427,6 +433,7 @@ class MappedBuffer(Buffer):
         self.base -= len(b)
 
     def take(self, n: int) -> bytes:
+        """Remove and return (a copy of) the first ``n`` bytes."""
         n = min(n, len(self))
         out = bytes(self._mv[self._off : self._off + n])
         self.drop(n)

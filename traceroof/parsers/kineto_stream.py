@@ -568,10 +568,10 @@ def decode_stream(
     of at most ``STREAM_FALLBACK_BYTES``: decoded in memory by :func:`decode`.
 
     Args:
-        fh: a binary file object (``read(n)``): a plain file, a gzip stream (recognised by
-            its magic bytes and inflated here, member after member), a tar member. It is
-            read from the read-ahead thread (``TRACEROOF_READ_AHEAD=0``: this one), never
-            from two threads at once, and not after this returns.
+        fh: a binary file object (``read(n)``): a plain file (mapped from its position,
+            not read: :func:`~.kineto_blocks.mapped`), a gzip stream (by its magic bytes;
+            inflated, member after member), a tar member. Read from the read-ahead thread
+            (``TRACEROOF_READ_AHEAD=0``: this one), never from two at once nor after this returns.
         on_chunk: called with each decoded list of :class:`Event`, in file order.
         path: for messages.
         block_bytes: decompressed bytes per decoded piece (at least 1 KiB; a piece ends at an
