@@ -371,8 +371,10 @@ def mapped(fh: Any, block: int) -> MappedBuffer | None:
     if mm[start : start + 2] == _GZIP_MAGIC:
         mm.close()
         return None
-    if hasattr(mmap, "MADV_SEQUENTIAL"):
-        mm.madvise(mmap.MADV_SEQUENTIAL)  # the kernel reads ahead of a cold file's pages
+    try:  # the kernel reads ahead of a cold file's pages (a hint: refused, it is left out)
+        mm.madvise(mmap.MADV_SEQUENTIAL)
+    except (AttributeError, OSError, ValueError):
+        pass
     return MappedBuffer(MappedSource(mm, start, block))
 
 
