@@ -57,12 +57,10 @@ _AFTER_CLOSE = re.compile(rb'\]\s*(?:,\s*"|\})')
 _ARRAY_END_OPEN = re.compile(rb'\}\s*\]\s*(?:,\s*"|\})')
 #: ``TRACEROOF_SCAN_AHEAD=0`` scans every piece in the reading thread (no worker: comparisons)
 ENV_SCAN_AHEAD = "TRACEROOF_SCAN_AHEAD"
-#: :meth:`_Stream._slow_piece`'s "the array is done" marker
-_END = object()
-#: :meth:`_Stream._take`'s "go on with the next piece"
-_GO_ON = object()
-#: the threads are given up for the rest of a file when, measured every CHECK_JOBS jobs,
-#: the process used fewer than MIN_CORES cores since the first job (see _Stream._result)
+#: :meth:`_Stream._slow_piece`'s "the array is done" and :meth:`_Stream._take`'s "go on" markers
+_END, _GO_ON = object(), object()
+#: the threads are given up for the rest of a file when fewer than MIN_CORES cores were used
+#: since the first job, measured every CHECK_JOBS jobs (_Stream._result)
 CHECK_JOBS = 8
 MIN_CORES = 1.15
 #: pieces the worker thread scans in one job (on a copy of their bytes, ~this many blocks)
@@ -135,6 +133,7 @@ class _Stream:
             buf = Buffer(self.src)
         else:
             self.src = buf.src
+            logger.debug("%s: a plain file: mapped (mmap), not read", path)
         self.buf = buf
         self.block = self.src.block
         self.stats = DecodeStats()
