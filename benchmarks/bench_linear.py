@@ -5,6 +5,7 @@ Command (from the repo root; the first run generates and caches the inputs: ~3.3
 
     python benchmarks/bench_linear.py                        # 10^5, 10^6, 10^7 events
     python benchmarks/bench_linear.py --events 100000,1000000 # a quicker check
+    python benchmarks/bench_linear.py --warm ...             # the reader's imports before the timer
     python benchmarks/bench_linear.py --generate-only
 
 Inputs: ``bench_kineto.py``'s generator (the real H100 Qwen trace replicated step after step,
@@ -42,7 +43,7 @@ REPO = bk.REPO
 LAYOUT = "pretty"
 
 _CHILD = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -53,6 +54,14 @@ from traceroof import analysis
 from traceroof.io import read_trace
 from traceroof.parsers import kineto_link
 out = {"stages": {}}
+if os.environ.get("BENCH_LINEAR_WARM") == "1":
+    # --warm: the modules a first native read imports (numpy and numpy.ma, which polars'
+    # Series-from-numpy loads, and the Kineto reader's own), imported before the timer: a
+    # per-process cost, not a per-event one (measured and reported apart)
+    c0 = cpu()
+    import numpy, numpy.ma  # noqa: E401,F401
+    from traceroof.parsers import kineto, kineto_native_frames, kineto_stream  # noqa: F401
+    out["warm_imports_cpu_s"] = cpu() - c0
 base_rss = peak_bytes()
 link = kineto_link.build_tables
 def timed_link(*a, **k):
@@ -91,11 +100,13 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def measure(path: Path) -> dict:
-    """One child process: read, then analyze ``path`` (the figures of :data:`_CHILD`)."""
+def measure(path: Path, warm: bool = False) -> dict:
+    """One child process: read, then analyze ``path`` (the figures of :data:`_CHILD`);
+    ``warm``: the reader's modules imported before the timer (``--warm``)."""
     with tempfile.TemporaryDirectory(prefix="bench-linear-") as tmp:
         res = Path(tmp) / "out.json"
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   BENCH_LINEAR_WARM="1" if warm else "0")
         proc = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(res)], env=env,
                               capture_output=True, text=True)
         if proc.returncode != 0:
@@ -176,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.10, help="allowed |ratio - 1| (default 0.10)")
     ap.add_argument("--generate-only", action="store_true", help="generate (or reuse) the inputs and stop")
     ap.add_argument("--results", type=Path, default=None, help="write the raw figures as JSON here")
+    ap.add_argument("--warm", action="store_true",
+                    help="import numpy and the Kineto reader's modules before timing the read (their "
+                         "CPU is printed apart): the per-event figures without the per-process imports")
     ap.add_argument("--from-results", type=Path, default=None, help="print the table of a --results file, measure nothing")
     a = ap.parse_args(argv)
     if a.from_results:
@@ -191,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for p, n in paths:
         log(f"measuring {p.name} ({n:,} events, {p.stat().st_size / 1e6:.0f} MB; load {load()})…")
-        r = measure(p)
+        r = measure(p, a.warm)
         results.append((int(r.get("events") or n), r))
+        if "warm_imports_cpu_s" in r:
+            log(f"  (imported before the timer: {r['warm_imports_cpu_s']:.3f} s CPU)")
         log(f"  read {r['read']['cpu_s']:.2f} s CPU ({r['read']['wall_s']:.2f} s wall), analyze "
             f"{r['analyze']['cpu_s']:.2f} s CPU ({r['analyze']['wall_s']:.2f} s wall), peak RSS "
             f"{r['analyze']['peak_rss'] / 2**20:.0f} MiB; load {load()}")

@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import tarfile
+import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -248,7 +249,7 @@ def run_kineto_stream(data: bytes) -> None:
     from traceroof.parsers import kineto_native as N
     from traceroof.parsers.kineto_stream import StreamFormatError, decode_stream
 
-    def one(native: bool) -> object:
+    def one(native: bool, mapped: bool = False) -> object:
         n = [0]
 
         def count(events) -> None:
@@ -257,7 +258,13 @@ def run_kineto_stream(data: bytes) -> None:
             n[0] += len(events)
 
         try:
-            d = decode_stream(io.BytesIO(data), count, path="<fuzz>", block_bytes=1024, native=native)
+            if mapped:  # a plain file: mapped (kineto_blocks.mapped), not read
+                with tempfile.TemporaryFile() as f:
+                    f.write(data)
+                    f.seek(0)
+                    d = decode_stream(f, count, path="<fuzz>", block_bytes=1024, native=native)
+            else:
+                d = decode_stream(io.BytesIO(data), count, path="<fuzz>", block_bytes=1024, native=native)
         except StreamFormatError as exc:
             return ("format", str(exc))
         except ValueError as exc:
@@ -271,6 +278,9 @@ def run_kineto_stream(data: bytes) -> None:
         native = one(True)
         if native != plain:
             raise AssertionError(f"kineto_stream: native path {native!r} != msgspec path {plain!r}")
+        mapped = one(True, mapped=True)
+        if mapped != plain:
+            raise AssertionError(f"kineto_stream: the mapped file {mapped!r} != msgspec path {plain!r}")
 
 
 def run_kineto(data: bytes) -> None:

@@ -43,6 +43,8 @@ def assert_same(got, want, what: str) -> None:
         assert a.height == b.height, (what, t)
         assert a.equals(b), (what, t, [c for c in a.columns if not a[c].equals(b[c])])
     assert dataclasses.asdict(got.meta) == dataclasses.asdict(want.meta), what
+    # and in the same order (the per-category counts in first-seen order: the report's JSON)
+    assert list(got.meta.stats) == list(want.meta.stats), what
 
 
 def both(monkeypatch, f):

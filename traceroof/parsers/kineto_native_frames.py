@@ -32,6 +32,12 @@ def _phase(s: str | None) -> int:
     return _NONE if s is None else _PHASES.get(s, _OTHER)
 
 
+def _distinct(codes: np.ndarray) -> list[int]:
+    """The distinct values of an integer array, ascending: ``np.unique(codes).tolist()``, a
+    few times faster on the few new codes of a piece (a set, no sort of the array)."""
+    return sorted(set(codes.tolist()))
+
+
 class _Lut:
     """``f(string)`` per dictionary code, computed once per code the first time it is seen
     (int8 values >= 0; -1 marks a code not yet computed)."""
@@ -47,8 +53,8 @@ class _Lut:
             self.values = grown
         out = self.values[codes]
         if (out < 0).any():
-            for k in np.unique(codes[out < 0]):
-                self.values[k] = self.f(S[int(k)])
+            for k in _distinct(codes[out < 0]):
+                self.values[k] = self.f(S[k])
             out = self.values[codes]
         return out
 
@@ -153,7 +159,7 @@ def _int_arg(vals: np.ndarray, kinds: np.ndarray, dictionary: list[Any], dtype: 
     valid = kinds == 2
     strs = kinds == 3
     if strs.any():
-        conv = {int(k): as_int(dictionary[int(k)]) for k in np.unique(vals[strs])}
+        conv = {k: as_int(dictionary[k]) for k in _distinct(vals[strs])}
         for k, v in conv.items():
             at = strs & (vals == k)
             if v is not None:
@@ -192,6 +198,8 @@ class NativeRows:
         category (1 + their code in ``cat_names``, 0 for none); 1 python_function / 2
         profiler range; 1 memory sample / 2 recording-window edge."""
         self.ph_class = _Lut(_phase)
+        self._cat_dense = np.full(0, -1, np.int32)  # category code -> its dense number
+        self._dense_cats: list[Any] = []  # dense number -> the category
         self.dev_kind = _Lut(lambda s: 1 + self._cat(V.DEVICE_CATEGORIES.get(s)))
         self.host_kind = _Lut(lambda s: 1 + self._cat(V.HOST_CATEGORIES.get(s)))
         self.cat_flag = _Lut(lambda s: (s == "python_function") + 2 * (s in V.PROFILER_RANGE_CATEGORIES))
@@ -233,8 +241,8 @@ class NativeRows:
         b.counter_samples += int((nk & (phc == _COUNTER)).sum())
         other = nk & (phc == _OTHER)
         if other.any():
-            for k in np.unique(c.ph[other]):
-                ph = str(S[int(k)])
+            for k in _distinct(c.ph[other]):
+                ph = str(S[k])
                 b.unknown_phases[ph] = b.unknown_phases.get(ph, 0) + int((other & (c.ph == k)).sum())
         if (nk & is_m).any():
             self._meta_names(c, np.flatnonzero(nk & is_m), S)
@@ -250,13 +258,26 @@ class NativeRows:
         self.host.add(c, h, np.where(window[h], self._cat(WINDOW_CAT), host_kind[h] - 1))
 
     def _count_categories(self, cats: np.ndarray, S: list[Any]) -> None:
-        """``counts[cat] += 1`` per kept event, categories in first-seen order."""
+        """``counts[cat] += 1`` per kept event, categories in first-seen order: each category
+        code gets a dense number the first time it is counted (in the order of its first
+        event), and a piece is counted with one ``bincount`` of those numbers (a sort of the
+        piece, ``np.unique``, cost ~3x more)."""
         if not len(cats):
             return
-        u, first, n = np.unique(cats, return_index=True, return_counts=True)
+        if len(self._cat_dense) < len(S):
+            grown = np.full(max(2 * len(self._cat_dense), len(S), 1024), -1, np.int32)
+            grown[: len(self._cat_dense)] = self._cat_dense
+            self._cat_dense = grown
+        dense = self._cat_dense[cats]
+        if (dense < 0).any():  # categories not counted before: numbered in first-seen order
+            for code in dict.fromkeys(cats[dense < 0].tolist()):
+                self._cat_dense[code] = len(self._dense_cats)
+                self._dense_cats.append(S[code])
+            dense = self._cat_dense[cats]
+        n = np.bincount(dense, minlength=len(self._dense_cats))
         counts = self.b.counts
-        for j in np.argsort(first, kind="stable"):
-            cat = S[int(u[j])]
+        for j in np.flatnonzero(n):
+            cat = self._dense_cats[j]
             counts[cat] = counts.get(cat, 0) + int(n[j])
 
     def _meta_names(self, c: Columns, rows: np.ndarray, S: list[Any]) -> None:

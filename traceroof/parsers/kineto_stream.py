@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .kineto_blocks import Buffer, ReadAhead, Source
+from .kineto_blocks import Buffer, ReadAhead, Source, mapped
 from .kineto_blocks import enabled as read_ahead_enabled
 from .kineto_decode import decode
 from .kineto_events import (
@@ -46,29 +46,24 @@ logger = logging.getLogger(__name__)
 #: size, so the transient memory is ~10x this; 1 MiB is as fast as 4 MiB on big traces
 STREAM_BLOCK_BYTES = 1 << 20
 
-#: a file whose layout the streaming decoder cannot follow (no ``"traceEvents": [`` key, or a
-#: header before it that is not valid JSON) is decoded in memory when it is at most this big
+#: a file whose layout the streaming decoder cannot follow (no ``"traceEvents": [`` key, or an
+#: invalid header before it) is decoded in memory when it is at most this big
 STREAM_FALLBACK_BYTES = 64 << 20
 
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 #: what follows the ``]`` that closes the event array: ``, "key"`` or the closing ``}``
 _AFTER_CLOSE = re.compile(rb'\]\s*(?:,\s*"|\})')
-#: ``}`` ``]`` ``, "`` or ``}``: the event array may end here (see
-#: :func:`~.kineto_recover.find_array_end`)
+#: ``}`` ``]`` ``, "`` or ``}``: the event array may end here (kineto_recover.find_array_end)
 _ARRAY_END_OPEN = re.compile(rb'\}\s*\]\s*(?:,\s*"|\})')
-#: ``TRACEROOF_SCAN_AHEAD=0`` scans every piece in the reading thread (no worker thread:
-#: comparisons and benchmarks; the result is the same either way)
+#: ``TRACEROOF_SCAN_AHEAD=0`` scans every piece in the reading thread (no worker: comparisons)
 ENV_SCAN_AHEAD = "TRACEROOF_SCAN_AHEAD"
-#: :meth:`_Stream._slow_piece`'s "the array is done" marker
-_END = object()
-#: :meth:`_Stream._take`'s "go on with the next piece"
-_GO_ON = object()
-#: the threads are given up for the rest of a file when, measured every CHECK_JOBS jobs,
-#: the process used fewer than MIN_CORES cores since the first job (see _Stream._result)
+#: :meth:`_Stream._slow_piece`'s "the array is done" and :meth:`_Stream._take`'s "go on" markers
+_END, _GO_ON = object(), object()
+#: the threads are given up for the rest of a file when fewer than MIN_CORES cores were used
+#: since the first job, measured every CHECK_JOBS jobs (_Stream._result)
 CHECK_JOBS = 8
 MIN_CORES = 1.15
-#: pieces the worker thread scans in one job (on a copy of their bytes: the memory this
-#: holds is ~this many blocks)
+#: pieces the worker thread scans in one job (on a copy of their bytes, ~this many blocks)
 WORKER_PIECES = 2
 #: while the worker's job runs, this thread (which also hands every piece on: numpy column
 #: building, about half the cost of a scan) scans at most this many pieces after it
@@ -94,8 +89,9 @@ class _Job:
 
     pieces: list[_Piece]
     future: Future
-    #: the pieces' bytes (from the first's start to the last's stop), in ``_Stream._copy``
-    nbytes: int
+    #: the pieces' bytes (from the first's start to the last's stop): in ``_Stream._copy``,
+    #: or of the mapped file (``Buffer.stable``)
+    data: memoryview
 
 
 def _scan_pieces(scanner: Scanner, data: memoryview, spans: list[tuple[int, int]]) -> list[Any]:
@@ -128,10 +124,17 @@ class _Stream:
     ) -> None:
         self.native = native
         self.scanner: Scanner | None = native_scanner(native, path)
-        src = Source(fh, block)
-        #: the blocks, read (and inflated) by a thread ahead of the decoding (kineto_blocks.ReadAhead)
-        self.src: Any = ReadAhead(src) if read_ahead_enabled() else src
-        self.buf = Buffer(self.src)
+        #: a plain file mapped (kineto_blocks.mapped); else the blocks, read (and inflated)
+        #: by a thread ahead of the decoding (kineto_blocks.ReadAhead)
+        buf = mapped(fh, block)
+        if buf is None:
+            src = Source(fh, block)
+            self.src: Any = ReadAhead(src) if read_ahead_enabled() else src
+            buf = Buffer(self.src)
+        else:
+            self.src = buf.src
+            logger.debug("%s: a plain file: mapped (mmap), not read", path)
+        self.buf = buf
         self.block = self.src.block
         self.stats = DecodeStats()
         self.path = path
@@ -155,6 +158,7 @@ class _Stream:
             self._worker = None
         if isinstance(self.src, ReadAhead):
             self.src.close()
+        self.buf.close()
 
     def emit(self, events: list[Event]) -> None:
         """Hand events on (``stats.events`` counted by the caller) and report progress."""
@@ -233,10 +237,10 @@ class _Stream:
         (a copy of their bytes, the GIL released); while it is not done, this thread scans
         the pieces after them (at most :data:`OWN_PIECES_MAX`) with a helper scanner
         (:class:`~.kineto_native.Scanner` ``into=``); then the next job starts and this
-        thread hands the round's pieces on in file order. Pieces are cut exactly where the one-thread loop cuts them; a piece that
-        is not handled is decoded from the front as the one-thread loop does, the scans of
-        the pieces after it discarded (their strings leave the dictionaries), so the result
-        is the same as scanning piece after piece in one thread (``TRACEROOF_SCAN_AHEAD=0``).
+        thread hands the round's pieces on in file order. Pieces are cut where the one-thread
+        loop cuts them; a piece not handled is decoded from the front as that loop does, the
+        scans after it discarded (their strings leave the dictionaries): the result is that of
+        one thread (``TRACEROOF_SCAN_AHEAD=0``).
         """
         buf = self.buf
         job: _Job | None = None
@@ -276,7 +280,7 @@ class _Stream:
                     self.strict(owner.columns(p.raw))  # type: ignore[arg-type]
                     p.raw = None
                 continue
-            self.buf.unshift(memoryview(self._copy)[: job.nbytes])  # the job's bytes, back
+            self.buf.unshift(job.data)  # the job's bytes, back
             job = None
             for p in pieces[:k]:
                 events = owner.columns(p.raw)
@@ -395,18 +399,21 @@ class _Stream:
         while len(pieces) < WORKER_PIECES and pieces[-1].next is not None:
             pieces.append(self._piece(pieces[-1].next))
         n = pieces[-1].stop - start
-        if len(self._copy) < n:
-            self._copy = bytearray(n + (n >> 2))
-        copy = memoryview(self._copy)
         assert start == self.buf.base
-        copy[:n] = self.buf.view()[:n]
+        if self.buf.stable:  # a mapped file: the worker reads the bytes where they are
+            copy = self.buf.view()[:n]
+        else:
+            if len(self._copy) < n:
+                self._copy = bytearray(n + (n >> 2))
+            copy = memoryview(self._copy)[:n]
+            copy[:] = self.buf.view()[:n]
         self.buf.drop(n)  # held once: the copy (put back if a piece is not handled)
         spans = [(p.start - start, p.stop - start) for p in pieces]
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="traceroof-scan")
         for p in pieces:
             p.scanner = self.scanner
-        return _Job(pieces, self._worker.submit(_scan_pieces, self.scanner, copy, spans), n)
+        return _Job(pieces, self._worker.submit(_scan_pieces, self.scanner, copy, spans), copy)
 
     def _own_piece(self, start: int) -> _Piece:
         """The piece from ``start``, scanned here (in place) by the helper scanner."""
@@ -417,7 +424,6 @@ class _Stream:
         p.scanner = self._helper
         p.raw = self._helper.scan_raw(self.buf.view()[at : p.stop - self.buf.base], True)
         return p
-
 
     def _slow_piece(self, m: Any, stop: int) -> tuple[Any, Any]:
         """``buf[:stop]``, which the native scanner did not take (or there is none): msgspec,
@@ -561,10 +567,10 @@ def decode_stream(
     of at most ``STREAM_FALLBACK_BYTES``: decoded in memory by :func:`decode`.
 
     Args:
-        fh: a binary file object (``read(n)``): a plain file, a gzip stream (recognised by
-            its magic bytes and inflated here, member after member), a tar member. It is
-            read from the read-ahead thread (``TRACEROOF_READ_AHEAD=0``: this one), never
-            from two threads at once, and not after this returns.
+        fh: a binary file object (``read(n)``): a plain file (mapped from its position,
+            not read: :func:`~.kineto_blocks.mapped`), a gzip stream (by its magic bytes;
+            inflated, member after member), a tar member. Read from the read-ahead thread
+            (``TRACEROOF_READ_AHEAD=0``: this one), never from two at once nor after this returns.
         on_chunk: called with each decoded list of :class:`Event`, in file order.
         path: for messages.
         block_bytes: decompressed bytes per decoded piece (at least 1 KiB; a piece ends at an
