@@ -158,19 +158,49 @@ def test_decoder_unknown_fields_and_non_canonical_order():
     assert _decoded(got.events) == [(1, 1, "ref_value", 4)]
 
 
-def test_bulk_slow_path_for_string_heavy_lines(monkeypatch):
+def _string_line(n: int):
     line = xp.XLine(id=1, name="python")
-    for i in range(100):
+    for i in range(n):
         e = line.events.add(metadata_id=1, offset_ps=i, duration_ps=1)
         e.stats.add(metadata_id=2, str_value=f"s{i}")
+    return line
+
+
+@pytest.mark.parametrize("small_rest_bytes", [0, 1 << 22])
+def test_bulk_slow_path_for_string_heavy_lines(monkeypatch, small_rest_bytes):
+    """Consecutive protobuf-only events: after SLOW_RUN_LIMIT of them (a large line's rest),
+    after EARLY_SLOW_RUN (a rest of at most SMALL_REST_BYTES, here the whole 1.2 kB line),
+    the rest of the line goes to protobuf in one call; the columns are the same."""
+    monkeypatch.setattr(xpe, "SMALL_REST_BYTES", small_rest_bytes)
+    line = _string_line(100)
     data = line.SerializeToString()
     calls = []
     real = xpe._part_from_messages
     monkeypatch.setattr(xpe, "_part_from_messages", lambda evs: calls.append(len(evs)) or real(evs))
     got = xp.scan_line(data, 0, len(data))
     _assert_line_equal(got.events, line)
-    assert calls[:xp.SLOW_RUN_LIMIT - 1] == [1] * (xp.SLOW_RUN_LIMIT - 1)
-    assert calls[-1] == 100 - (xp.SLOW_RUN_LIMIT - 1)  # the rest in one protobuf call
+    singles = (xpe.SLOW_RUN_LIMIT if small_rest_bytes == 0 else xpe.EARLY_SLOW_RUN) - 1
+    assert calls == [1] * singles + [100 - singles]  # the rest in one protobuf call
+
+
+def test_protobuf_event_after_a_vectorised_run_is_not_tried_vectorised(monkeypatch):
+    """A vectorised run that stops at a string stat inside the next event hands that event to
+    protobuf directly ("ok-slow"): one vectorised attempt per run, not a second one that
+    would fail on the same event; the columns equal protobuf's."""
+    line = xp.XLine(id=1, name="mixed")
+    for i in range(40):  # 9 all-varint events, then one with a string stat, four times
+        e = line.events.add(metadata_id=1, offset_ps=10 * i, duration_ps=3)
+        if i % 10 == 9:
+            e.stats.add(metadata_id=2, str_value=f"s{i}")
+        else:
+            e.stats.add(metadata_id=3, uint64_value=i)
+    data = line.SerializeToString()
+    whys = []
+    real = xpe._fast_chunk
+    monkeypatch.setattr(xpe, "_fast_chunk", lambda a: (lambda r: whys.append(r[2]) or r)(real(a)))
+    got = xp.scan_line(data, 0, len(data))
+    _assert_line_equal(got.events, line)
+    assert whys == ["ok-slow"] * 4  # 4 runs of 9; the 4 string events never tried vectorised
 
 
 def test_invalid_utf8_in_names_is_kept():

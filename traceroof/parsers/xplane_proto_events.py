@@ -261,7 +261,9 @@ def _fast_chunk(a: np.ndarray) -> tuple[dict | None, int, str]:
     (tag, value); nesting depth follows from the lengths. All of it is vectorised: the
     common layout by :func:`_regular_chunk`, any other by :func:`_general_chunk`.
 
-    Returns (columns or None, bytes consumed, why it stopped): ``"ok"``; ``"end"`` (the chunk
+    Returns (columns or None, bytes consumed, why it stopped): ``"ok"``; ``"ok-slow"`` (columns,
+    and the next event holds a field this path does not handle, so the caller hands it to
+    protobuf without another vectorised attempt that would fail); ``"end"`` (the chunk
     ran out inside the first event); ``"other"`` (the next top-level field is not an event:
     the events run is over); ``"slow"`` (the next event needs the protobuf path: a double,
     string or bytes stat, an unknown field, or anything unexpected -- protobuf is the arbiter
@@ -286,10 +288,14 @@ def _fast_chunk(a: np.ndarray) -> tuple[dict | None, int, str]:
     if npairs == 0:
         return None, 0, ("other" if tail_unhandled else "end")
 
-    got = _regular_chunk(len(a), tag8, val, tag_pos, val_end, tail_pos)
-    if got is not None:
-        return got[0], got[1], "ok"
-    return _general_chunk(len(a), tag8, val, tag_pos, val_end, tail_pos, tail_unhandled)
+    regular = _regular_chunk(len(a), tag8, val, tag_pos, val_end, tail_pos)
+    part, consumed, why = ((regular[0], regular[1], "ok") if regular is not None else
+                           _general_chunk(len(a), tag8, val, tag_pos, val_end, tail_pos, tail_unhandled))
+    if part is not None and tail_unhandled and consumed < tail_pos:
+        # the run stopped at a field we do not handle inside the next event: that event
+        # needs protobuf (a hint only: protobuf decodes any event to the same columns)
+        why = "ok-slow"
+    return part, consumed, why
 
 
 def _depths(n_bytes: int, tag8, val, tag_pos, after, tail_pos: int):
@@ -396,6 +402,13 @@ def _general_columns(n_ev: int, depth, tag8, val, is_len, d0) -> dict:
 #: they outnumber the vectorised ones), the rest of the line goes through protobuf in one
 #: call (lines where most events carry a string stat).
 SLOW_RUN_LIMIT = 16
+#: ... or after this many, when at most :data:`SMALL_REST_BYTES` of the line are left: there
+#: protobuf's objects stay small, and it is faster than vectorised attempts that a protobuf
+#: event cuts short every few events (each attempt costs ~0.2 ms of numpy calls whatever
+#: its size: the GPU multi-worker trace's host lines, whose events carry string stats, read
+#: in 236 ms instead of 360 ms of CPU; docs/performance.md, "Small traces (session 9)")
+EARLY_SLOW_RUN = 2
+SMALL_REST_BYTES = 1 << 22
 _SMALL_CHUNK = 1 << 12
 
 
@@ -413,28 +426,33 @@ def decode_events(buf, start: int, end: int):
     chunk = CHUNK_BYTES
     slow_run = n_slow = n_fast = 0
     mv = memoryview(buf)
+    next_slow = False  # the last vectorised run stopped inside the next event (protobuf's)
     while pos < end:
         if buf[pos] != T_EVENT:
             break
-        stop = min(end, pos + chunk)
-        part, consumed, why = _fast_chunk(np.frombuffer(mv[pos:stop], np.uint8))
-        if part is not None:
-            parts.append(part)
-            pos += consumed
-            n_fast += len(part["metadata_id"])
-            slow_run = 0
-            # grow while events come in whole chunks; stay small when a protobuf-only event
-            # keeps cutting the run short (no re-tokenising of a big chunk per event)
-            chunk = min(max(2 * consumed, _SMALL_CHUNK), CHUNK_BYTES)
-            continue
-        if why == "other":
-            break
-        if why == "end" and stop < end:
-            chunk *= 2  # one event larger than the chunk: widen
-            continue
+        if not next_slow:
+            stop = min(end, pos + chunk)
+            part, consumed, why = _fast_chunk(np.frombuffer(mv[pos:stop], np.uint8))
+            if part is not None:
+                parts.append(part)
+                pos += consumed
+                n_fast += len(part["metadata_id"])
+                slow_run = 0
+                next_slow = why == "ok-slow"
+                # grow while events come in whole chunks; stay small when a protobuf-only
+                # event keeps cutting the run short (no re-tokenising of a big chunk per event)
+                chunk = min(max(2 * consumed, _SMALL_CHUNK), CHUNK_BYTES)
+                continue
+            if why == "other":
+                break
+            if why == "end" and stop < end:
+                chunk *= 2  # one event larger than the chunk: widen
+                continue
+        next_slow = False
         slow_run += 1
         n_slow += 1
-        if slow_run >= SLOW_RUN_LIMIT or (n_slow >= 2 * SLOW_RUN_LIMIT and n_slow > n_fast):
+        if (slow_run >= SLOW_RUN_LIMIT or (n_slow >= 2 * SLOW_RUN_LIMIT and n_slow > n_fast)
+                or (slow_run >= EARLY_SLOW_RUN and end - pos <= SMALL_REST_BYTES)):
             rest = XLine()
             try:
                 rest.ParseFromString(bytes(mv[pos:end]))
