@@ -16,12 +16,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from . import (
-    _allocator,  # noqa: F401  (first: polars' allocator setting, before polars loads)
-    _dataclass_code,
-)
-
-_dataclass_code.install()  # before any module defines a dataclass: their methods' code cached
+from . import _allocator  # noqa: F401  (first: polars' allocator setting, before polars loads)
 
 __version__ = "0.1.0"
 
