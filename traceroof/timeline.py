@@ -75,6 +75,7 @@ class Timeline:
         host_steps: the host-side step windows (rank, step, start_ns, end_ns).
         outside: per reason (``before_recording``, ``after_recording``, ``before_launch``,
             ``ts_zero``), the ops put in ``outside_recording``.
+        unions: :func:`piece_unions` once computed (None until then).
     """
 
     ops: pl.DataFrame
@@ -83,6 +84,7 @@ class Timeline:
     captures: pl.DataFrame
     host_steps: pl.DataFrame
     outside: dict[str, int]
+    unions: pl.DataFrame | None = None
 
 
 def recording_windows(host: pl.DataFrame) -> dict[Any, tuple[int | None, int | None]]:
@@ -523,7 +525,7 @@ def _cut(placed: pl.DataFrame, seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
 
 
 __all__ = ["BUCKETS", "BEFORE_LAUNCH_TOL_NS", "SEGMENT_SCHEMA", "Timeline", "recording_windows",
-           "outside_reasons", "partition", "bucket_rows", "window_rows", "only_step"]
+           "outside_reasons", "partition", "bucket_rows", "window_rows", "only_step", "PIECE_SETS", "piece_unions"]
 
 
 # --------------------------------------------------------------------------- report rows
@@ -536,7 +538,45 @@ def only_step(tl: Timeline, step: int) -> Timeline:
         return df.filter((pl.col("bucket") == "step") & (pl.col("step") == step))
     return Timeline(ops=keep(tl.ops), segments=keep(tl.segments), pieces=keep(tl.pieces),
                     captures=tl.captures.clear(), host_steps=tl.host_steps.filter(pl.col("step") == step),
-                    outside={})
+                    outside={}, unions=keep(tl.unions) if tl.unions is not None else None)
+
+
+def _piece_sets() -> dict[str, pl.Expr]:
+    """The subsets of the op pieces :func:`piece_unions` measures: ``busy`` (every piece) and
+    those of the step breakdown (:func:`traceroof.steps.step_tables`): ``coll``
+    (collectives), ``comp`` (compute: kernels that are not communication, copies or fills),
+    ``cb`` (compute-bound compute), ``noncoll``, ``coll_or_comp`` and ``known`` (not a
+    collective, bound known)."""
+    k = pl.col("kind")  # Enum or String: is_in/== compare the labels either way
+    comp = ~k.is_in(["collective", "memcpy", "memset"])
+    return {
+        "busy": pl.lit(True),
+        "coll": k == "collective",
+        "comp": comp,
+        "cb": comp & (pl.col("bound") == "compute"),
+        "noncoll": k != "collective",
+        "coll_or_comp": ~k.is_in(["memcpy", "memset"]),
+        "known": (k != "collective") & pl.col("bound").is_in(["compute", "memory", "latency"]),
+    }
+
+
+#: the columns of :func:`piece_unions`, after its keys
+PIECE_SETS = tuple(_piece_sets())
+
+
+def piece_unions(tl: Timeline) -> pl.DataFrame:
+    """Per (``rank``, ``device``, ``bucket``, ``step``) of ``tl.pieces``: the union length (ns,
+    Int64) of each subset of :data:`PIECE_SETS` (:func:`traceroof.intervals.union_lengths`),
+    sorted by the keys; computed once per timeline (kept in ``tl.unions``). One sorted pass
+    serves both the buckets' busy time (:func:`bucket_rows`) and the step breakdown
+    (session 9: they were two passes, each sorting every piece: 0.19 s on a 1 GB trace)."""
+    if tl.unions is None:
+        keys = ["rank", "device", "bucket", "step"]
+        u = (iv.union_lengths(tl.pieces, _piece_sets(), keys) if tl.pieces.height else
+             pl.DataFrame(schema={**{c: tl.pieces.schema[c] for c in keys}, **{c: pl.Int64 for c in PIECE_SETS}}))
+        object.__setattr__(tl, "unions", u)
+    assert tl.unions is not None
+    return tl.unions
 
 
 def bucket_rows(tl: Timeline) -> list[dict[str, Any]]:
@@ -545,8 +585,10 @@ def bucket_rows(tl: Timeline) -> list[dict[str, Any]]:
     ``busy_ns`` (union of its op pieces; for ``outside_recording`` the union of its ops).
     Sorted by rank, device, then :data:`BUCKETS` order; only buckets with time or ops."""
     seg = tl.segments.group_by("rank", "device", "bucket").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall"))
-    busy = iv.union_lengths(tl.pieces, {"busy": pl.lit(True)}, ["rank", "device", "bucket"]) if tl.pieces.height else None
-    busy_of = {(r, d, b): int(x) for r, d, b, x in busy.iter_rows()} if busy is not None else {}
+    # per (rank, device, bucket, step) summed over the steps: the pieces of different
+    # segments are disjoint (each lies in its segment), so the sum is the bucket's union
+    busy = piece_unions(tl).group_by("rank", "device", "bucket").agg(pl.col("busy").sum())
+    busy_of = {(r, d, b): int(x) for r, d, b, x in busy.iter_rows()}
     out_ops = tl.ops.filter(pl.col("bucket") == "outside_recording")
     if out_ops.height:
         o = out_ops.select("rank", "device", pl.lit("outside_recording").alias("bucket"), "start_ns",
