@@ -23,7 +23,7 @@ from polars.testing import assert_frame_equal
 from tracegen import Kernel, TraceBuilder
 
 import traceroof.findings as F
-from traceroof import analyze, read_trace, timeline
+from traceroof import analyze, read_trace, step_windows, timeline
 from traceroof.chips import get_chip
 from traceroof.costing import apply_costs
 from traceroof.findings._unfused_chains import _sums_in_order
@@ -96,16 +96,16 @@ def _partition_both_ways(path: Path, monkeypatch) -> tuple[timeline.Timeline, ti
     t = read_trace(path)
     ops, host = _roofline_ops(t), t.host
     seen: list[pl.DataFrame] = []
-    fast = timeline._common_starts
+    fast = step_windows._common_starts
 
     def spy(devs, gpu, by_ops):
         parts, slow = fast(devs, gpu, by_ops)
         seen.append(devs.select("rank").unique().join(slow, on="rank", how="anti"))
         return parts, slow
 
-    monkeypatch.setattr(timeline, "_common_starts", spy)
+    monkeypatch.setattr(step_windows, "_common_starts", spy)
     got = timeline.partition(ops, host, t.meta)
-    monkeypatch.setattr(timeline, "_common_starts", lambda devs, gpu, by_ops: ([], devs.select("rank").unique()))
+    monkeypatch.setattr(step_windows, "_common_starts", lambda devs, gpu, by_ops: ([], devs.select("rank").unique()))
     want = timeline.partition(ops, host, read_trace(path).meta)
     return got, want, seen[0]
 
