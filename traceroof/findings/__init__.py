@@ -196,8 +196,8 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None, threads: 
 
     ``threads``: how many threads run them (default :data:`DETECTOR_THREADS`, at most the
     CPUs this process may use; 1: in this thread, one after the other). Polars releases the
-    GIL inside a query, so one detector's queries run while another's Python runs (session 9:
-    the detectors of 16 merged ranks in ~0.65× the wall of one thread on 2 cores). The
+    GIL inside a query, so one detector's queries can run while another's Python runs (the
+    CPU is the same either way; docs/performance.md, session 9, says what the wall gains). The
     findings do not depend on it: each detector reads the context only, the results they
     share are computed once under :attr:`Shared.lock`, and the findings are put together in
     the order of ``names``, as one thread gives them.
