@@ -305,32 +305,30 @@ def _moved(kern: pl.DataFrame, need_largest: list[bool]) -> tuple[pl.Series, pl.
     return moved, pl.select(pl.when(pl.lit(need)).then(pl.lit(largest["b"]))).to_series()
 
 
-#: segments up to this long are summed in one polars query (:func:`_sums_in_order`)
-_SHORT_SEGMENT = 8
-
-
 def _sums_in_order(values: pl.Series, lo: pl.Series, n: pl.Series) -> pl.Series:
     """Per segment ``[lo, lo + n)`` of ``values`` (Float64, no nulls, n ≥ 1): the sum
-    ``sum(values[lo:lo + n])`` gives, as a Float64 Series. Python's float ``sum`` adds left
-    to right from 0.0 before CPython 3.12 (compensated from 3.12 on): there, the segments of
-    at most :data:`_SHORT_SEGMENT` values are added the same way in one query (the value at
-    each position added to the running sum, position by position: the same IEEE additions
-    in the same order), the longer ones by ``sum`` itself; from 3.12, all by ``sum``.
-    (Session 9: one Python ``sum`` per member and per chain was 0.2–0.25 s on a 1 GB trace.)"""
-    short = _SHORT_SEGMENT if sys.version_info < (3, 12) else 0
-    seg = pl.DataFrame({"lo": lo.cast(pl.Int64), "n": n.cast(pl.Int64)})
-    top = max(values.len() - 1, 0)
-    acc: pl.Expr = pl.lit(0.0, dtype=pl.Float64)
-    for j in range(min(short, int(n.max() or 0))):
-        at = pl.lit(values).gather((pl.col("lo") + j).clip(upper_bound=top))
-        acc = pl.when(pl.col("n") > j).then(acc + at).otherwise(acc)
-    out = seg.select(acc.alias("sum"))["sum"]
-    long = (seg["n"] > short).arg_true()
-    if long.len():
+    ``sum(values[lo:lo + n])`` gives, as a Float64 Series.
+
+    Python's float ``sum`` adds left to right from 0.0 before CPython 3.12 (compensated from
+    3.12 on). Before 3.12 the same additions are made on whole columns, position by
+    position: the running sums start as ``0.0 + values[lo]``, then the segments longer than
+    ``j`` add their value at ``lo + j`` (each an IEEE addition of the same two floats, in the
+    same order: the same result), so the cost is one gather per position, not one Python
+    ``sum`` per segment (session 9: those were 0.2 s on a 1 GB trace). From 3.12: ``sum``.
+    """
+    lo, n = lo.cast(pl.Int64), n.cast(pl.Int64)
+    if sys.version_info >= (3, 12):
         v = values.to_list()
-        sums = [sum(v[a : a + k]) for a, k in zip(seg["lo"].gather(long).to_list(), seg["n"].gather(long).to_list())]
-        out = out.scatter(long, pl.Series(sums, dtype=pl.Float64))
-    return out
+        return pl.Series([sum(v[a : a + k]) for a, k in zip(lo.to_list(), n.to_list())], dtype=pl.Float64)
+    acc = 0.0 + values.gather(lo)
+    active = (n > 1).arg_true()
+    j = 1
+    while active.len():
+        at = lo.gather(active)
+        acc = acc.scatter(active, acc.gather(active) + values.gather(at + j))
+        j += 1
+        active = active.filter(n.gather(active) > j)
+    return acc
 
 
 def _structures(runs: Runs, per_run: pl.DataFrame) -> tuple[list[Part], list[tuple], list, list, list[int]]:
