@@ -186,9 +186,11 @@ def _load_builtin() -> None:
             importlib.import_module(f"{__name__}.{m.name}")
 
 
-#: the detectors of a run share this many threads (:func:`run_detectors`); at most the CPUs
-#: this process may use
-DETECTOR_THREADS = 2
+#: the detectors of a run share this many threads (:func:`run_detectors`; at most the CPUs
+#: this process may use). 1: measured in session 9 (docs/performance.md), two threads gave no
+#: gain on 16 merged ranks and cost +0.5 s of CPU and +3 s of wall in ``analyze`` of a 1 GB
+#: trace on a loaded 2-core machine (two large polars queries at once contend for its pool)
+DETECTOR_THREADS = 1
 
 
 def run_detectors(ctx: FindingContext, names: list[str] | None = None, threads: int | None = None) -> list[Finding]:
@@ -196,8 +198,7 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None, threads: 
 
     ``threads``: how many threads run them (default :data:`DETECTOR_THREADS`, at most the
     CPUs this process may use; 1: in this thread, one after the other). Polars releases the
-    GIL inside a query, so one detector's queries can run while another's Python runs (the
-    CPU is the same either way; docs/performance.md, session 9, says what the wall gains). The
+    GIL inside a query, so one detector's queries can run while another's Python runs; the
     findings do not depend on it: each detector reads the context only, the results they
     share are computed once under :attr:`Shared.lock`, and the findings are put together in
     the order of ``names``, as one thread gives them.
