@@ -163,7 +163,7 @@ def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int, dev_of: in
     waits = parts.waits.get(int(rank))
     for dev in sorted(ops["device"].unique().to_list()):
         c = parts.coll.get((rank, dev))
-        if c is None:
+        if c is None or dev is None:  # ops without a device: never compared equal to one (as before)
             continue
         _device_groups(c, parts.compute_ns.get((rank, dev), 0), parts.compute_near.get((rank, dev), []),
                        waits.filter(pl.col("device") == dev) if waits is not None else None, groups, sums)
