@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # one module per input format behind the registry, and the cache they can be stored in
     ("readers", ("parsers.", "cache")),
     # the one input door, ingest above the cache, step segmentation
-    ("inputs", ("io", "ingest", "rank_prep", "graph_capture", "graph_match", "graph_sources", "graph_replay", "unlaunched", "timeline", "steps", "device_accounting")),
+    ("inputs", ("io", "ingest", "rank_prep", "graph_capture", "graph_match", "graph_sources", "graph_replay", "unlaunched", "step_windows", "timeline", "steps", "device_accounting")),
     # the detectors and the cross-rank view
     ("findings", ("rank_clock", "ranks", "findings.")),
     # the analysis pipeline and what it produces

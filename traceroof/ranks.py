@@ -137,10 +137,14 @@ def per_rank_summary(steps: pl.DataFrame) -> pl.DataFrame:
     and ``hfu`` (mean of the per-step ``hfu`` column when the table has one; null = unknown).
     """
     rows = []
-    for r in sorted(int(x) for x in steps["rank"].unique().to_list()):
-        st = steps.filter(pl.col("rank") == r)
+    # one split of the table (its rows in order), not a filter of it per rank
+    of_rank = ({int(k[0]): v for k, v in steps.partition_by("rank", as_dict=True, maintain_order=True).items()}
+               if steps.height else {})
+    for r in sorted(of_rank):
+        st = of_rank[r]
         s = steps_mod.summarize(st)
-        full = st.filter(~pl.col("partial")) if st.filter(~pl.col("partial")).height else st
+        done = st.filter(~pl.col("partial"))
+        full = done if done.height else st
         hfu = None
         if "hfu" in st.columns and full["hfu"].is_not_null().any():
             hfu = float(full["hfu"].mean())

@@ -17,8 +17,7 @@ from typing import Any
 import polars as pl
 
 from . import graph_capture
-from . import intervals as iv
-from .timeline import Timeline
+from .timeline import Timeline, piece_unions
 from .trace import TraceMeta
 
 #: the breakdown of a step on one device (ns), the same columns in the step table (as the
@@ -89,8 +88,7 @@ def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.D
     walls = seg.lazy().with_columns(key).group_by("rank", "_sk", "device").agg(
         pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"),
         (pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall")).collect()  # lazy: one collect per chain
-    pieces = tl.pieces.lazy().filter(pl.col("bucket") == "step").with_columns(key)
-    bd = _device_breakdowns(pieces.rename({"step": "_step"}).rename({"_sk": "step"}).collect())
+    bd = _device_breakdowns(piece_unions(tl))
     # the five columns the per-op statistics read, not a filtered copy of the whole op table
     stepped = (tl.ops.lazy().filter(pl.col("bucket") == "step")
                .select("rank", "device", "flops", "start_ns", "launch_start_ns", key).collect())
@@ -141,37 +139,24 @@ def _op_stats(ops: pl.DataFrame) -> dict[tuple[Any, Any], tuple[int, float | Non
             for r, k, n, fl, has, lag in g.iter_rows()}
 
 
-def _device_breakdowns(ends: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, int, int, int, int, int]]:
+def _device_breakdowns(unions: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int, int, int, int, int, int]]:
     """(busy, compute-bound, memory/latency-bound, no cost model, comm, exposed comm) ns of
-    the ops of every (rank, step, device) of ``ends`` (device not null): compute = kernels
-    that are not communication (copies and fills do not hide communication). The time of
-    the non-communication ops splits exactly into compute-bound (union of the compute-bound
-    compute kernels), memory/latency-bound (the rest of the ops with a known bound) and no
-    cost model (the time only ops of unknown bound ran).
+    the ops of every (rank, step key, device) with a device, from the step pieces' union
+    lengths (:func:`traceroof.timeline.piece_unions`; the step key is ``step``, or
+    ``_NO_STEP`` for the unsegmented step): compute = kernels that are not communication
+    (copies and fills do not hide communication). The time of the non-communication ops
+    splits exactly into compute-bound (union of the compute-bound compute kernels),
+    memory/latency-bound (the rest of the ops with a known bound) and no cost model (the time
+    only ops of unknown bound ran).
 
-    Interval measures, as union lengths of six subsets per (rank, step, device)
-    from one sorted pass (:func:`traceroof.intervals.union_lengths`); the communication
-    hidden under compute is ``|coll ∩ comp| = |coll| + |comp| − |coll ∪ comp|`` (exact:
-    integer measures of the same sets).
+    The communication hidden under compute is ``|coll ∩ comp| = |coll| + |comp| − |coll ∪
+    comp|`` (exact: integer measures of the same sets).
     """
-    keys = ["rank", "step", "device"]
-    base = ends.filter(pl.col("device").is_not_null())
-    if base.height == 0:
-        return {}
-    k = pl.col("kind")  # Enum or String: is_in/== compare the labels either way
-    comp = ~k.is_in(["collective", "memcpy", "memset"])
-    sets = {
-        "all": pl.lit(True),
-        "coll": k == "collective",
-        "comp": comp,
-        "cb": comp & (pl.col("bound") == "compute"),
-        "noncoll": k != "collective",
-        "coll_or_comp": ~k.is_in(["memcpy", "memset"]),
-        "known": (k != "collective") & pl.col("bound").is_in(["compute", "memory", "latency"]),
-    }
+    base = unions.filter(pl.col("bucket") == "step", pl.col("device").is_not_null())
     out = {}
-    for r, st, d, all_, coll, comp_, cb, noncoll, coll_or_comp, known in (
-            iv.union_lengths(base, sets, keys).iter_rows()):
+    for r, d, st, all_, coll, comp_, cb, noncoll, coll_or_comp, known in base.select(
+            "rank", "device", pl.col("step").fill_null(_NO_STEP), "busy", "coll", "comp", "cb", "noncoll",
+            "coll_or_comp", "known").iter_rows():
         exposed = coll - (coll + comp_ - coll_or_comp)
         out[(r, st, d)] = (all_, cb, known - cb, noncoll - known, coll, exposed)
     return out
