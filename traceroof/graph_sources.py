@@ -108,10 +108,11 @@ def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trac
     src = Source(label, same_trace, host, at)
     for (rank,), g in eager.group_by("rank", maintain_order=True):
         src.eager[int(rank)] = Sequence(shared_strings(g["name"]), g["_l"].to_list())
-    counts = [0] * at.len()  # per lender row, its eager kernels (a bincount without numpy)
-    for lend, n in eager["_l"].drop_nulls().value_counts().iter_rows():
-        counts[lend] = n
-    src.op_kernels = KernelCounts(counts)
+    # per lender row, its eager kernels (a bincount without numpy: one scatter, no Python
+    # loop over the lenders)
+    vc = eager["_l"].drop_nulls().value_counts()
+    counts = pl.zeros(at.len(), pl.Int64, eager=True).scatter(vc["_l"], vc["count"])
+    src.op_kernels = KernelCounts(counts.to_list())
     if calls is not None:
         calls = calls.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
         src.captures = _window_sequences(win, calls, _eager_names(host, at, eager))
