@@ -157,7 +157,7 @@ def cost_ops(trace: Trace, rank: int | None, replays: Replays | None = None) -> 
 
     host = trace.host
     stored = costs_of(trace, replays)  # costed per rank by the processes that read the ranks
-    ops, cov = (apply_costs_to(replays.ops, pl.concat([host, replays.shape_rows]), trace.meta, stored)
+    ops, cov = (apply_costs_to(replays.ops, host, trace.meta, stored, replays.shape_rows)
                 if replays is not None and (replays.changed or stored is not None) else apply_costs(trace))
     if rank is not None:
         if rank not in set(ops["rank"].unique().to_list()) | set(host["rank"].unique().to_list()):

@@ -266,12 +266,16 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
 
 
 def apply_costs_to(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
-                   stored: StoredCosts | None = None) -> tuple[pl.DataFrame, Coverage]:
+                   stored: StoredCosts | None = None, lent_rows: pl.DataFrame | None = None,
+                   ) -> tuple[pl.DataFrame, Coverage]:
     """:func:`apply_costs` of the tables of a trace (OP_SCHEMA, HOST_SCHEMA, as a
     :class:`Trace` conforms them) without making one: the analysis costs its op table with
     the lent ops' host rows added (:func:`traceroof.analysis.cost_ops`), and a :class:`Trace`
     of them conformed and validated 1.1 M host rows again (0.1 s of CPU on the 1 GB trace)
-    to give the same tables. ``stored``: costs stored for exactly ``ops``.
+    to give the same tables. ``stored``: costs stored for exactly ``ops``. ``lent_rows``: the
+    lent ops' host rows (HOST_SCHEMA), costed as if appended to ``host`` (their shapes are
+    looked up apart from the trace's rows where that gives the same rows:
+    :func:`traceroof.costing_shapes.shape_keys`).
 
     Raises:
         ValueError: ``stored`` holds costs for another number of ops than ``ops`` (as
@@ -283,7 +287,8 @@ def apply_costs_to(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
         # one chunk, as compute_costs leaves it: float sums then add in the same order
         costed = ops.with_columns(stored.columns.select(COST_COLUMNS)).rechunk()
         return costed, Coverage.from_json(stored.coverage)
-    return _compute(ops, host, meta)
+    return _compute(ops, host if lent_rows is None else pl.concat([host, lent_rows]), meta,
+                    None if lent_rows is None else host.height)
 
 
 def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
@@ -291,15 +296,21 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     return _compute(trace.ops, trace.host, trace.meta)
 
 
-def _compute(ops: pl.DataFrame, trace_host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.DataFrame, Coverage]:
-    """:func:`compute_costs` of a trace's tables."""
+def _compute(ops: pl.DataFrame, trace_host: pl.DataFrame, meta: TraceMeta,
+             split: int | None = None) -> tuple[pl.DataFrame, Coverage]:
+    """:func:`compute_costs` of a trace's tables (``split``: the host rows before the lent
+    ops' rows, :func:`apply_costs_to`)."""
     host, _ = pair_tbe(trace_host)
     # only the framework ops the op table links are looked at (a host table holds several
     # times more: 711 k cpu_ops for 175 k linked on the 1 GB trace)
-    shapes, keys = shape_keys(host, ops.select("rank", "external_id").filter(pl.col("external_id").is_not_null()))
+    linked = ops.select("rank", "external_id").filter(pl.col("external_id").is_not_null())
+    shapes, keys = shape_keys(host, linked) if split is None else shape_keys(host, linked, split=split)
     # each join below adds its columns to the op table from a join of the keys alone
     # (:func:`~traceroof.costing_shapes.join_columns`): the table is never gathered again
-    ops = join_columns(ops.with_row_index("_row"), shapes, ["rank", "external_id"])
+    # one chunk per column from here (join_columns adds its columns as one chunk each): a
+    # query over a table whose columns are cut differently copies every column to align
+    # them first (~0.012 s of CPU per eager step on the 1 GB trace's 290 k ops, issue 19)
+    ops = join_columns(ops.rechunk().with_row_index("_row"), shapes, ["rank", "external_id"])
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))
 

@@ -24,7 +24,9 @@ def join_columns(ops: pl.DataFrame, right: pl.DataFrame, on: list[str], *, nulls
     add = ops.select(on).join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
     if add.height != ops.height:
         return ops.join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
-    return ops.hstack(add.drop(on).get_columns())
+    # each added column as one chunk: a table whose columns are cut alike is queried
+    # without a copy to align them
+    return ops.hstack([c.rechunk() for c in add.drop(on).get_columns()])
 
 
 def innermost_of(host: pl.DataFrame, external_ids: pl.Series | None) -> pl.Series:
@@ -69,6 +71,23 @@ def shapes_by_external_id(host: pl.DataFrame, of: pl.DataFrame | None = None) ->
     return host.select("rank", "external_id", "input_dims", "input_types", "concrete_inputs")[rows]
 
 
+def _split_shapes(host: pl.DataFrame, of: pl.DataFrame | None, split: int | None) -> pl.DataFrame:
+    """:func:`shapes_by_external_id` of ``host``, looked up in its first ``split`` rows (a
+    trace's host table) and in the rest (the lent ops' rows, under External ids of their
+    own) apart, when no External id is in both: then a key's rows are all in one part, and
+    the two results, one after the other, are the rows (ascending) the whole gives. Looked
+    up apart, the trace's table is read as it is, not through a concatenation of the two
+    (on the 1 GB trace the lookup over the concatenation took 0.10 s of CPU, apart 0.06 s)."""
+    if split is None or split in (0, host.height):
+        return shapes_by_external_id(host, of)
+    head, tail = host.slice(0, split), host.slice(split)
+    ids = [p["external_id"].drop_nulls() for p in (head, tail)]
+    lo = [(int(i.min()), int(i.max())) if i.len() else None for i in ids]  # type: ignore[arg-type]
+    if lo[0] is not None and lo[1] is not None and not (lo[1][1] < lo[0][0] or lo[0][1] < lo[1][0]):
+        return shapes_by_external_id(host, of)  # the id ranges meet: looked up as one table
+    return pl.concat([shapes_by_external_id(head, of), shapes_by_external_id(tail, of)])
+
+
 def _codes(col: pl.Series) -> pl.Expr:
     """``col`` (String) as integer codes: 1.. per distinct value, null 0 (Int64)."""
     values = col.drop_nulls().unique()
@@ -78,12 +97,15 @@ def _codes(col: pl.Series) -> pl.Expr:
                                             return_dtype=pl.Int64).fill_null(0))
 
 
-def shape_keys(host: pl.DataFrame, of: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def shape_keys(host: pl.DataFrame, of: pl.DataFrame | None = None, *,
+               split: int | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """:func:`shapes_by_external_id` (of ``of``'s keys) with the text replaced by an integer
     key: ``(rank, external_id, _skey)`` and the key table ``(_skey, input_dims, input_types,
     concrete_inputs)`` (one row per distinct shape), so the op table is joined on integers
-    and the recorded text is looked at once per distinct shape."""
-    sh = shapes_by_external_id(host, of)
+    and the recorded text is looked at once per distinct shape. ``split``: ``host`` is a
+    trace's host table (its first ``split`` rows) with the lent ops' rows after it, looked
+    up apart where that gives the same rows (:func:`_split_shapes`)."""
+    sh = _split_shapes(host, of, split)
     sk = ["input_dims", "input_types", "concrete_inputs"]
     bits = max(sh.height, 1).bit_length()
     if 3 * bits > 63:  # too many rows to pack three codes into one integer: hash the text
