@@ -28,6 +28,7 @@ import polars as pl
 from . import costs
 from .costing_copies import copy_sizes_from_op
 from .costing_shapes import (  # noqa: F401  (re-exported)
+    columns,
     innermost_of,
     join_columns,
     shape_keys,
@@ -303,7 +304,7 @@ def _compute(ops: pl.DataFrame, trace_host: pl.DataFrame, meta: TraceMeta,
     host, _ = pair_tbe(trace_host)
     # only the framework ops the op table links are looked at (a host table holds several
     # times more: 711 k cpu_ops for 175 k linked on the 1 GB trace)
-    linked = ops.select("rank", "external_id").filter(pl.col("external_id").is_not_null())
+    linked = columns(ops, ["rank", "external_id"]).filter(pl.col("external_id").is_not_null())
     shapes, keys = shape_keys(host, linked) if split is None else shape_keys(host, linked, split=split)
     # each join below adds its columns to the op table from a join of the keys alone
     # (:func:`~traceroof.costing_shapes.join_columns`): the table is never gathered again

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from . import graph_capture
-from .costing_shapes import innermost_of
+from .costing_shapes import innermost_of, join_columns
 from .errors import InputNotFoundError, TraceroofError
 from .graph_match import KernelCounts, Sequence, leading_batch
 from .schema import HOST_SCHEMA, empty
@@ -104,7 +104,7 @@ def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trac
     at = innermost_of(host, eager["external_id"] if calls is None else pl.concat([eager["external_id"],
                                                                                   calls["external_id"]]))
     lender = host.select("rank", "external_id")[at].with_row_index("_l")
-    eager = eager.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
+    eager = join_columns(eager, lender, ["rank", "external_id"])  # the left join, on one packed integer key
     src = Source(label, same_trace, host, at)
     for (rank,), g in eager.group_by("rank", maintain_order=True):
         src.eager[int(rank)] = Sequence(shared_strings(g["name"]), g["_l"].to_list())
