@@ -31,8 +31,9 @@ from traceroof.costing_shapes import (
     rank_id_key,
     shapes_by_external_id,
 )
-from traceroof.graph_match import Match
+from traceroof.graph_match import Match, Sequence, starts_of
 from traceroof.graph_replay import Lending
+from traceroof.graph_sources import _strings_and_codes
 from traceroof.trace import Trace
 
 QWEN = real("TraceLens", "tests", "traces", "h100", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
@@ -279,3 +280,20 @@ def test_rank_id_key_joins_as_the_two_columns_do():
     assert rank_id_key([wide]) is None
     neg = pl.DataFrame({"rank": pl.Series([-1], dtype=pl.Int32), "external_id": pl.Series([1], dtype=pl.Int64)})
     assert rank_id_key([neg]) is None
+
+
+def test_starts_of_from_the_builders_codes_equals_its_own_coding():
+    """graph_sources._strings_and_codes gives starts_of the names' codes (nulls a code of
+    their own); the index must equal the one starts_of makes from the names alone."""
+    rng = random.Random(5)
+    for _ in range(50):
+        pool = [f"k{i}" for i in range(rng.randint(1, 9))] + [None]
+        col = pl.Series("name", [rng.choice(pool) for _ in range(rng.randint(0, 400))], dtype=pl.String)
+        names, codes = _strings_and_codes(col)
+        assert names == col.to_list()
+        # equal names, equal codes, and distinct names, distinct codes
+        assert len(set(zip(names, codes.to_list(), strict=True))) == len(set(names)) == codes.n_unique()
+        plain = Sequence(list(names), [0] * len(names))
+        coded = Sequence(list(names), [0] * len(names))
+        object.__setattr__(coded, "_codes", codes)
+        assert starts_of(coded) == starts_of(plain)

@@ -61,13 +61,22 @@ def shared_strings(col: pl.Series) -> list[str | None]:
     characters is made once, not once per row (on the 1 GB replicated trace the eager
     kernels' names would be ~0.1 GB of Python strings, which the interpreter's allocator
     keeps after they are freed)."""
+    return _strings_and_codes(col)[0]
+
+
+def _strings_and_codes(col: pl.Series) -> tuple[list[str | None], pl.Series]:
+    """:func:`shared_strings` and each row's code (Int64: the value's rank of first
+    appearance, nulls one more code after them): equal strings, equal codes, the integer
+    names :func:`traceroof.graph_match.starts_of` indexes (made here once, from the codes
+    the sharing needs anyway, instead of a Python dict over every name)."""
     values = col.drop_nulls().unique(maintain_order=True)
+    codes = col.replace_strict(values, pl.int_range(values.len(), eager=True, dtype=pl.Int64),
+                               default=None, return_dtype=pl.Int64)
+    filled = codes.fill_null(values.len()).rename("c")
     if values.len() == col.len():
-        return col.to_list()
-    codes = col.replace_strict(values, pl.int_range(values.len(), eager=True, dtype=pl.UInt32),
-                               default=None, return_dtype=pl.UInt32)
+        return col.to_list(), filled
     table = values.to_list()
-    return [None if c is None else table[c] for c in codes.to_list()]
+    return [None if c is None else table[c] for c in codes.to_list()], filled
 
 
 def resolve_given(given: list[str] | None) -> list[str] | None:
@@ -107,7 +116,9 @@ def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trac
     eager = join_columns(eager, lender, ["rank", "external_id"])  # the left join, on one packed integer key
     src = Source(label, same_trace, host, at)
     for (rank,), g in eager.group_by("rank", maintain_order=True):
-        src.eager[int(rank)] = Sequence(shared_strings(g["name"]), g["_l"].to_list())
+        names, codes = _strings_and_codes(g["name"])
+        src.eager[int(rank)] = seq = Sequence(names, g["_l"].to_list())
+        object.__setattr__(seq, "_codes", codes)  # for starts_of (a cache, not a field)
     # per lender row, its eager kernels (a bincount without numpy: one scatter, no Python
     # loop over the lenders)
     vc = eager["_l"].drop_nulls().value_counts()
