@@ -1,74 +1,69 @@
-#!/usr/bin/env python
-"""CPU time of each stage of ``analysis.analyze`` on one trace, read once, analysed N times.
+"""What the stages added this round cost, as a share of the whole analysis of the same trace.
 
-    python benchmarks/bench_stages.py TRACE [--repeat 3] [--dump DIR]
-    PYTHONPATH=/path/to/other/checkout python benchmarks/bench_stages.py TRACE   # another checkout
+In one process, per trace: the median over ``--runs`` of ``analyze`` (the whole pipeline after
+the read, the speed of light and its waterfall included), and of the stages it now runs or
+offers: the graph-replay and unlaunched-kernel attribution (``analysis.attribute_replays``,
+inside ``analyze``), and the outputs ``--format html`` and ``--perfetto`` write. Ratios are against the same run's ``analyze``, so the machine's load
+cancels out as far as it can.
 
-CPU = user + system of the whole process (every thread, ``resource.getrusage``) around each
-stage function of :mod:`traceroof.analysis` (wrapped in place), wall beside it; "without
-seg/detect" is ``analyze``'s CPU less ``segment_steps`` and ``detect_findings``. ``--dump``
-writes the last report's op, ranking and step tables (Parquet) and the report JSON, to
-compare two checkouts' results exactly.
+    python benchmarks/bench_stages.py [--runs 5]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import resource
+import json
+import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-STAGES = ["attribute_replays", "cost_ops", "apply_roofline", "segment_steps", "rank_groups", "summarize",
-          "check_roofs", "compare_ranks", "detect_findings", "light_speed", "describe_trace", "describe_coverage",
-          "collect_warnings", "check_accounting"]
+REPO = Path(__file__).resolve().parents[1]
+REAL = REPO.parent / "shared" / "fixtures" / "real"
+TRACES = {
+    "qwen-h100": (REAL / "TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", None),
+    "hta-control-a100": (REAL / "HolisticTraceAnalysis/tests/data/trace_diff/control/control.json.gz", "a100"),
+    "vllm-graph-mi300x": (REAL / "TraceLens/tests/traces/inference/vllm_decode_full/graph_execution.json.gz",
+                          "mi300x"),
+}
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+def _median(fn, runs: int) -> float:
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
 
 
-def main() -> None:
+def measure(path: Path, chip: str | None, runs: int) -> dict[str, float]:
+    from traceroof import analyze, read_trace
+    from traceroof.analysis import attribute_replays
+    from traceroof.render import html, perfetto
+
+    trace = read_trace(path)
+    report = analyze(trace, chip)
+    out = {"ops": trace.ops.height}
+    out["analyze_s"] = _median(lambda: analyze(trace, chip), runs)
+    out["attribute_s"] = _median(lambda: attribute_replays(trace, None), runs)
+    with tempfile.TemporaryDirectory() as d:
+        out["html_s"] = _median(lambda: html.render(report), runs)
+        out["perfetto_s"] = _median(lambda: perfetto.write_perfetto(report, Path(d) / "p.json.gz"), runs)
+    for k in ("attribute_s", "html_s", "perfetto_s"):
+        out[k.replace("_s", "_share")] = round(out[k] / out["analyze_s"], 3)
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--chip", default="h100")
-    ap.add_argument("--dump", help="folder for the last report's tables and JSON")
-    a = ap.parse_args()
-    from traceroof import analysis
-    from traceroof.io import read_trace
-
-    tr = read_trace(a.trace)
-    tot: dict[str, list[float]] = {}
-    for s in STAGES:
-        f = getattr(analysis, s)
-
-        def wrapped(*args, _f=f, _s=s, **kw):
-            c, t = _cpu(), time.perf_counter()
-            try:
-                return _f(*args, **kw)
-            finally:
-                v = tot.setdefault(_s, [0.0, 0.0])
-                v[0] += _cpu() - c
-                v[1] += time.perf_counter() - t
-        setattr(analysis, s, wrapped)
-    print(f"{a.trace}: load {os.getloadavg()[0]:.1f}")
-    rep = None
-    for _ in range(a.repeat):
-        tot.clear()
-        c, t = _cpu(), time.perf_counter()
-        rep = analysis.analyze(tr, a.chip)
-        cpu, wall = _cpu() - c, time.perf_counter() - t
-        rest = cpu - sum(tot.get(k, [0.0])[0] for k in ("segment_steps", "detect_findings"))
-        print(f"analyze {cpu:.2f} s CPU {wall:.2f} s wall; without seg/detect {rest:.2f} s CPU; "
-              + ", ".join(f"{k} {v[0]:.2f}/{v[1]:.2f}" for k, v in tot.items() if v[0] >= 0.005))
-    if a.dump and rep is not None:
-        os.makedirs(a.dump, exist_ok=True)
-        rep.ops.write_parquet(f"{a.dump}/ops.parquet")
-        rep.ranking.write_parquet(f"{a.dump}/ranking.parquet")
-        rep.steps.write_parquet(f"{a.dump}/steps.parquet")
-        rep.save(f"{a.dump}/report.json")
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    print(json.dumps({name: measure(p, chip, args.runs) for name, (p, chip) in TRACES.items()}, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
