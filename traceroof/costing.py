@@ -214,7 +214,16 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     Returns:
         ``(ops, coverage)``: the op table with :data:`COST_COLUMNS` filled.
     """
-    return apply_costs_to(trace.ops, trace.host, trace.meta, trace.stored_costs)
+    got = _stored(trace.ops, trace.stored_costs)
+    return got if got is not None else compute_costs(trace)
+
+
+def _stored(ops: pl.DataFrame, stored: StoredCosts | None) -> tuple[pl.DataFrame, Coverage] | None:
+    """``ops`` with ``stored`` costs, when they are of the current :func:`cost_model_id`; else None."""
+    if stored is None or stored.model_id != cost_model_id():
+        return None
+    # one chunk, as compute_costs leaves it: float sums then add in the same order
+    return ops.with_columns(stored.columns.select(COST_COLUMNS)).rechunk(), Coverage.from_json(stored.coverage)
 
 
 def apply_costs_to(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
@@ -235,10 +244,9 @@ def apply_costs_to(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
     """
     if stored is not None and stored.columns.height != ops.height:
         raise ValueError(f"stored costs for {stored.columns.height} ops, the op table has {ops.height}")
-    if stored is not None and stored.model_id == cost_model_id():
-        # one chunk, as compute_costs leaves it: float sums then add in the same order
-        costed = ops.with_columns(stored.columns.select(COST_COLUMNS)).rechunk()
-        return costed, Coverage.from_json(stored.coverage)
+    got = _stored(ops, stored)
+    if got is not None:
+        return got
     return _compute(ops, host if lent_rows is None else pl.concat([host, lent_rows]), meta,
                     None if lent_rows is None else host.height)
 
