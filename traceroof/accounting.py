@@ -153,9 +153,11 @@ def check_buckets(report: Report) -> list[Violation]:
     ops = report.ops
     filtered = report.filters is not None and report.filters.step is not None
     if ops is not None and ops.height and "bucket" in ops.columns:
-        bad = ops.filter(pl.col("bucket").is_null() | ~pl.col("bucket").is_in(list(BUCKETS)))
-        if bad.height:
-            out.append(Violation(2, f"{bad.height} device ops are in no bucket", numbers={"ops": float(bad.height)}))
+        # counted in one lazy query (an eager filter copied every column of the rows)
+        bad = int(ops.lazy().filter(pl.col("bucket").is_null() | ~pl.col("bucket").is_in(list(BUCKETS)))
+                  .select(pl.len()).collect().item())
+        if bad:
+            out.append(Violation(2, f"{bad} device ops are in no bucket", numbers={"ops": float(bad)}))
         if not filtered:
             have = {(r, d, b): n for r, d, b, n in ops.group_by("rank", "device", "bucket").len().iter_rows()}
             for b in tl.buckets:
@@ -199,8 +201,8 @@ def _check_busy_against_union(ops: pl.DataFrame, buckets: list[dict[str, Any]]) 
     the partition's pieces). Time lost or counted twice between buckets breaks it."""
     from . import intervals as iv
 
-    placed = ops.filter(pl.col("bucket") != "outside_recording").select(
-        "rank", "device", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    placed = ops.lazy().filter(pl.col("bucket") != "outside_recording").select(
+        "rank", "device", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")).collect()
     if placed.height == 0:
         return []
     union = {(r, d): int(u) for r, d, u in iv.union_lengths(placed, {"u": pl.lit(True)}, ["rank", "device"]).iter_rows()}
@@ -354,7 +356,9 @@ def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
     if ops is None or ops.height == 0:
         return {}
     if "bucket" in ops.columns:  # ops off the recorded timeline are in no window (rule 2)
-        ops = ops.filter(pl.col("bucket") != "outside_recording")
+        # the five columns read, in one lazy query (an eager filter copied every column)
+        ops = (ops.lazy().filter(pl.col("bucket") != "outside_recording")
+               .select("rank", "device", "start_ns", "dur_ns", "kind").collect())
         if ops.height == 0:
             return {}
     d = ops.select("rank", pl.col("device").fill_null(-1), "start_ns",

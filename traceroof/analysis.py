@@ -22,7 +22,7 @@ import polars as pl
 from . import graph_replay, timeline, units, unlaunched
 from . import steps as steps_mod
 from .chips import ChipSpec, detect_chip, get_chip
-from .costing import Coverage, apply_costs
+from .costing import Coverage, apply_costs, apply_costs_to
 from .errors import UnknownChipError, UsageError
 from .findings import Finding
 from .graph_replay import Replays
@@ -157,10 +157,8 @@ def cost_ops(trace: Trace, rank: int | None, replays: Replays | None = None) -> 
 
     host = trace.host
     stored = costs_of(trace, replays)  # costed per rank by the processes that read the ranks
-    if replays is not None and (replays.changed or stored is not None):
-        trace = Trace(ops=replays.ops, host=pl.concat([host, replays.shape_rows]), meta=trace.meta,
-                      stored_costs=stored)
-    ops, cov = apply_costs(trace)
+    ops, cov = (apply_costs_to(replays.ops, host, trace.meta, stored, replays.shape_rows)
+                if replays is not None and (replays.changed or stored is not None) else apply_costs(trace))
     if rank is not None:
         if rank not in set(ops["rank"].unique().to_list()) | set(host["rank"].unique().to_list()):
             raise UsageError(f"--rank {rank}: the trace has ranks {sorted(trace.meta.ranks)}")

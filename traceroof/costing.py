@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import hashlib
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,17 +27,18 @@ import polars as pl
 from . import costs
 from .costing_copies import copy_sizes_from_op
 from .costing_shapes import (  # noqa: F401  (re-exported)
+    columns,
     innermost_of,
     join_columns,
     shape_keys,
     shapes_by_external_id,
 )
 from .costing_tbe import pair_tbe
+from .costing_tensorlist import element_dtype_of_kernel, tensorlist_bytes  # noqa: F401  (re-exported)
 from .costing_why import why as _why
-from .dtypes import KERNEL_TEMPLATE_DTYPES, WIDTH_DTYPE
 from .host import innermost_cpu_ops
 from .schema import KIND
-from .trace import Trace
+from .trace import StoredCosts, Trace, TraceMeta
 
 logger = logging.getLogger(__name__)
 
@@ -185,26 +185,6 @@ def cost_model_id() -> str:
     return h.hexdigest()[:16]
 
 
-_OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
-
-
-def element_dtype_of_kernel(name: str) -> str | None:
-    """The element dtype a kernel's template arguments reveal, for ``Tensor[]`` ops.
-
-    Kineto records only ``"TensorList"`` for list arguments (``aten::cat``, ``_foreach_*``), so
-    their bytes are unknown from shapes alone; the launched kernel's name often says the
-    element type (``CatArrayBatchedCopy<OpaqueType<2u>, …>`` = 2-byte elements). Only the width
-    matters for bytes; a bare width maps to a representative dtype of that width.
-    """
-    m = _OPAQUE.search(name)
-    if m:
-        return WIDTH_DTYPE.get(int(m.group(1)))
-    for needle, dt in KERNEL_TEMPLATE_DTYPES:
-        if needle in name:
-            return dt
-    return None
-
-
 def _parse(text: str | None) -> object:
     if text is None:
         return None
@@ -215,32 +195,8 @@ def _parse(text: str | None) -> object:
 
 
 def _tensorlist_bytes(ops: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
-    """Second pass for ``Tensor[]`` ops: bytes from the element dtype of the kernel name."""
-    miss = pl.col("_f").is_not_null() & pl.col("_b").is_null()
-    need = ops.filter(miss, pl.col("_tl"))
-    if need.height == 0:
-        return ops
-    # the kernel-name parse runs once per distinct name
-    names = need["name"].unique().to_list()
-    ldt_of = pl.DataFrame({"name": names, "_ldt": [element_dtype_of_kernel(n or "") for n in names]},
-                          schema={"name": pl.String, "_ldt": pl.String})
-    need = need.join(ldt_of, on="name", how="left", nulls_equal=True).filter(pl.col("_ldt").is_not_null())
-    rows = []
-    todo = need.select("op", "_skey", "_ldt").unique().join(keys, on="_skey", how="left")
-    for op, skey, ldt, dims, types, conc in todo.select(
-        "op", "_skey", "_ldt", "input_dims", "input_types", "concrete_inputs"
-    ).iter_rows():
-        c = costs.cost_of(op, _parse(dims), _parse(types), _parse(conc), tensorlist_dtype=ldt)
-        if c is not None and c.bytes is not None:
-            rows.append((op, skey, ldt, float(c.bytes)))
-    if not rows:
-        return ops
-    fix = pl.DataFrame(rows, schema={"op": pl.String, "_skey": pl.UInt32, "_ldt": pl.String, "_b2": pl.Float64},
-                       orient="row")
-    ops = join_columns(ops, ldt_of.rename({"_ldt": "_ldt_n"}), ["name"], nulls_equal=True)
-    ops = ops.with_columns(pl.when(miss & pl.col("_tl")).then(pl.col("_ldt_n")).alias("_ldt")).drop("_ldt_n")
-    ops = join_columns(ops, fix, ["op", "_skey", "_ldt"], nulls_equal=True)
-    return ops.with_columns(pl.coalesce("_b", "_b2").alias("_b")).drop("_ldt", "_b2")
+    """:func:`traceroof.costing_tensorlist.tensorlist_bytes` with this module's JSON parse."""
+    return tensorlist_bytes(ops, keys, _parse)
 
 
 def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
@@ -258,34 +214,73 @@ def apply_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     Returns:
         ``(ops, coverage)``: the op table with :data:`COST_COLUMNS` filled.
     """
-    pre = trace.stored_costs
-    if pre is not None and pre.model_id == cost_model_id():
-        # one chunk, as compute_costs leaves it: float sums then add in the same order
-        ops = trace.ops.with_columns(pre.columns.select(COST_COLUMNS)).rechunk()
-        return ops, Coverage.from_json(pre.coverage)
-    return compute_costs(trace)
+    got = _stored(trace.ops, trace.stored_costs)
+    return got if got is not None else compute_costs(trace)
+
+
+def _stored(ops: pl.DataFrame, stored: StoredCosts | None) -> tuple[pl.DataFrame, Coverage] | None:
+    """``ops`` with ``stored`` costs, when they are of the current :func:`cost_model_id`; else None."""
+    if stored is None or stored.model_id != cost_model_id():
+        return None
+    # one chunk, as compute_costs leaves it: float sums then add in the same order
+    return ops.with_columns(stored.columns.select(COST_COLUMNS)).rechunk(), Coverage.from_json(stored.coverage)
+
+
+def apply_costs_to(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta,
+                   stored: StoredCosts | None = None, lent_rows: pl.DataFrame | None = None,
+                   ) -> tuple[pl.DataFrame, Coverage]:
+    """:func:`apply_costs` of the tables of a trace (OP_SCHEMA, HOST_SCHEMA, as a
+    :class:`Trace` conforms them) without making one: the analysis costs its op table with
+    the lent ops' host rows added (:func:`traceroof.analysis.cost_ops`), and a :class:`Trace`
+    of them conformed and validated 1.1 M host rows again (0.1 s of CPU on the 1 GB trace)
+    to give the same tables. ``stored``: costs stored for exactly ``ops``. ``lent_rows``: the
+    lent ops' host rows (HOST_SCHEMA), costed as if appended to ``host`` (their shapes are
+    looked up apart from the trace's rows where that gives the same rows:
+    :func:`traceroof.costing_shapes.shape_keys`).
+
+    Raises:
+        ValueError: ``stored`` holds costs for another number of ops than ``ops`` (as
+            :class:`Trace` raises).
+    """
+    if stored is not None and stored.columns.height != ops.height:
+        raise ValueError(f"stored costs for {stored.columns.height} ops, the op table has {ops.height}")
+    got = _stored(ops, stored)
+    if got is not None:
+        return got
+    return _compute(ops, host if lent_rows is None else pl.concat([host, lent_rows]), meta,
+                    None if lent_rows is None else host.height)
 
 
 def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     """:func:`apply_costs` without stored costs: always computes them from the shapes."""
-    ops = trace.ops
-    host, _ = pair_tbe(trace.host)
+    return _compute(trace.ops, trace.host, trace.meta)
+
+
+def _compute(ops: pl.DataFrame, trace_host: pl.DataFrame, meta: TraceMeta,
+             split: int | None = None) -> tuple[pl.DataFrame, Coverage]:
+    """:func:`compute_costs` of a trace's tables (``split``: the host rows before the lent
+    ops' rows, :func:`apply_costs_to`)."""
+    host, _ = pair_tbe(trace_host)
     # only the framework ops the op table links are looked at (a host table holds several
     # times more: 711 k cpu_ops for 175 k linked on the 1 GB trace)
-    shapes, keys = shape_keys(host, ops.select("rank", "external_id").filter(pl.col("external_id").is_not_null()))
+    linked = columns(ops, ["rank", "external_id"]).filter(pl.col("external_id").is_not_null())
+    shapes, keys = shape_keys(host, linked) if split is None else shape_keys(host, linked, split=split)
     # each join below adds its columns to the op table from a join of the keys alone
     # (:func:`~traceroof.costing_shapes.join_columns`): the table is never gathered again
-    ops = join_columns(ops.with_row_index("_row"), shapes, ["rank", "external_id"])
+    # one chunk per column from here (join_columns adds its columns as one chunk each): a
+    # query over a table whose columns are cut differently copies every column to align
+    # them first (~0.012 s of CPU per eager step on the 1 GB trace's 290 k ops, issue 19)
+    ops = join_columns(ops.rechunk().with_row_index("_row"), shapes, ["rank", "external_id"])
     # rows the parser already costed (XPlane: numbers in the trace or from the HLO) keep them
     ops = ops.with_columns((pl.col("flops").is_not_null() & pl.col("bytes").is_not_null()).alias("_pre"))
 
     # copies and fills the trace costed are in ``todo`` too: they take their op's dtype (never
     # its numbers) whatever other ranks hold, so a rank costed alone matches the whole
-    is_copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    is_copy = pl.col("kind").is_in(["memcpy", "memset"])
     todo = ops.lazy().filter(
         ~pl.col("_pre") | is_copy,
         pl.col("op").is_not_null(),
-        pl.col("kind").cast(pl.String) != "collective",
+        pl.col("kind") != "collective",
         # a replayed kernel only once traceroof.graph_replay lent it a captured op, under a
         # negative External id of its own (one per replay of that op)
         ~pl.col("graph").fill_null(False) | (pl.col("external_id") < 0).fill_null(False),
@@ -296,7 +291,7 @@ def compute_costs(trace: Trace) -> tuple[pl.DataFrame, Coverage]:
     ops = _tensorlist_bytes(ops, keys)
     ops = _fill_from_formulas(ops)
     ops = copy_sizes_from_op(ops, keys, _parse)
-    ops = _collective_costs(ops, trace.host, trace.meta.world_size, keys)
+    ops = _collective_costs(ops, trace_host, meta.world_size, keys)
     dims = keys.select("_skey", pl.col("input_dims").is_not_null().alias("_dims"))
     ops = join_columns(ops, dims, ["_skey"])
     cov = _coverage(ops)
@@ -368,9 +363,11 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
 
     One lazy query: its common subexpressions (the per-op window sums of
     :func:`split_shares`, used in several branches) are computed once; eager
-    ``with_columns`` evaluated each again (0.6 s of CPU on 290 k ops, 0.16 s lazily)."""
+    ``with_columns`` evaluated each again (0.6 s of CPU on 290 k ops, 0.16 s lazily). The
+    ``kind`` Enum is compared as it is (a cast to String per comparison made 290 k strings
+    each: 0.19 → 0.14 s)."""
     grp = ["rank", "external_id"]
-    is_kern = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    is_kern = ~pl.col("kind").is_in(["memcpy", "memset"])
     # the kernel-name rules run once per distinct name (a few hundred), not per row
     names = ops["name"].fill_null("").unique().to_list()
     movers = [n for n in names if costs.is_data_movement_kernel(n)]
@@ -394,7 +391,7 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     )
     cur_kind = pl.col("kind").cast(pl.String)
     new_kind = (
-        pl.when(cur_kind != "other")  # the parser's kind (copies, collectives, HLO categories)
+        pl.when(pl.col("kind") != "other")  # the parser's kind (copies, collectives, HLO categories)
         .then(cur_kind)
         # the formula's kind; a costed formula's "other" too (an FBGEMM lookup is no elementwise
         # op, whatever its kernels' names say)
@@ -416,7 +413,7 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     )
     # 'name' means: a kind from the kernel name, but no numbers; 'unknown' when even that failed
     return lf.with_columns(
-        pl.when((pl.col("cost_source") == "name") & (pl.col("kind").cast(pl.String) == "other"))
+        pl.when((pl.col("cost_source") == "name") & (pl.col("kind") == "other"))
         .then(pl.lit("unknown"))
         .otherwise(pl.col("cost_source"))
         .alias("cost_source")
@@ -462,7 +459,7 @@ def _collective_costs(ops: pl.DataFrame, host: pl.DataFrame, world_size: int | N
     not recorded, taken as the world size (the default process group: PyTorch 1.x records
     none). ``cost_source`` of a collective: ``shapes`` when its size came from shapes,
     ``trace`` when the trace carried it, else as before (``name``)."""
-    coll = pl.col("kind").cast(pl.String) == "collective"
+    coll = pl.col("kind") == "collective"
     if ops.filter(coll).height == 0:
         return ops.with_columns(pl.lit(False).alias("_gs_assumed"))
     had = pl.col("comm_bytes").is_not_null()
@@ -517,7 +514,7 @@ def _own_buffer_bytes(ops: pl.DataFrame, need: pl.Expr, keys: pl.DataFrame | Non
 def _costed() -> pl.Expr:
     """An op has a cost model: bytes (with FLOPs, or alone: a memory-bound roofline time),
     or, for a collective, its message bytes and group size (the roofline's ``comm_ns``)."""
-    coll = pl.col("kind").cast(pl.String) == "collective"
+    coll = pl.col("kind") == "collective"
     return pl.when(coll).then(pl.col("comm_bytes").is_not_null() & pl.col("group_size").is_not_null()).otherwise(
         pl.col("bytes").is_not_null())
 
@@ -526,10 +523,10 @@ def _coverage(ops: pl.DataFrame) -> Coverage:
     """The :class:`Coverage` of a costed op table (before the helper columns are dropped)."""
     grp = ["rank", "external_id"]
     cov = Coverage()
-    is_kern = ~pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    is_kern = ~pl.col("kind").is_in(["memcpy", "memset"])
     linked = is_kern & pl.col("op").is_not_null()
     kinds = ["collective", "memcpy", "memset"]
-    bytes_only = ~pl.col("kind").cast(pl.String).is_in(kinds) & pl.col("bytes").is_not_null() & pl.col("flops").is_null()
+    bytes_only = ~pl.col("kind").is_in(kinds) & pl.col("bytes").is_not_null() & pl.col("flops").is_null()
     dur = pl.col("dur_ns")
     # the sums in one pass over the table (a filter per sum copied every column each time)
     sums = ops.select(

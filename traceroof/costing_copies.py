@@ -33,7 +33,7 @@ def copy_sizes_from_op(ops: pl.DataFrame, keys: pl.DataFrame, parse: Callable[[s
 
     ``ops`` has the costing's ``_skey`` column (the key of the op's recorded arguments in
     ``keys``: ``input_dims``, ``input_types`` as JSON text, read with ``parse``)."""
-    is_copy = pl.col("kind").cast(pl.String).is_in(["memcpy", "memset"])
+    is_copy = pl.col("kind").is_in(["memcpy", "memset"])
     need = ops.filter(is_copy, pl.col("bytes").is_null(), pl.col("op").is_in(list(COPY_SOURCE_ARG)),
                       pl.col("_skey").is_not_null())
     if need.height == 0:

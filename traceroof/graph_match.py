@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 #: the shortest run of kernel names an eager match accepts (method c): a shorter run (one
 #: ``elementwise_kernel`` or a ``memcpy``) matches by chance as often as by identity
@@ -185,14 +186,22 @@ def starts_of(eager: Sequence) -> dict[tuple[str | None, ...], list[int]]:
     Each name gets an integer code (equal names, equal codes); an n-gram is its codes packed
     into one int64 (:data:`GRAM_BITS` each), and a group-by of those keys lists each
     n-gram's positions in ascending order, so only the distinct n-grams are looked at in
-    Python. Too many distinct names to pack: the plain loop over every position."""
+    Python. Too many distinct names to pack: the plain loop over every position. The codes
+    are those the builder of ``eager`` kept on it (``_codes``, a polars Series: equal names,
+    equal codes), else made here."""
     cached = eager.__dict__.get("_starts")
     if cached is not None:
         return cached
     names = eager.names
-    codes: dict[str | None, int] = {}
-    code = [codes.setdefault(x, len(codes)) for x in names]
-    if len(codes) < 2 ** GRAM_BITS and MIN_RUN * GRAM_BITS < 63:
+    given = eager.__dict__.get("_codes")  # the names' codes, where the builder made them (graph_sources)
+    if given is not None and given.len() == len(names):
+        code: list[int] | Any = given
+        distinct = int(given.max() or 0) + 1 if given.len() else 0
+    else:
+        codes: dict[str | None, int] = {}
+        code = [codes.setdefault(x, len(codes)) for x in names]
+        distinct = len(codes)
+    if distinct < 2 ** GRAM_BITS and MIN_RUN * GRAM_BITS < 63:
         index = _starts_packed(names, code)
     else:
         index = {}
@@ -206,7 +215,7 @@ def starts_of(eager: Sequence) -> dict[tuple[str | None, ...], list[int]]:
     return index
 
 
-def _starts_packed(names: list[str | None], code: list[int]) -> dict[tuple[str | None, ...], list[int]]:
+def _starts_packed(names: list[str | None], code: Any) -> dict[tuple[str | None, ...], list[int]]:
     """:func:`starts_of`'s index from the names' integer codes (each below ``2 ** GRAM_BITS``),
     grams in packed-key order. One polars query, no numpy (issue 19: a small trace imports
     none): the key is ``sum(code[j + t] * 2 ** (GRAM_BITS * (MIN_RUN - 1 - t)))`` (the codes
@@ -217,7 +226,7 @@ def _starts_packed(names: list[str | None], code: list[int]) -> dict[tuple[str |
     n = len(code) - MIN_RUN + 1
     if n <= 0:
         return {}
-    c = pl.Series("c", code, dtype=pl.Int64)
+    c = code.cast(pl.Int64) if isinstance(code, pl.Series) else pl.Series("c", code, dtype=pl.Int64)
     key = c.slice(0, n) * (1 << (GRAM_BITS * (MIN_RUN - 1)))
     for t in range(1, MIN_RUN):
         key = key + c.slice(t, n) * (1 << (GRAM_BITS * (MIN_RUN - 1 - t)))

@@ -458,24 +458,18 @@ class Lending:
         if si is None:
             si = len(self.sources)
             self.sources.append(src)
-        used = sorted({g for g in match.groups if g is not None})
-        ids = {g: self.next_id - i for i, g in enumerate(used)}
-        self.next_id -= len(used)
-        lender_of = {g: match.lenders[p] for p, g in enumerate(match.groups) if g is not None}
-        lent = []
-        for p, r in enumerate(rows):
-            g = match.groups[p]
-            if g is None:
-                continue
-            self.rows.append(r)
-            self.lent_source.append(si)
-            self.lent_lender.append(match.lenders[p])
-            self.ext.append(ids[g])
-            lent.append(r)
-        self.part_source.extend(si for _ in used)
-        self.part_lender.extend(lender_of[g] for g in used)
-        self.part_id.extend(ids[g] for g in used)
-        self.part_rank.extend(rank for _ in used)
+        pos, rel, lenders, used_lenders = _plan(match)
+        base = self.next_id  # group i (in the order of its id in ``match``) gets base - i
+        self.next_id -= len(used_lenders)
+        lent = [rows[p] for p in pos]
+        self.rows += lent
+        self.lent_source += [si] * len(pos)
+        self.lent_lender += lenders
+        self.ext += [base - i for i in rel]
+        self.part_source += [si] * len(used_lenders)
+        self.part_lender += used_lenders
+        self.part_id += range(base, base - len(used_lenders), -1)
+        self.part_rank += [rank] * len(used_lenders)
         return lent
 
     def _names(self) -> pl.Series:
@@ -516,6 +510,24 @@ class Lending:
                                        self.part_rank[start:end]))
                 start = end
         return pl.concat(out) if out else empty(HOST_SCHEMA)
+
+
+def _plan(match: Match) -> tuple[list[int], list[int], list[int], list[int]]:
+    """What :meth:`Lending.lend` writes for ``match``, whatever the instance: the matched
+    positions (ascending), each one's group as its index among the groups used (sorted by
+    group id), each one's lender, and each used group's lender. Made once per match and kept
+    on it (a match lent to many instances, the repeats of one run, is planned once)."""
+    cached = match.__dict__.get("_plan")
+    if cached is not None:
+        return cached
+    groups, lenders = match.groups, match.lenders
+    pos = [p for p, g in enumerate(groups) if g is not None]
+    used = sorted({groups[p] for p in pos})
+    index = {g: i for i, g in enumerate(used)}
+    lender_of = {groups[p]: lenders[p] for p in pos}
+    plan = (pos, [index[groups[p]] for p in pos], [lenders[p] for p in pos], [lender_of[g] for g in used])
+    object.__setattr__(match, "_plan", plan)  # a cache, not a field: the Match stays frozen
+    return plan
 
 
 def _apply(ops: pl.DataFrame, kern: pl.DataFrame, plan: list, warnings: list[str]) -> Replays:

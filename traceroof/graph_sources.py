@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from . import graph_capture
-from .costing_shapes import innermost_of
+from .costing_shapes import innermost_of, join_columns
 from .errors import InputNotFoundError, TraceroofError
 from .graph_match import KernelCounts, Sequence, leading_batch
 from .schema import HOST_SCHEMA, empty
@@ -61,13 +61,22 @@ def shared_strings(col: pl.Series) -> list[str | None]:
     characters is made once, not once per row (on the 1 GB replicated trace the eager
     kernels' names would be ~0.1 GB of Python strings, which the interpreter's allocator
     keeps after they are freed)."""
+    return _strings_and_codes(col)[0]
+
+
+def _strings_and_codes(col: pl.Series) -> tuple[list[str | None], pl.Series]:
+    """:func:`shared_strings` and each row's code (Int64: the value's rank of first
+    appearance, nulls one more code after them): equal strings, equal codes, the integer
+    names :func:`traceroof.graph_match.starts_of` indexes (made here once, from the codes
+    the sharing needs anyway, instead of a Python dict over every name)."""
     values = col.drop_nulls().unique(maintain_order=True)
+    codes = col.replace_strict(values, pl.int_range(values.len(), eager=True, dtype=pl.Int64),
+                               default=None, return_dtype=pl.Int64)
+    filled = codes.fill_null(values.len()).rename("c")
     if values.len() == col.len():
-        return col.to_list()
-    codes = col.replace_strict(values, pl.int_range(values.len(), eager=True, dtype=pl.UInt32),
-                               default=None, return_dtype=pl.UInt32)
+        return col.to_list(), filled
     table = values.to_list()
-    return [None if c is None else table[c] for c in codes.to_list()]
+    return [None if c is None else table[c] for c in codes.to_list()], filled
 
 
 def resolve_given(given: list[str] | None) -> list[str] | None:
@@ -104,14 +113,17 @@ def build_source(ops: pl.DataFrame, host: pl.DataFrame, label: str, *, same_trac
     at = innermost_of(host, eager["external_id"] if calls is None else pl.concat([eager["external_id"],
                                                                                   calls["external_id"]]))
     lender = host.select("rank", "external_id")[at].with_row_index("_l")
-    eager = eager.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
+    eager = join_columns(eager, lender, ["rank", "external_id"])  # the left join, on one packed integer key
     src = Source(label, same_trace, host, at)
     for (rank,), g in eager.group_by("rank", maintain_order=True):
-        src.eager[int(rank)] = Sequence(shared_strings(g["name"]), g["_l"].to_list())
-    counts = [0] * at.len()  # per lender row, its eager kernels (a bincount without numpy)
-    for lend, n in eager["_l"].drop_nulls().value_counts().iter_rows():
-        counts[lend] = n
-    src.op_kernels = KernelCounts(counts)
+        names, codes = _strings_and_codes(g["name"])
+        src.eager[int(rank)] = seq = Sequence(names, g["_l"].to_list())
+        object.__setattr__(seq, "_codes", codes)  # for starts_of (a cache, not a field)
+    # per lender row, its eager kernels (a bincount without numpy: one scatter, no Python
+    # loop over the lenders)
+    vc = eager["_l"].drop_nulls().value_counts()
+    counts = pl.zeros(at.len(), pl.Int64, eager=True).scatter(vc["_l"], vc["count"])
+    src.op_kernels = KernelCounts(counts.to_list())
     if calls is not None:
         calls = calls.join(lender, on=["rank", "external_id"], how="left", maintain_order="left")
         src.captures = _window_sequences(win, calls, _eager_names(host, at, eager))

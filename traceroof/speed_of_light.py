@@ -95,9 +95,10 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
     complete = steps.filter(~pl.col("partial").fill_null(False)).select("rank", "step")
     dev = device_steps_table.join(complete, on=["rank", "step"], how="semi", nulls_equal=True).select(
         *keys, "wall_ns", "busy_ns")
-    stepped = ops.filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.clear()
-    stepped = stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")
-    stepped = stepped.join(dev.select(keys), on=keys, how="semi", nulls_equal=True)
+    # one lazy query over the six columns read (an eager filter copied every column first)
+    stepped = (ops.lazy().filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.lazy().clear())
+    stepped = (stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")
+               .join(dev.lazy().select(keys), on=keys, how="semi", nulls_equal=True).collect())
     # the overlap test is per (rank, step, device), one query for all of them; without any
     # collective it is false on every row
     has_comm = stepped.height > 0 and bool((stepped["kind"] == COMM_KIND).any())
@@ -107,7 +108,7 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
         pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(exp).alias("_exp"),
         pl.col("expected_ns").is_null().alias("_unc"),
         (pl.col("kind") == COMM_KIND).alias("_comm"))
-    kinds = tuple(sorted(set(stepped["kind"].drop_nulls().to_list()))) if stepped.height else ()
+    kinds = tuple(sorted(stepped["kind"].drop_nulls().unique().to_list())) if stepped.height else ()
     agg = [pl.col("dur_ns").sum().alias("ops_dur_ns"),
            pl.col("_exp").filter(~pl.col("_comm")).sum().alias("compute_ns"),
            pl.col("_exp").filter(pl.col("_comm") & pl.col("_ov")).sum().alias("comm_overlapped_ns"),

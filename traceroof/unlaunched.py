@@ -9,7 +9,8 @@ recorded (the next iteration of the same program), :func:`attribute` lends each 
 its twin's op (name, ``Input Dims``, ``Input type``, ``Concrete Inputs``), exactly as a graph
 replay is eager-matched (:func:`traceroof.graph_match.eager_runs`: runs of at least
 :data:`~traceroof.graph_match.MIN_RUN` kernels and :data:`~traceroof.graph_match.MIN_DISTINCT`
-distinct names, whole op instances only), and the costing costs it like any op. Each run's op
+distinct names, whole op instances only; each distinct run of names is matched once per
+rank and the match reused by its repeats), and the costing costs it like any op. Each run's op
 instances get cost groups of their own (negative External ids below those the graph replays
 took), so an op is costed once per iteration.
 
@@ -25,7 +26,7 @@ import dataclasses
 
 import polars as pl
 
-from .graph_match import MIN_RUN, eager_runs
+from .graph_match import MIN_RUN, Match, eager_runs
 from .graph_replay import Lending, Replays, build_source
 from .sections import UnlaunchedInfo
 
@@ -79,11 +80,18 @@ def attribute(replays: Replays, host: pl.DataFrame) -> Replays:
     # below every id the graph replays took
     lending = Lending(next_id=min(int(ext) if ext is not None else 0, 0) - 1)
     lent: list[int] = []
+    # identical runs match identically (eager_runs is a function of the names, the rank's
+    # eager sequence and its kernel counts alone): each distinct (rank, names) is matched once
+    matches: dict[tuple[int, tuple[str, ...]], Match] = {}
     for rank, rows, names in _runs(kern):
         seq = src.eager.get(rank)
         if seq is None or len(rows) < MIN_RUN:
             continue
-        lent += lending.lend(src, eager_runs(names, seq, src.op_kernels), rows, rank)
+        key = (rank, tuple(names))
+        match = matches.get(key)
+        if match is None:
+            match = matches[key] = eager_runs(names, seq, src.op_kernels)
+        lent += lending.lend(src, match, rows, rank)
     matched, attributed = len(lent), int(ops["dur_ns"].gather(lent).fill_null(0).sum())
     if not lending.rows:
         return dataclasses.replace(replays, unlaunched=UnlaunchedInfo(
