@@ -28,37 +28,6 @@ _NONE, _X, _M, _FLOW, _INSTANT, _COUNTER, _OTHER = range(7)
 _PHASES = {"X": _X, "M": _M, "s": _FLOW, "f": _FLOW, "t": _FLOW, "i": _INSTANT, "I": _INSTANT, "C": _COUNTER}
 
 
-#: an event's class number: phase class x _PH_STEP + 16 when it has no ``ts`` + the category
-#: bits (``NativeRows._cat_bits``: 1 device, 2 host, 4 python_function, 8 profiler range)
-_PH_STEP = 32
-_N_CLASSES = 7 * _PH_STEP
-#: a lookup's value for a code not computed yet: a class number made with it is negative
-_UNSEEN = -1024
-#: ``ts_state`` (0 absent, 1 null, 2 a number) -> its part of the class number
-_TS_ABSENT = np.array([16] + [0] * 255, np.int16)
-
-
-def _class_tables() -> tuple[np.ndarray, ...]:
-    """Per class number: the counts it adds to (rows of ``_COUNTS``, int64 ``[8, classes]``)
-    and the rows it is (bool ``[classes]``), ``kineto._Builder._sort``'s branches."""
-    cls = np.arange(_N_CLASSES)
-    ph, no_ts, bits = cls // _PH_STEP, (cls >> 4) & 1 == 1, cls & 15
-    kept = (ph != _NONE) & ((ph == _M) | ~no_ts)
-    xk = kept & (ph == _X)
-    nk = kept & (ph != _X)
-    flag = bits >> 2
-    counts = np.array([
-        ~kept, xk & (flag == 1), xk & (flag == 2), nk & (ph == _FLOW), nk & (ph == _COUNTER),
-        nk & (ph == _OTHER), nk & (ph == _M), nk & (ph == _INSTANT),
-    ], np.int64)
-    dev = xk & (bits & 1 == 1)
-    host = xk & (bits & 2 == 2)
-    return counts, kept, nk & (ph == _OTHER), nk & (ph == _INSTANT), dev, host
-
-
-_COUNTS, _KEPT, _OTHER_ROWS, _INSTANT_ROWS, _DEV_ROWS, _HOST_ROWS = _class_tables()
-
-
 def _phase(s: str | None) -> int:
     return _NONE if s is None else _PHASES.get(s, _OTHER)
 
@@ -71,32 +40,23 @@ def _distinct(codes: np.ndarray) -> list[int]:
 
 class _Lut:
     """``f(string)`` per dictionary code, computed once per code the first time it is seen
-    (values >= 0 of ``dtype``; ``unseen`` marks a code not yet computed)."""
+    (int8 values >= 0; -1 marks a code not yet computed)."""
 
-    def __init__(self, f: Any, dtype: Any = np.int8, unseen: int = -1) -> None:
+    def __init__(self, f: Any) -> None:
         self.f = f
-        self.unseen = unseen
-        self.values = np.full(0, unseen, dtype)
+        self.values = np.full(0, -1, np.int8)
 
     def get(self, codes: np.ndarray, S: list[Any]) -> np.ndarray:
-        self.grow(len(S))
-        out = self.values[codes]
-        if (out < 0).any():
-            self.fill(codes[out < 0], S)
-            out = self.values[codes]
-        return out
-
-    def grow(self, n: int) -> None:
-        """Room for ``n`` codes (the dictionary grew: room for twice as many)."""
-        if len(self.values) < n:
-            grown = np.full(max(2 * len(self.values), n, 1024), self.unseen, self.values.dtype)
+        if len(self.values) < len(S):  # the dictionary grew: room for twice as many codes
+            grown = np.full(max(2 * len(self.values), len(S), 1024), -1, np.int8)
             grown[: len(self.values)] = self.values
             self.values = grown
-
-    def fill(self, codes: np.ndarray, S: list[Any]) -> None:
-        """Compute the codes not computed yet among ``codes``."""
-        for k in _distinct(codes[self.values[codes] < 0]):
-            self.values[k] = self.f(S[k])
+        out = self.values[codes]
+        if (out < 0).any():
+            for k in _distinct(codes[out < 0]):
+                self.values[k] = self.f(S[k])
+            out = self.values[codes]
+        return out
 
 
 class _Frame:
@@ -234,27 +194,16 @@ class NativeRows:
         self._luts()
 
     def _luts(self) -> None:
-        """The per-code lookups of one dictionary (:data:`_UNSEEN` until computed): the
-        phase's class (times :data:`_PH_STEP`, a part of the event's class number); the
-        category's bits (:func:`_cat_bits`) and its code in ``cat_names`` (the device
-        kind's, else the host category's, else -1); 1 memory sample / 2 recording-window
-        edge (by name)."""
-        self.ph_class = _Lut(lambda s: _PH_STEP * _phase(s), np.int16, _UNSEEN)
-        self.cat_bits = _Lut(None, np.int16, _UNSEEN)  # filled by _classes
-        self.cat_code = np.full(0, -1, np.int32)
+        """The per-code lookups of one dictionary: phase class; device kind and host
+        category (1 + their code in ``cat_names``, 0 for none); 1 python_function / 2
+        profiler range; 1 memory sample / 2 recording-window edge."""
+        self.ph_class = _Lut(_phase)
         self._cat_dense = np.full(0, -1, np.int32)  # category code -> its dense number
         self._dense_cats: list[Any] = []  # dense number -> the category
+        self.dev_kind = _Lut(lambda s: 1 + self._cat(V.DEVICE_CATEGORIES.get(s)))
+        self.host_kind = _Lut(lambda s: 1 + self._cat(V.HOST_CATEGORIES.get(s)))
+        self.cat_flag = _Lut(lambda s: (s == "python_function") + 2 * (s in V.PROFILER_RANGE_CATEGORIES))
         self.name_flag = _Lut(_instant_kind)
-
-    def _cat_bits(self, s: Any) -> tuple[int, int]:
-        """A category's bits (1 a device kind, 2 a host category and not a device kind, 4
-        ``python_function``, 8 a profiler-range category: ``kineto._Builder._sort``'s tests)
-        and its code in ``cat_names`` (-1 for neither)."""
-        dev = V.DEVICE_CATEGORIES.get(s)
-        host = None if dev is not None else V.HOST_CATEGORIES.get(s)
-        flag = (s == "python_function") + 2 * (s in V.PROFILER_RANGE_CATEGORIES)
-        bits = (dev is not None) + 2 * (host is not None) + 4 * flag
-        return bits, self._cat(dev if dev is not None else host)
 
     def _cat(self, name: str | None) -> int:
         if name is None:
@@ -265,64 +214,48 @@ class NativeRows:
             self.cat_names.append(name)
         return code
 
-    def _classes(self, c: Columns, S: list[Any]) -> np.ndarray:
-        """Each event's class number (:data:`_CLASSES`): phase class x 32 + 16 when it has
-        no ``ts`` + its category's bits; int16 ``[events]``."""
-        ph, cat = self.ph_class, self.cat_bits
-        ph.grow(len(S))
-        cat.grow(len(S))
-        cls = ph.values[c.ph] + cat.values[c.cat] + _TS_ABSENT[c.ts_state]
-        if cls.min() < 0:  # codes not seen before (each lookup's unseen is < -2 x 223)
-            ph.fill(c.ph, S)
-            if len(self.cat_code) < len(cat.values):
-                grown = np.full(len(cat.values), -1, np.int32)
-                grown[: len(self.cat_code)] = self.cat_code
-                self.cat_code = grown
-            for k in _distinct(c.cat[cat.values[c.cat] < 0]):
-                cat.values[k], self.cat_code[k] = self._cat_bits(S[k])
-            cls = ph.values[c.ph] + cat.values[c.cat] + _TS_ABSENT[c.ts_state]
-        return cls
-
     def add(self, c: Columns) -> None:
-        """Sort one piece (see ``kineto._Builder._sort``): each event's class number
-        (:meth:`_classes`) gives its counts (one ``bincount`` times :data:`_COUNTS`) and
-        rows (per-class masks), the same as the branches of ``_sort``."""
+        """Sort one piece (see ``kineto._Builder._sort``)."""
         if self.scanner is not None and c.scanner is not self.scanner:
             self.flush()  # another file's dictionary (an in-memory fallback): its own frames
             self._luts()
         self.scanner = c.scanner
         S = c.scanner.dictionary()
         b = self.b
-        cls = self._classes(c, S)
-        n = _COUNTS @ np.bincount(cls, minlength=_N_CLASSES)
-        empty, python, ranges, flows, counters, other, meta, instants = n.tolist()
-        b.empty_events += empty
-        b.python_events += python
-        b.profiler_ranges += ranges
-        b.flows += flows
-        b.counter_samples += counters
-        self._count_categories(c.cat[_KEPT[cls]], S)
-        if other:
-            at = _OTHER_ROWS[cls]
-            for k in _distinct(c.ph[at]):
+        phc = self.ph_class.get(c.ph, S)
+        is_x, is_m = phc == _X, phc == _M
+        empty = (phc == _NONE) | (~is_m & (c.ts_state == 0))
+        kept = ~empty
+        b.empty_events += int(empty.sum())
+        self._count_categories(c.cat[kept], S)
+        dev_kind = self.dev_kind.get(c.cat, S)
+        host_kind = self.host_kind.get(c.cat, S)
+        xk = is_x & kept
+        dev_rows = xk & (dev_kind > 0)
+        host_rows = xk & (dev_kind == 0) & (host_kind > 0)
+        cat_flag = self.cat_flag.get(c.cat, S)
+        b.python_events += int((xk & (cat_flag == 1)).sum())
+        b.profiler_ranges += int((xk & (cat_flag == 2)).sum())
+        nk = kept & ~is_x
+        b.flows += int((nk & (phc == _FLOW)).sum())
+        b.counter_samples += int((nk & (phc == _COUNTER)).sum())
+        other = nk & (phc == _OTHER)
+        if other.any():
+            for k in _distinct(c.ph[other]):
                 ph = str(S[k])
-                b.unknown_phases[ph] = b.unknown_phases.get(ph, 0) + int((at & (c.ph == k)).sum())
-        if meta:
-            self._meta_names(c, np.flatnonzero((cls >> 5) == _M), S)
-        d = np.flatnonzero(_DEV_ROWS[cls])
-        self.dev.add(c, d, self.cat_code[c.cat[d]])
-        host = _HOST_ROWS[cls]
-        if instants:
-            instant = _INSTANT_ROWS[cls]
+                b.unknown_phases[ph] = b.unknown_phases.get(ph, 0) + int((other & (c.ph == k)).sum())
+        if (nk & is_m).any():
+            self._meta_names(c, np.flatnonzero(nk & is_m), S)
+        instant = nk & (phc == _INSTANT)
+        window = np.zeros(c.n, bool)
+        if instant.any():
             name_flag = self.name_flag.get(c.name, S)
             b.mem_samples += int((instant & (name_flag == 1)).sum())
             window = instant & (name_flag == 2)
-            h = np.flatnonzero(host | window)
-            cats = np.where(window[h], self._cat(WINDOW_CAT), self.cat_code[c.cat[h]])
-        else:
-            h = np.flatnonzero(host)
-            cats = self.cat_code[c.cat[h]]
-        self.host.add(c, h, cats)
+        d = np.flatnonzero(dev_rows)
+        self.dev.add(c, d, dev_kind[d] - 1)
+        h = np.flatnonzero(host_rows | window)
+        self.host.add(c, h, np.where(window[h], self._cat(WINDOW_CAT), host_kind[h] - 1))
 
     def _count_categories(self, cats: np.ndarray, S: list[Any]) -> None:
         """``counts[cat] += 1`` per kept event, categories in first-seen order: each category
