@@ -1,5 +1,5 @@
-"""``kineto_native_frames.NativeRows``: a piece's events sorted by their class number (phase
-class, ``ts`` absent, category bits) give the counters and rows of ``kineto._Builder._sort``.
+"""``kineto_native_frames.NativeRows``: a piece's events sorted on their codes give the
+counters and rows of ``kineto._Builder._sort``.
 
 The oracle is twofold: the counts computed in the test from the raw event list (what each
 branch of ``_sort`` means), and the msgspec path (``TRACEROOF_DECODER=python``) on every
