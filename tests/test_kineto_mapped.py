@@ -13,6 +13,9 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 from conftest import REAL, kineto, real, require_native
@@ -36,8 +39,8 @@ def _spy(monkeypatch) -> list:
     got: list = []
     orig = KS.mapped
 
-    def spy(fh, block):
-        got.append(orig(fh, block))
+    def spy(fh, block, path=""):
+        got.append(orig(fh, block, path))
         return got[-1]
 
     monkeypatch.setattr(KS, "mapped", spy)
@@ -178,6 +181,66 @@ def test_a_mapped_file_is_resident_a_few_mib_at_a_time(tmp_path, monkeypatch):
     # without the unmapping the same measurement holds the file (the test can fail)
     monkeypatch.setattr(B, "MAP_RELEASE_BYTES", 1 << 40)
     assert _mapped_growth(p, monkeypatch) > 0.8 * size
+
+
+TRUNCATE = """
+import os, sys
+from traceroof.parsers import kineto
+p, cut = sys.argv[1], int(sys.argv[2])
+done = []
+def progress(read_bytes, events):
+    if not done:  # the first progress report: the decoder is a few MiB into the file
+        done.append(1)
+        os.truncate(p, cut)
+        print("cut", read_bytes, flush=True)
+t = kineto.read(p, progress=progress)
+print("read", t.ops.height, flush=True)
+"""
+
+
+def test_a_mapped_file_made_shorter_while_read_ends_with_one_line_and_exit_4(tmp_path):
+    # a profiler rewriting the path truncates the file under the mapping: the lost pages
+    # raise SIGBUS, which Python cannot catch; the guard turns it into one line and code 4
+    p = tmp_path / "rewritten.json"
+    _big_trace(p, 24 << 20)
+    size = p.stat().st_size
+    cut = 8 << 20
+    script = tmp_path / "cut.py"
+    script.write_text(TRUNCATE)
+    env = {**os.environ, "TRACEROOF_MMAP": "1"}
+    res = subprocess.run([sys.executable, str(script), str(p), str(cut)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert res.returncode == 4, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout.startswith("cut ") and "read" not in res.stdout.split("\n", 1)[1]
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    m = re.fullmatch(rf"traceroof: error: {re.escape(str(p))}: byte (\d+): the file became shorter while it "
+                     r"was being read .*TRACEROOF_MMAP=0.*", lines[0])
+    assert m, lines[0]
+    # the faulting byte lies in the part of the file that was cut off
+    assert cut <= int(m.group(1)) < size, (m.group(1), cut, size)
+    # read in blocks (no mapping), the same cut is a trace cut short: read, not ended
+    _big_trace(p, 24 << 20)
+    res = subprocess.run([sys.executable, str(script), str(p), str(cut)], capture_output=True, text=True,
+                         env={**env, "TRACEROOF_MMAP": "0"}, timeout=120)
+    assert res.returncode == 0 and "read " in res.stdout, (res.returncode, res.stdout, res.stderr)
+
+
+def test_the_guard_slot_is_given_back_when_the_mapping_closes(tmp_path):
+    p = tmp_path / "t.json"
+    _big_trace(p, 1 << 20)
+    with open(p, "rb") as fh:
+        buf = B.mapped(fh, 1 << 16, str(p))
+        assert buf is not None and buf.src.guard_slot is not None
+        slot = buf.src.guard_slot
+        buf.close()
+        assert buf.src.guard_slot is None
+    # more files than guard slots, each closed in turn: every one is mapped (slots reused)
+    for _ in range(40):
+        with open(p, "rb") as fh:
+            b = B.mapped(fh, 1 << 16, str(p))
+            assert b is not None and b.src.guard_slot == slot
+            b.close()
 
 
 def test_the_corpus_is_there():

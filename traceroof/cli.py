@@ -484,9 +484,14 @@ from ._allocator import JEMALLOC_CONF  # noqa: E402
 cli_live.register(cli)
 
 
-#: commands that end by themselves: Python's cyclic garbage collector is off while they run
-#: (:func:`main`); serve, watch, mcp and capture wait on the outside world and keep it
+#: commands that end by themselves: Python's cyclic garbage collector runs rarely while they
+#: run (:func:`main`); serve, watch, mcp and capture wait on the outside world and keep it
 ONE_SHOT_COMMANDS = frozenset({"analyze", "chips", "diff", "estimate", "gate", "ingest"})
+
+
+#: the collector's thresholds while a one-shot command runs (:func:`main`): a generation-0
+#: collection every 100,000 container allocations instead of 700
+ONE_SHOT_GC_THRESHOLDS = (100_000, 50, 100)
 
 
 def _one_shot(argv: list[str] | None) -> bool:
@@ -499,25 +504,26 @@ def _one_shot(argv: list[str] | None) -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point.
 
-    A one-shot command (:data:`ONE_SHOT_COMMANDS`) runs with the cyclic garbage collector off
-    (``gc.disable()``, on again when it returns or raises): its imports and the Python objects
-    of a read create hundreds of thousands of container objects that the collector would
-    scan again and again, and free none of them (reference counting frees everything but
-    cycles, of which an ``analyze`` leaves ~1,500 small ones). Measured (CPU, user + system,
-    load ~10; docs/performance.md, "Small traces (session 9)"): the TPU inference XPlane
-    trace 1.09 → 0.97 s (146 collections, ~80 ms, gone), the 137 MB Kineto trace 2.15 →
-    1.94 s with peak RSS 181 → 178 MB."""
+    A one-shot command (:data:`ONE_SHOT_COMMANDS`) runs with the cyclic garbage collector's
+    first threshold at :data:`ONE_SHOT_GC_THRESHOLDS` (700 by default; put back when it
+    returns or raises): its imports and the Python objects of a read create hundreds of
+    thousands of container objects that the collector would scan again and again and free
+    almost none of (reference counting frees everything but cycles). Not off: a cycle that
+    holds a file's bytes (as an XPlane read's planes and line feed did, ~9 MB per 3 MB file)
+    is still freed. Measured (CPU, bert, 5 runs each, load 0.3; docs/performance.md, "Small
+    traces (session 9)"): median 0.700 s at the default thresholds, 0.649 s with these,
+    0.655 s with the collector off."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if "polars" not in sys.modules:  # read when polars loads; workers inherit it
         os.environ.setdefault("_RJEM_MALLOC_CONF", JEMALLOC_CONF)
-    collect = _one_shot(argv) and gc.isenabled()
-    if collect:
-        gc.disable()
+    before = gc.get_threshold() if _one_shot(argv) else None
+    if before is not None:
+        gc.set_threshold(*ONE_SHOT_GC_THRESHOLDS)
     try:
         _run(argv)
     finally:
-        if collect:
-            gc.enable()
+        if before is not None:
+            gc.set_threshold(*before)
 
 
 def _run(argv: list[str] | None) -> None:

@@ -637,7 +637,98 @@ static PyTypeObject ScannerType = {
     .tp_new = PyType_GenericNew,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_scan", NULL, -1, NULL, NULL, NULL, NULL, NULL};
+/* ---- A mapped file cut while it is read (kineto_blocks.mapped) --------------------------
+ * Reading a page of a mapping past the end of a file that was made shorter raises SIGBUS,
+ * which Python cannot catch. guard_map(buffer, message) registers the buffer's address range
+ * and installs (once) a SIGBUS handler: a fault inside a registered range writes the range's
+ * message and the byte offset ("...: byte N: ...") on stderr and ends the process with exit
+ * code 4 (an unreadable trace, traceroof.errors.TraceFormatError); a fault elsewhere puts the
+ * previous action back and returns, so the fault repeats under it (the default: the
+ * process ends with the signal, as without the guard). unguard_map(slot) frees the slot.
+ * The handler only reads the static table and calls write(2) and _exit(2):
+ * async-signal-safe (POSIX.1-2008, signal-safety(7)). */
+#if defined(__unix__) || defined(__APPLE__)
+#include <signal.h>
+#include <unistd.h>
+#define GUARD_SLOTS 16
+#define GUARD_MSG 600
+static volatile sig_atomic_t guard_used[GUARD_SLOTS];
+static uintptr_t guard_lo[GUARD_SLOTS], guard_hi[GUARD_SLOTS];
+static char guard_head[GUARD_SLOTS][GUARD_MSG], guard_tail[GUARD_SLOTS][GUARD_MSG];
+static struct sigaction guard_old;
+static int guard_installed = 0;
+
+static void guard_write(const char *s) {
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t w = write(2, s, n);
+        if (w <= 0) return;
+        s += w; n -= (size_t)w;
+    }
+}
+
+static void guard_on_bus(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        if (guard_used[i] && a >= guard_lo[i] && a < guard_hi[i]) {
+            char num[24]; int k = 23; uintptr_t off = a - guard_lo[i];
+            num[k] = 0;
+            do { num[--k] = (char)('0' + off % 10); off /= 10; } while (off && k > 0);
+            guard_write(guard_head[i]); guard_write(num + k); guard_write(guard_tail[i]);
+            _exit(4);
+        }
+    }
+    sigaction(sig, &guard_old, NULL);  /* not ours: the fault repeats under the old action */
+}
+
+static PyObject *guard_map(PyObject *self, PyObject *args) {
+    PyObject *obj; const char *head, *tail;
+    if (!PyArg_ParseTuple(args, "Oss", &obj, &head, &tail)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uintptr_t lo = (uintptr_t)view.buf, hi = lo + (uintptr_t)view.len;
+    PyBuffer_Release(&view);  /* the pages stay mapped as long as the mmap object is open */
+    if (!guard_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = guard_on_bus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGBUS, &sa, &guard_old) != 0) Py_RETURN_NONE;
+        guard_installed = 1;
+    }
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        if (!guard_used[i]) {
+            guard_lo[i] = lo; guard_hi[i] = hi;
+            strncpy(guard_head[i], head, GUARD_MSG - 1); guard_head[i][GUARD_MSG - 1] = 0;
+            strncpy(guard_tail[i], tail, GUARD_MSG - 1); guard_tail[i][GUARD_MSG - 1] = 0;
+            guard_used[i] = 1;
+            return PyLong_FromLong(i);
+        }
+    }
+    Py_RETURN_NONE;  /* every slot taken: the caller does not map */
+}
+
+static PyObject *unguard_map(PyObject *self, PyObject *args) {
+    int i;
+    if (!PyArg_ParseTuple(args, "i", &i)) return NULL;
+    if (i >= 0 && i < GUARD_SLOTS) guard_used[i] = 0;
+    Py_RETURN_NONE;
+}
+#else
+static PyObject *guard_map(PyObject *self, PyObject *args) { Py_RETURN_NONE; }
+static PyObject *unguard_map(PyObject *self, PyObject *args) { Py_RETURN_NONE; }
+#endif
+
+static PyMethodDef module_methods[] = {
+    {"guard_map", guard_map, METH_VARARGS,
+     "guard_map(buffer, head, tail) -> slot or None: a SIGBUS inside buffer's bytes writes head, the byte offset and tail on stderr and exits with code 4."},
+    {"unguard_map", unguard_map, METH_VARARGS, "unguard_map(slot): the range of guard_map's slot no longer guarded."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_scan", NULL, -1, module_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
     if (PyType_Ready(&ScannerType) < 0) return NULL;

@@ -340,9 +340,11 @@ class MappedSource:
         self.eof = False
         self.gzip = False
         self.gzip_problem: str | None = None
+        #: the native SIGBUS guard's slot over ``mm`` (:func:`mapped`), None once closed
+        self.guard_slot: int | None = None
 
 
-def mapped(fh: Any, block: int) -> MappedBuffer | None:
+def mapped(fh: Any, block: int, path: str = "") -> MappedBuffer | None:
     """The rest of ``fh`` (from its position) as a :class:`MappedBuffer`, when ``fh`` is a
     plain file object (``open(path, "rb")``: an ``io.BufferedReader`` of an ``io.FileIO``, or
     the ``FileIO``) of a regular file that does not start with the gzip magic there; None
@@ -351,9 +353,13 @@ def mapped(fh: Any, block: int) -> MappedBuffer | None:
     read. Never raises.
 
     The mapping is of the file's size when called: bytes appended later are not seen (the
-    trace reads as cut there). A file made shorter while it is mapped makes the process
-    fail (SIGBUS) when the decoder reaches the lost pages; a profiler writes its trace once,
-    so this is not guarded (``TRACEROOF_MMAP=0`` reads such a file block by block).
+    trace reads as cut there). A file made shorter while it is mapped (a profiler rewriting
+    the same path) loses pages the decoder may still read; the kernel signals that read
+    (SIGBUS), which Python cannot catch. So a file is mapped only where the native scanner's
+    guard is (``_kineto_scan.guard_map``): a fault inside the mapping then ends the process
+    with one line, ``traceroof: error: PATH: byte N: the file became shorter while it was
+    being read ...``, and exit code 4 (an unreadable trace), not a crash; without the
+    extension, or with every guard slot taken, the file is read block by block.
     """
     if os.environ.get(ENV_MMAP, "").strip() == "0" or not hasattr(mmap, "MADV_DONTNEED"):
         return None  # (no MADV_DONTNEED, e.g. Windows: the pages behind could not be let go)
@@ -371,11 +377,33 @@ def mapped(fh: Any, block: int) -> MappedBuffer | None:
     if mm[start : start + 2] == _GZIP_MAGIC:
         mm.close()
         return None
+    slot = _guard(mm, path or getattr(fh, "name", "") or "the trace")
+    if slot is None:
+        mm.close()
+        return None
     try:  # the kernel reads ahead of a cold file's pages (a hint: refused, it is left out)
         mm.madvise(mmap.MADV_SEQUENTIAL)
     except (AttributeError, OSError, ValueError):
         pass
-    return MappedBuffer(MappedSource(mm, start, block))
+    src = MappedSource(mm, start, block)
+    src.guard_slot = slot
+    return MappedBuffer(src)
+
+
+def _guard(mm: mmap.mmap, path: Any) -> int | None:
+    """The native scanner's SIGBUS guard over ``mm`` (:func:`mapped`): its slot, or None when
+    there is no guard (the extension missing, every slot taken)."""
+    try:
+        from . import _kineto_scan
+    except ImportError:
+        return None
+    head = f"traceroof: error: {path}: byte "
+    tail = (": the file became shorter while it was being read (a profiler writing it again?);"
+            " read it once it is written (TRACEROOF_MMAP=0 reads without mapping)\n")
+    try:
+        return _kineto_scan.guard_map(mm, head, tail)
+    except (AttributeError, TypeError, ValueError, BufferError):  # (an older build: no guard)
+        return None
 
 
 class MappedBuffer(Buffer):
@@ -448,4 +476,10 @@ class MappedBuffer(Buffer):
             self._mv.release()
             self.src.mm.close()
         except BufferError:
-            pass
+            return  # (the mapping stays, so its guard stays too)
+        slot = getattr(self.src, "guard_slot", None)
+        if slot is not None:
+            from . import _kineto_scan
+
+            _kineto_scan.unguard_map(slot)
+            self.src.guard_slot = None

@@ -126,7 +126,7 @@ class _Stream:
         self.scanner: Scanner | None = native_scanner(native, path)
         #: a plain file mapped (kineto_blocks.mapped); else the blocks, read (and inflated)
         #: by a thread ahead of the decoding (kineto_blocks.ReadAhead)
-        buf = mapped(fh, block)
+        buf = mapped(fh, block, path)
         if buf is None:
             src = Source(fh, block)
             self.src: Any = ReadAhead(src) if read_ahead_enabled() else src

@@ -147,6 +147,8 @@ def _convert(space: xp.SpaceScan, path: str, rank: int, out: Parts) -> None:
         _convert_planes(planes, plans, path, rank, out, modules, meta_plane)
     finally:
         feed.close()
+        for p in planes:  # plane -> feed -> its jobs -> plane: a cycle holding the file's bytes
+            p.feed = None
 
 
 def _convert_planes(planes, plans, path: str, rank: int, out: Parts, modules: Modules,
@@ -303,6 +305,7 @@ class LineFeed:
         """Stop the decoding threads (lines not asked for are dropped)."""
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+        self.jobs, self.futures = [], {}
 
 
 def _safe_line(plane: Plane, i: int, out: Parts, path: str, want=None) -> xp.LineScan | None:
