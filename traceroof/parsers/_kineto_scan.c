@@ -643,7 +643,8 @@ static PyTypeObject ScannerType = {
  * and installs (once) a SIGBUS handler: a fault inside a registered range writes the range's
  * message and the byte offset ("...: byte N: ...") on stderr and ends the process with exit
  * code 4 (an unreadable trace, traceroof.errors.TraceFormatError); a fault elsewhere puts the
- * previous action back and returns, so the fault repeats under it (the default: the
+ * previous action back (ours again at the next guard_map) and returns, so the fault repeats
+ * under it (the default: the
  * process ends with the signal, as without the guard). unguard_map(slot) frees the slot.
  * The handler only reads the static table and calls write(2) and _exit(2):
  * async-signal-safe (POSIX.1-2008, signal-safety(7)). */
@@ -656,7 +657,7 @@ static volatile sig_atomic_t guard_used[GUARD_SLOTS];
 static uintptr_t guard_lo[GUARD_SLOTS], guard_hi[GUARD_SLOTS];
 static char guard_head[GUARD_SLOTS][GUARD_MSG], guard_tail[GUARD_SLOTS][GUARD_MSG];
 static struct sigaction guard_old;
-static int guard_installed = 0;
+static volatile sig_atomic_t guard_installed = 0;
 
 static void guard_write(const char *s) {
     size_t n = strlen(s);
@@ -679,7 +680,9 @@ static void guard_on_bus(int sig, siginfo_t *si, void *uc) {
             _exit(4);
         }
     }
-    sigaction(sig, &guard_old, NULL);  /* not ours: the fault repeats under the old action */
+    /* not ours: the fault repeats under the old action; the next guard_map installs ours again */
+    guard_installed = 0;
+    sigaction(sig, &guard_old, NULL);
 }
 
 static PyObject *guard_map(PyObject *self, PyObject *args) {
