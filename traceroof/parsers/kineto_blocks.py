@@ -358,8 +358,9 @@ def mapped(fh: Any, block: int, path: str = "") -> MappedBuffer | None:
     (SIGBUS), which Python cannot catch. So a file is mapped only where the native scanner's
     guard is (``_kineto_scan.guard_map``): a fault inside the mapping then ends the process
     with one line, ``traceroof: error: PATH: byte N: the file became shorter while it was
-    being read ...``, and exit code 4 (an unreadable trace), not a crash; without the
-    extension, or with every guard slot taken, the file is read block by block.
+    being read ... or its storage failed ...``, and exit code 4 (an unreadable trace), not a
+    crash; without the extension, or with every guard slot taken, the file is read block by
+    block.
     """
     if os.environ.get(ENV_MMAP, "").strip() == "0" or not hasattr(mmap, "MADV_DONTNEED"):
         return None  # (no MADV_DONTNEED, e.g. Windows: the pages behind could not be let go)
@@ -398,8 +399,9 @@ def _guard(mm: mmap.mmap, path: Any) -> int | None:
     except ImportError:
         return None
     head = f"traceroof: error: {path}: byte "
-    tail = (": the file became shorter while it was being read (a profiler writing it again?);"
-            " read it once it is written (TRACEROOF_MMAP=0 reads without mapping)\n")
+    tail = (": the file became shorter while it was being read (a profiler writing it again?)"
+            " or its storage failed; read it once it is written (TRACEROOF_MMAP=0 reads without"
+            " mapping)\n")
     try:
         return _kineto_scan.guard_map(mm, head, tail)
     except (AttributeError, TypeError, ValueError, BufferError):  # (an older build: no guard)
