@@ -146,7 +146,21 @@ class ReadAhead:
         self.stop()
 
 
-class Source:
+class _Counts:
+    """What :mod:`.kineto_stream` reads of a block source (:class:`Source`,
+    :class:`MappedSource`): ``block`` (bytes per block, at least 1 KiB: both sources cut the
+    stream at the same places), ``raw_read``, ``size``, ``eof``, ``gzip``, ``gzip_problem``."""
+
+    def __init__(self, block: int) -> None:
+        self.block = max(int(block), 1 << 10)
+        self.raw_read = 0
+        self.size = 0
+        self.eof = False
+        self.gzip = False
+        self.gzip_problem: str | None = None
+
+
+class Source(_Counts):
     """Decompressed blocks read from a binary file object, plain or gzip (sniffed by magic).
 
     ``raw_read`` counts the bytes read from the file object (compressed bytes for a gzip
@@ -156,13 +170,8 @@ class Source:
     """
 
     def __init__(self, fh: Any, block: int) -> None:
+        super().__init__(block)
         self.fh = fh
-        self.block = max(int(block), 1 << 10)
-        self.raw_read = 0
-        self.size = 0
-        self.eof = False
-        self.gzip = False
-        self.gzip_problem: str | None = None
         self._z: Any = None
         self._started = False
 
@@ -324,24 +333,19 @@ class Buffer:
         """Nothing to release (:class:`MappedBuffer` unmaps its file)."""
 
 
-class MappedSource:
+class MappedSource(_Counts):
     """A plain regular file's bytes from ``start`` on, mapped (:func:`mapped`): the
     attributes of :class:`Source` (``block``, ``eof``, ``raw_read``, ``size``, ``gzip``,
     ``gzip_problem``) for :mod:`.kineto_stream`, with the reads done by
     :meth:`MappedBuffer.fill` (block by block, where :class:`Source` would end each read,
     so the decoder sees the same buffer lengths either way)."""
 
-    def __init__(self, mm: mmap.mmap, start: int, block: int) -> None:
+    def __init__(self, mm: mmap.mmap, start: int, block: int, guard_slot: int | None = None) -> None:
+        super().__init__(block)
         self.mm = mm
         self.start = start
-        self.block = max(int(block), 1 << 10)
-        self.raw_read = 0
-        self.size = 0
-        self.eof = False
-        self.gzip = False
-        self.gzip_problem: str | None = None
         #: the native SIGBUS guard's slot over ``mm`` (:func:`mapped`), None once closed
-        self.guard_slot: int | None = None
+        self.guard_slot = guard_slot
 
 
 def mapped(fh: Any, block: int, path: str = "") -> MappedBuffer | None:
@@ -386,9 +390,7 @@ def mapped(fh: Any, block: int, path: str = "") -> MappedBuffer | None:
         mm.madvise(mmap.MADV_SEQUENTIAL)
     except (AttributeError, OSError, ValueError):
         pass
-    src = MappedSource(mm, start, block)
-    src.guard_slot = slot
-    return MappedBuffer(src)
+    return MappedBuffer(MappedSource(mm, start, block, slot))
 
 
 def _guard(mm: mmap.mmap, path: Any) -> int | None:
