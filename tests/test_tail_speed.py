@@ -2,17 +2,14 @@
 the results of the code they replace.
 
 Each test compares the fast path with an independent oracle: the per-rank code path the fast
-one replaces (forced), plain Python interval unions over the op table, Python's ``sum``, or
-the detectors run on one thread; and checks that the fast path was really taken, so that no
+one replaces (forced), plain Python interval unions over the op table, or Python's ``sum``;
+and checks that the fast path was really taken, so that no
 test compares a path with itself.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import threading
 from pathlib import Path
 
 import polars as pl
@@ -22,7 +19,6 @@ from make_multirank import rank_builder
 from polars.testing import assert_frame_equal
 from tracegen import Kernel, TraceBuilder
 
-import traceroof.findings as F
 from traceroof import analyze, read_trace, step_windows, timeline
 from traceroof.chips import get_chip
 from traceroof.costing import apply_costs
@@ -193,31 +189,3 @@ def test_sums_in_order_are_pythons_sum():
     # the data is such that the order matters: the same segments added last to first differ
     assert any(sum(reversed(values[a:a + k])) != w for a, k, w in zip(lo, n, want))
     assert max(n) == 17 and min(n) == 1  # segments of one value and long ones
-
-
-@pytest.mark.parametrize("source", ["generated", "real"])
-def test_detectors_on_two_threads_equal_one(tmp_path, monkeypatch, source):
-    if source == "real":
-        path = real("HolisticTraceAnalysis", "tests", "data", "nccl_parser_config", "nccl_data.json.gz")
-    else:
-        path = _comm_trace(tmp_path / "r0.json")
-    trace = read_trace(path)
-    threads: set[str] = set()
-    run = F._run_each
-
-    def spy(ctx, chosen, n):
-        for name in chosen:
-            fn = F.DETECTORS[name]
-            monkeypatch.setitem(F.DETECTORS, name, lambda c, fn=fn: (threads.add(threading.current_thread().name), fn(c))[1])
-        return run(ctx, chosen, n)
-
-    monkeypatch.setattr(F, "_run_each", spy)
-    monkeypatch.setattr(F, "DETECTOR_THREADS", 1)
-    one = [f.to_dict() for f in analyze(trace, "h100").findings]
-    assert threads == {threading.current_thread().name}
-    monkeypatch.setattr(F, "DETECTOR_THREADS", 2)
-    threads.clear()
-    two = [f.to_dict() for f in analyze(read_trace(path), "h100").findings]
-    if len(os.sched_getaffinity(0)) > 1:  # else run_detectors keeps to this thread
-        assert threads and all(t.startswith("traceroof-detector") for t in threads)
-    assert one and json.dumps(two, sort_keys=True) == json.dumps(one, sort_keys=True)

@@ -266,10 +266,11 @@ def compare_ranks(ops: pl.DataFrame, steps: pl.DataFrame, meta: TraceMeta,
 
 def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, spec: ChipSpec,
                     meta: TraceMeta, ranks: dict[str, Any] | None, rank_comparison: Any,
-                    names: list[str] | None, captures: pl.DataFrame | None = None) -> list[Finding]:
-    """Run the detectors ``names`` (default: all), largest recoverable time first. The
-    detectors' shared results (cross-rank view, matched collectives, the graph-capture windows
-    ``captures`` the timeline found) are handed over here.
+                    names: list[str] | None, captures: pl.DataFrame | None = None) -> tuple[list[Finding], list[str]]:
+    """Run the detectors ``names`` (default: all), largest recoverable time first; returns
+    the findings and the detectors' warnings (what they left out, :attr:`FindingContext.warnings`).
+    The detectors' shared results (cross-rank view, matched collectives, the graph-capture
+    windows ``captures`` the timeline found) are handed over here.
 
     The detectors see the device time the summary accounts (rule 2): ops off the recorded
     timeline never; and on a rank with steps only the ops in its steps (and under graph
@@ -285,7 +286,8 @@ def detect_findings(ops: pl.DataFrame, host: pl.DataFrame, steps: pl.DataFrame, 
         ops = _kept_rows(ops, keep.fill_null(False))
     ctx = FindingContext(ops=ops, host=host, steps=steps, chip=spec, meta=meta,
                          ranks=ranks, rank_comparison=rank_comparison, captures=captures)
-    return run_detectors(ctx, names)
+    found = run_detectors(ctx, names)
+    return found, list(ctx.warnings)
 
 
 def _kept_rows(ops: pl.DataFrame, keep: pl.Series) -> pl.DataFrame:
@@ -487,7 +489,8 @@ def analyze(
                      model_flops_formula, n_devices, seg.timeline, seg.device_steps)
     above = check_roofs(ops, spec, group_by)
     ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
-    found = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings, seg.captures)
+    found, found_warnings = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings,
+                                            seg.captures)
     light = light_speed(ops, seg, util.steps, util.summary, found, ranking)
     trace_info, chip_info = describe_trace(meta, ops, costed.host), describe_chip(spec, reason, meta)
     coverage = describe_coverage(costed.coverage, replays.graphs, replays.unlaunched)
@@ -497,7 +500,7 @@ def analyze(
         ranking=ranking, ops=ops,
         warnings=unlaunched.replace_warning(graph_replay.replace_warning(
             collect_warnings(meta, ops, costed.coverage), replays), replays, costed.coverage.device_ns)
-        + mfu_above_hfu(util.summary, coverage),
+        + mfu_above_hfu(util.summary, coverage) + found_warnings,
         inconsistencies=util.inconsistencies + above, findings=found,
         filters=Filters(rank=rank, step=step, group_by=group_by),
         ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,

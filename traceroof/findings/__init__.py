@@ -12,7 +12,6 @@ what several of them read is a typed field of :class:`Shared`, filled once by it
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -55,9 +54,6 @@ class Shared:
         stragglers: the straggler ranks worth a finding (``straggler._reported``).
         straggler_waits: the waits the straggler finding claims
             (:func:`~traceroof.findings.straggler.claimed_waits`).
-        lock: held while one of the above is checked and computed: the detectors of a run
-            may run on two threads (:func:`run_detectors`), and each result is computed by
-            one of them, never twice and never seen half set.
     """
 
     device_order: pl.DataFrame | None = None
@@ -70,7 +66,6 @@ class Shared:
     rank_view: RankView | None = None
     stragglers: list[tuple[dict[str, Any], float, int, float | None]] | None = None
     straggler_waits: pl.DataFrame | None = None
-    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
 
 @dataclass
@@ -93,6 +88,8 @@ class FindingContext:
             counts as running), so a detector that leaves time to another knows it runs.
         shared: results the detectors of one run share (:class:`Shared`), filled as they are
             first needed.
+        warnings: what the detectors left out and why (one line each, for the report's
+            warnings: nothing is dropped without a word); the one field a detector writes.
     """
 
     ops: pl.DataFrame
@@ -105,6 +102,7 @@ class FindingContext:
     captures: pl.DataFrame | None = None
     chosen: tuple[str, ...] | None = None
     shared: Shared = field(default_factory=Shared, init=False, repr=False, compare=False)
+    warnings: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
 
 @dataclass
@@ -186,22 +184,9 @@ def _load_builtin() -> None:
             importlib.import_module(f"{__name__}.{m.name}")
 
 
-#: the detectors of a run share this many threads (:func:`run_detectors`; at most the CPUs
-#: this process may use). 1: measured in session 9 (docs/performance.md), two threads gave no
-#: gain on 16 merged ranks and cost +0.5 s of CPU and +3 s of wall in ``analyze`` of a 1 GB
-#: trace on a loaded 2-core machine (two large polars queries at once contend for its pool)
-DETECTOR_THREADS = 1
-
-
-def run_detectors(ctx: FindingContext, names: list[str] | None = None, threads: int | None = None) -> list[Finding]:
-    """Run the named detectors (default: all), largest recoverable time first.
-
-    ``threads``: how many threads run them (default :data:`DETECTOR_THREADS`, at most the
-    CPUs this process may use; 1: in this thread, one after the other). Polars releases the
-    GIL inside a query, so one detector's queries can run while another's Python runs; the
-    findings do not depend on it: each detector reads the context only, the results they
-    share are computed once under :attr:`Shared.lock`, and the findings are put together in
-    the order of ``names``, as one thread gives them.
+def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[Finding]:
+    """Run the named detectors (default: all), one after the other in this thread, largest
+    recoverable time first.
 
     Raises:
         UsageError: an unknown detector name (the message lists the known ones).
@@ -218,26 +203,11 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None, threads: 
     if ctx.ops.height == 0:
         return out
     ctx.chosen = tuple(chosen)  # detectors that leave time to another check it runs
-    for found in _run_each(ctx, chosen, DETECTOR_THREADS if threads is None else threads):
-        out.extend(found)
+    for name in chosen:
+        out.extend(DETECTORS[name](ctx))
     out = sorted(out, key=lambda f: (-(f.recoverable_ns or 0.0), f.kind, f.title))
     _cap_to_window(ctx, out)
     return sorted(out, key=lambda f: (-(f.recoverable_ns or 0.0), f.kind, f.title))
-
-
-def _run_each(ctx: FindingContext, chosen: list[str], threads: int) -> list[list[Finding]]:
-    """Each detector of ``chosen``'s findings, in that order, on up to ``threads`` threads."""
-    import os
-
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = min(threads, cpus, len(chosen))
-    if threads <= 1:
-        return [DETECTORS[n](ctx) for n in chosen]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="traceroof-detector") as pool:
-        futures = [pool.submit(DETECTORS[n], ctx) for n in chosen]
-        return [f.result() for f in futures]
 
 
 def _cap_to_window(ctx: FindingContext, findings: list[Finding]) -> None:

@@ -77,26 +77,24 @@ def windows(ctx: FindingContext) -> dict[int, tuple[int, int]]:
     its length (BC-33), and severity is the recoverable share of it.
     """
     shared = ctx.shared
-    with shared.lock:
-        if shared.windows is None:
-            # the device order (when an idle detector built it) holds every op's start and end,
-            # sorted by rank: a cheaper group-by than the op table's, with the same result
-            if shared.device_order is not None:
-                d, end = shared.device_order, pl.col("end_ns")
-            else:
-                d, end = ctx.ops, end_expr()
-            w = d.group_by("rank").agg(pl.col("start_ns").min().alias("s"), end.max().alias("e"))
-            shared.windows = {int(r): (int(s), int(e)) for r, s, e in w.iter_rows()}
+    if shared.windows is None:
+        # the device order (when an idle detector built it) holds every op's start and end,
+        # sorted by rank: a cheaper group-by than the op table's, with the same result
+        if shared.device_order is not None:
+            d, end = shared.device_order, pl.col("end_ns")
+        else:
+            d, end = ctx.ops, end_expr()
+        w = d.group_by("rank").agg(pl.col("start_ns").min().alias("s"), end.max().alias("e"))
+        shared.windows = {int(r): (int(s), int(e)) for r, s, e in w.iter_rows()}
     return shared.windows
 
 
 def devices(ctx: FindingContext) -> dict[int, int]:
     """Per rank: how many devices its ops run on (a null device counts as one), computed once
     per context from the first op of each (rank, device) in :func:`device_order`."""
-    with ctx.shared.lock:
-        if ctx.shared.devices is None:
-            firsts = device_order(ctx).filter("new_group")
-            ctx.shared.devices = {int(r): int(n) for r, n in firsts.group_by("rank").len().iter_rows()}
+    if ctx.shared.devices is None:
+        firsts = device_order(ctx).filter("new_group")
+        ctx.shared.devices = {int(r): int(n) for r, n in firsts.group_by("rank").len().iter_rows()}
     return ctx.shared.devices
 
 
@@ -143,14 +141,13 @@ def scope_wall_ns(ctx: FindingContext, rank: int, device: int | None) -> int:
 def device_busy_ns(ctx: FindingContext, rank: int, device: int | None) -> int:
     """Busy time (ns) of one device of a rank: the union of its ops' intervals over all its
     streams, computed once per context for every (rank, device) from :func:`device_order`."""
-    with ctx.shared.lock:
-        if ctx.shared.device_busy is None:
-            d = device_order(ctx)
-            grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
-            u = d.group_by("rank", "device").agg(grow.sum().alias("busy"))
-            ctx.shared.device_busy = {
-                (int(r), None if dv is None else int(dv)): int(v) for r, dv, v in u.iter_rows() if r is not None
-            }
+    if ctx.shared.device_busy is None:
+        d = device_order(ctx)
+        grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
+        u = d.group_by("rank", "device").agg(grow.sum().alias("busy"))
+        ctx.shared.device_busy = {
+            (int(r), None if dv is None else int(dv)): int(v) for r, dv, v in u.iter_rows() if r is not None
+        }
     return ctx.shared.device_busy.get((int(rank), device), 0)
 
 
@@ -210,9 +207,8 @@ def device_order(ctx: FindingContext) -> pl.DataFrame:
     ``gap_start_ns`` (``cover_ns`` of the previous op of the rank/device; null on its first op)
     and ``gap_ns`` (idle before the op: ``start_ns − gap_start_ns`` when positive, else 0), ns.
     """
-    with ctx.shared.lock:
-        if ctx.shared.device_order is None:
-            ctx.shared.device_order = _device_order(ctx.ops)
+    if ctx.shared.device_order is None:
+        ctx.shared.device_order = _device_order(ctx.ops)
     return ctx.shared.device_order
 
 
@@ -237,14 +233,13 @@ def _device_order(ops: pl.DataFrame) -> pl.DataFrame:
 def busy_ns(ctx: FindingContext, rank: int) -> int:
     """Device busy time of a rank: the union of its device ops' intervals (all streams, summed
     over its devices), ns."""
-    with ctx.shared.lock:
-        if ctx.shared.busy is None:
-            d = device_order(ctx)
-            # In start order each op extends the union by ``cover_ns − max(start_ns, previous
-            # cover_ns)`` (≥ 0 as durations are ≥ 0): summed, that is the union's length, exactly.
-            grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
-            u = d.group_by("rank").agg(grow.sum().alias("busy"))
-            ctx.shared.busy = {int(r): int(v) for r, v in u.iter_rows() if r is not None}
+    if ctx.shared.busy is None:
+        d = device_order(ctx)
+        # In start order each op extends the union by ``cover_ns − max(start_ns, previous
+        # cover_ns)`` (≥ 0 as durations are ≥ 0): summed, that is the union's length, exactly.
+        grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
+        u = d.group_by("rank").agg(grow.sum().alias("busy"))
+        ctx.shared.busy = {int(r): int(v) for r, v in u.iter_rows() if r is not None}
     return ctx.shared.busy.get(int(rank), 0)
 
 

@@ -382,9 +382,8 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
     ns. Computed once per context, with :func:`stretches` (``ctx.shared``).
     """
     shared = ctx.shared
-    with shared.lock:
-        if shared.timeline is None:
-            shared.timeline, shared.stretches = _timeline_and_stretches(ctx)
+    if shared.timeline is None:
+        shared.timeline, shared.stretches = _timeline_and_stretches(ctx)
     return shared.timeline
 
 

@@ -102,12 +102,28 @@ def detect(ctx: FindingContext) -> list[Finding]:
     ops = ctx.ops.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     coll = ops.filter(pl.col("kind") == "collective")
     out: list[Finding] = []
+    _warn_no_device(ctx, coll)
     have = set(coll["rank"].unique().to_list())
     devices = _DeviceParts(ops, coll, claimed_waits_of(ctx))
     for rank, dev, r in scopes(ctx, ops.select("rank", "device")):
         if rank in have:
             out.extend(_rank_findings(ctx, r, rank, dev, devices))
     return out
+
+
+def _warn_no_device(ctx: FindingContext, coll: pl.DataFrame) -> None:
+    """Say in ``ctx.warnings`` how many collectives (and how much of their device time, ns)
+    are left out of the check because their device is null: their communication cannot be set
+    against the compute of a device, so it is neither exposed nor overlapped."""
+    lost = coll.filter(pl.col("device").is_null())
+    if not lost.height:
+        return
+    ranks = sorted(r for r in lost["rank"].unique().to_list() if r is not None)
+    ns = int(lost["dur_ns"].sum() or 0)
+    ctx.warnings.append(
+        f"exposed_collectives: {lost.height:,} collective kernel(s) ({fmt_ns(ns)} of device time) on rank(s) "
+        f"{', '.join(map(str, ranks)) or 'unknown'} record no device and are left out of the exposed-communication "
+        "check (neither exposed nor overlapped)")
 
 
 def claimed_waits_of(ctx: FindingContext) -> dict[int, pl.DataFrame]:

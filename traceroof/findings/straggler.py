@@ -41,17 +41,16 @@ def rank_view(ctx: FindingContext) -> RankView:
     computed from the op table (:func:`traceroof.ranks.compare_collectives`,
     :func:`traceroof.ranks.analyze_ranks`; both None with fewer than 2 ranks)."""
     shared = ctx.shared
-    with shared.lock:
-        if shared.rank_view is None:
-            from ..ranks import analyze_ranks, compare_collectives
+    if shared.rank_view is None:
+        from ..ranks import analyze_ranks, compare_collectives
 
-            cmp = ctx.rank_comparison
-            if cmp is None:
-                cmp = compare_collectives(ctx.ops, ctx.meta.stats)
-            sec = ctx.ranks
-            if sec is None and cmp is not None:
-                sec = analyze_ranks(ctx.ops, ctx.steps, ctx.meta.stats, cmp)
-            shared.rank_view = RankView(cmp, sec)
+        cmp = ctx.rank_comparison
+        if cmp is None:
+            cmp = compare_collectives(ctx.ops, ctx.meta.stats)
+        sec = ctx.ranks
+        if sec is None and cmp is not None:
+            sec = analyze_ranks(ctx.ops, ctx.steps, ctx.meta.stats, cmp)
+        shared.rank_view = RankView(cmp, sec)
     return shared.rank_view
 
 
@@ -66,9 +65,8 @@ def detect(ctx: FindingContext) -> list[Finding]:
 def _reported(ctx: FindingContext) -> list[tuple[dict[str, Any], float, int, float | None]]:
     """The straggler ranks worth a finding: ``(per_rank row, mean wait per other rank (ns),
     steps, median step time (ns))`` each."""
-    with ctx.shared.lock:
-        if ctx.shared.stragglers is None:
-            ctx.shared.stragglers = _find_stragglers(ctx)
+    if ctx.shared.stragglers is None:
+        ctx.shared.stragglers = _find_stragglers(ctx)
     return ctx.shared.stragglers
 
 
@@ -100,12 +98,11 @@ def claimed_waits(ctx: FindingContext) -> pl.DataFrame:
     these to the straggler finding, so no nanosecond is claimed twice (BC-33)."""
     from ..ranks import wait_intervals
 
-    with ctx.shared.lock:
-        if ctx.shared.straggler_waits is None:
-            runs = ctx.chosen is None or "straggler" in ctx.chosen
-            reported = [int(row["rank"]) for row, *_ in _reported(ctx)] if runs else []
-            w = wait_intervals(rank_view(ctx).comparison if reported else None)
-            ctx.shared.straggler_waits = w.filter(pl.col("last_rank").is_in(reported))
+    if ctx.shared.straggler_waits is None:
+        runs = ctx.chosen is None or "straggler" in ctx.chosen
+        reported = [int(row["rank"]) for row, *_ in _reported(ctx)] if runs else []
+        w = wait_intervals(rank_view(ctx).comparison if reported else None)
+        ctx.shared.straggler_waits = w.filter(pl.col("last_rank").is_in(reported))
     return ctx.shared.straggler_waits
 
 
