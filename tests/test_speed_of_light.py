@@ -173,3 +173,18 @@ def test_overlap_query_equals_a_pairwise_check_on_random_groups():
     got = _overlapped(t, ["rank", "step", "device"]).to_list()
     assert sum(want) > 20 and sum(not w for r, w in zip(rows, want) if r[3] == "collective") > 20  # both cases
     assert got == want
+
+
+def test_no_complete_step_gives_the_empty_table_the_terms_give():
+    """Without a complete device-step ``device_steps`` returns without a query; its empty
+    table is the one the full computation gives for no device-step (same columns, dtypes)."""
+    from polars.testing import assert_frame_equal
+
+    from traceroof import speed_of_light as sol
+
+    ds = device_steps(_ops(BASIC), _dev([(0, 1, 0, 1000, 900)]), _steps([(0, 1, 1000, True)]))  # partial
+    assert ds.kinds == () and ds.table.height == 0
+    full = sol._terms(_ops(BASIC), _dev([]), ["rank", "step", "device"])
+    assert full.kinds == ()
+    assert_frame_equal(ds.table, full.table)
+    assert ds.table.columns[:5] == ["rank", "step", "device", "wall_ns", "busy_ns"] and "sol_ns" in ds.table.columns

@@ -476,6 +476,37 @@ def analyze(
     """
     if trace.ops.height == 0:
         return _no_device_ops(trace, chip)
+    with _engine_for(trace):
+        return _analyze(trace, chip, rank=rank, step=step, group_by=group_by,
+                        model_flops_per_step=model_flops_per_step, model_flops_formula=model_flops_formula,
+                        n_devices=n_devices, findings=findings, capture_traces=capture_traces)
+
+
+#: A trace of at most this many rows (device ops + host events) is analysed on polars'
+#: in-memory engine, a larger one on polars' default. Measured in session 10
+#: (docs/performance.md, "Small traces: analyze's queries"): a lazy query's default engine
+#: costs ~0.2 ms more per query to start, so on the real fixtures (61–45,000 rows) ``analyze``
+#: took 5–20 % less CPU in-memory; the 137 MB trace (180,000 rows) the same on both; the 1 GB
+#: trace (1.4 M rows) more in-memory (session 9: 1.6 → 2.3 s). Results are the same on both.
+IN_MEMORY_MAX_ROWS = 200_000
+
+
+def _engine_for(trace: Trace) -> ContextManager[Any]:
+    """The polars engine for ``trace``'s analysis: in-memory (``pl.Config(engine_affinity=
+    "in-memory")``, restored afterwards) for at most :data:`IN_MEMORY_MAX_ROWS` rows, unless
+    the process chose an engine itself (``POLARS_ENGINE_AFFINITY`` set to other than ``auto``);
+    else nothing changed. The setting is polars' process-wide one: another thread's queries
+    during the analysis run in-memory too (results are the same, only speed differs)."""
+    if (trace.ops.height + trace.host.height > IN_MEMORY_MAX_ROWS
+            or os.environ.get("POLARS_ENGINE_AFFINITY", "auto") != "auto"):
+        return contextlib.nullcontext()
+    return pl.Config(engine_affinity="in-memory")
+
+
+def _analyze(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None, *, rank: int | None, step: int | None,
+             group_by: str | None, model_flops_per_step: float | None, model_flops_formula: str | None,
+             n_devices: int | None, findings: list[str] | None, capture_traces: list[str] | None) -> Report:
+    """:func:`analyze` of a trace with device ops, every stage in order."""
     meta = trace.meta
     spec, reason = resolve_chip(trace, chip)
     replays = attribute_replays(trace, capture_traces)

@@ -95,6 +95,26 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
     complete = steps.filter(~pl.col("partial").fill_null(False)).select("rank", "step")
     dev = device_steps_table.join(complete, on=["rank", "step"], how="semi", nulls_equal=True).select(
         *keys, "wall_ns", "busy_ns")
+    if dev.height == 0:  # no complete step with a device window: the empty table, without a query
+        return DeviceSteps(empty_table(dev), ())
+    return _terms(ops, dev, keys)
+
+
+#: the columns :func:`device_steps` adds to the device-step rows when no op kind has a gap
+#: column (Int64 ns each), in order
+_TERMS = ("ops_dur_ns", "compute_ns", "comm_overlapped_ns", "comm_alone_ns", "uncosted_ns",
+          "idle_ns", "sol_raw_ns", "sol_ns")
+
+
+def empty_table(dev: pl.DataFrame) -> pl.DataFrame:
+    """The table of :func:`device_steps` with no row: the ``rank``/``step``/``device``,
+    ``wall_ns``, ``busy_ns`` columns of ``dev`` (no row) and the :data:`_TERMS` (Int64 ns), as
+    :func:`_terms` gives them for no device-step (tests/test_speed_of_light.py)."""
+    return pl.DataFrame(schema={**dev.schema, **{c: pl.Int64 for c in _TERMS}})
+
+
+def _terms(ops: pl.DataFrame, dev: pl.DataFrame, keys: list[str]) -> DeviceSteps:
+    """:func:`device_steps` of the device-step rows ``dev`` (``keys``, ``wall_ns``, ``busy_ns``)."""
     # one lazy query over the six columns read (an eager filter copied every column first)
     stepped = (ops.lazy().filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.lazy().clear())
     stepped = (stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")

@@ -28,8 +28,9 @@ def step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> p
     by_ops = (placed.filter(pl.col("step").is_not_null()).group_by("rank", "device", "step")
               .agg(pl.col("start_ns").min().alias("s"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("e")))
     parts, slow = _common_starts(devs, gpu, by_ops)
-    for (rank,), d in devs.join(slow, on="rank", how="semi").group_by(["rank"]):
-        parts += _rank_starts(rank, d, gpu, cpu, placed, by_ops)
+    if slow:  # (no query when every rank is a common case, as most are)
+        for (rank,), d in devs.filter(pl.col("rank").is_in(slow)).group_by(["rank"]):
+            parts += _rank_starts(rank, d, gpu, cpu, placed, by_ops)
     if not parts:
         return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "step": pl.Int32, "s": pl.Int64, "e": pl.Int64})
     cols = ["rank", "device", "step", "s", "e"]
@@ -38,33 +39,43 @@ def step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> p
     return _fill_missing_steps(have).sort("rank", "device", "step")
 
 
-def _common_starts(devs: pl.DataFrame, gpu: pl.DataFrame, by_ops: pl.DataFrame) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+def _common_starts(devs: pl.DataFrame, gpu: pl.DataFrame, by_ops: pl.DataFrame) -> tuple[list[pl.DataFrame], list[Any]]:
     """The step windows of the ranks in one of the two common cases, for all of them at once
     (the same rows :func:`_rank_starts` gives them; one rank at a time was ~20 queries per
     rank: 0.08 s of CPU for 16 ranks): every device of the rank has device-side markers of
     its own (its windows: the markers, each ending at the later of the marker's end and the
     end of its last attributed op), or the rank has none and every device has ops attributed
-    to steps (its windows: their spans). Returns (those windows, the other ranks: ``rank``),
-    which :func:`_rank_starts` does one by one. A null device is in neither case."""
-    ranks = devs.select("rank").unique()
-    marked = gpu.select("rank", "device").unique()
-    # ranks with a device lacking markers of its own / lacking attributed ops
-    bare = devs.join(marked, on=["rank", "device"], how="anti").select("rank").unique()
-    idle = devs.join(by_ops.select("rank", "device").unique(), on=["rank", "device"], how="anti").select("rank").unique()
-    with_marks = ranks.join(marked.select("rank").unique(), on="rank", how="semi")
-    fast_marks = with_marks.join(bare, on="rank", how="anti")
-    fast_ops = ranks.join(with_marks, on="rank", how="anti").join(idle, on="rank", how="anti")
+    to steps (its windows: their spans). Returns (those windows, the other ranks), which
+    :func:`_rank_starts` does one by one. A null device is in neither case.
+
+    Which rank is in which case is decided on Python sets of the few ``(rank, device)`` pairs
+    (session 10: a dozen joins of one-row tables before, ~2 ms on a small trace), with the
+    joins' rule for nulls: a pair with a null never matches another.
+    """
+    def pairs(df: pl.DataFrame) -> set[tuple[Any, Any]]:
+        return {(r, d) for r, d in zip(df["rank"].to_list(), df["device"].to_list()) if r is not None and d is not None}
+
+    dev_pairs = list(zip(devs["rank"].to_list(), devs["device"].to_list()))
+    marked, attributed = pairs(gpu), pairs(by_ops)
+    ranks = {r for r, _ in dev_pairs}
+    # ranks with a device lacking markers of its own / lacking attributed ops (a null never matches)
+    bare = {r for r, d in dev_pairs if (r, d) not in marked and r is not None}
+    idle = {r for r, d in dev_pairs if (r, d) not in attributed and r is not None}
+    # (a marker of a null device still marks its rank)
+    with_marks = {r for r in ranks if r is not None} & set(gpu["rank"].drop_nulls().to_list())
+    fast_marks = with_marks - bare
+    fast_ops = {r for r in ranks if r not in with_marks and r not in idle}  # a null rank stays in (an anti join)
     parts = []
-    if fast_marks.height:
-        w = (devs.join(fast_marks, on="rank", how="semi")
+    if fast_marks:
+        w = (devs.filter(pl.col("rank").is_in(sorted(fast_marks)))
              .join(gpu.select("rank", "device", "step", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e")),
                    on=["rank", "device"])
              .join(by_ops.select("rank", "device", "step", pl.col("e").alias("_oe")),
                    on=["rank", "device", "step"], how="left"))
         parts.append(w.with_columns(pl.max_horizontal("e", "_oe").alias("e")).drop("_oe"))
-    if fast_ops.height:
-        parts.append(by_ops.join(fast_ops, on="rank", how="semi"))
-    slow = ranks.join(fast_marks, on="rank", how="anti").join(fast_ops, on="rank", how="anti")
+    if fast_ops - {None}:
+        parts.append(by_ops.filter(pl.col("rank").is_in(sorted(fast_ops - {None}))))
+    slow = sorted(r for r in ranks if r is not None and r not in fast_marks and r not in fast_ops)
     return parts, slow
 
 
