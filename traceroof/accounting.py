@@ -366,8 +366,10 @@ def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
     spans = _op_spans(ops)
     length = (pl.col("end_ns") - pl.col("start_ns")).sum()
     busy = iv.union(d, by=["rank", "device"]).group_by("rank", "device").agg(length.alias("b"))
-    comm = iv.union(d.filter(pl.col("kind") == "collective"), by=["rank", "device"])
-    comm_ns = {(r, dv): int(v) for r, dv, v in comm.group_by("rank", "device").agg(length).iter_rows()}
+    comm_ns = {}
+    if (ops["kind"] == "collective").any():  # (without a collective: no union of none)
+        comm = iv.union(d.filter(pl.col("kind") == "collective"), by=["rank", "device"])
+        comm_ns = {(r, dv): int(v) for r, dv, v in comm.group_by("rank", "device").agg(length).iter_rows()}
     out = {}
     for (rank,), g in busy.group_by(["rank"]):
         s, e = spans[rank]
@@ -386,6 +388,8 @@ def check_findings(report: Report) -> list[Violation]:
     three bounds with that device's window, idle and communication. Each finding ≤ the
     evidence that bounds it (:data:`EVIDENCE_BOUND`)."""
     out: list[Violation] = []
+    if not report.findings:  # no claim: nothing to bound (and no query for the bounds)
+        return out
     times = _rank_times(report.ops)
     claims: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     on_device: dict[tuple[Any, Any], dict[str, float]] = defaultdict(lambda: defaultdict(float))

@@ -141,13 +141,15 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timelin
     """
     gpu, cpu = _device_markers(host), device_and_host_windows(host)[1]
     every = graph_capture.windows(host, unclosed=True)
-    caps, unclosed = every.filter(pl.col("closed")), every.filter(~pl.col("closed"))
+    caps, unclosed = ((every.filter(pl.col("closed")), every.filter(~pl.col("closed"))) if every.height
+                      else (every, every))  # (no capture: no query)
     why = outside_reasons(ops, host, meta)
+    everything_placed = why.null_count() == why.len()
     # the columns the partition reads (not a filtered copy, nor a join, of the whole op
     # table: ~60 MB each on the 1 GB replicated trace); only bucket and step are written back
     narrow = ops.select(*_PLACED_COLUMNS).with_columns(
         why.alias("_why"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"))
-    placed = narrow.filter(pl.col("_why").is_null())
+    placed = narrow if everything_placed else narrow.filter(pl.col("_why").is_null())
     segments = _segments(placed, gpu, cpu, caps)
     pieces, head = _cut(placed, segments)
     tags = narrow.select("_i", "_why").join(head, on="_i", how="left", maintain_order="left").select(
@@ -155,7 +157,8 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timelin
         pl.when(pl.col("_why").is_null()).then(pl.col("_step")).cast(pl.Int32).alias("step"),
     )
     ops = ops.with_columns(tags.get_columns())
-    outside = {k: int(v) for k, v in narrow.filter(pl.col("_why").is_not_null()).group_by("_why").len().iter_rows()}
+    outside = {} if everything_placed else {
+        k: int(v) for k, v in narrow.filter(pl.col("_why").is_not_null()).group_by("_why").len().iter_rows()}
     _warn(narrow, segments, caps, outside, meta)
     _warn_unclosed(unclosed, meta)
     _warn_clock(placed, meta)
@@ -175,8 +178,8 @@ def _warn(ops: pl.DataFrame, seg: pl.DataFrame, caps: pl.DataFrame, outside: dic
         meta.warn(f"{units.plural(out.height, 'device op')} ({units.ns(int(out['dur_ns'].sum()))} of device time) "
                   f"lie outside the recorded timeline ({what}): they are in no step and not counted as idle "
                   "(accounting rule 2)")
-    cap = seg.filter(pl.col("bucket") == "graph_capture")
     if caps.height:
+        cap = seg.filter(pl.col("bucket") == "graph_capture")
         ns = int((cap["end_ns"] - cap["start_ns"]).sum()) if cap.height else 0
         meta.warn(f"{units.plural(caps.height, 'graph-capture window')} "
                   f"({units.plural(int(caps['launches'].sum()), 'launch call')} inside, recorded into graphs: no "
@@ -212,6 +215,8 @@ def _warn_clock(ops: pl.DataFrame, meta: TraceMeta) -> None:
 
 def _warn_unclosed(unclosed: pl.DataFrame, meta: TraceMeta) -> None:
     """One warning per rank for capture Begins the trace never closes (not windows)."""
+    if unclosed.height == 0:
+        return
     for (rank,), g in unclosed.group_by(["rank"], maintain_order=True):
         at = ", ".join(units.ns(int(x)) for x in g["start_ns"].head(3).to_list())
         meta.warn(f"rank {rank}: {units.plural(g.height, 'graph capture')} begun (at {at}) and never ended in "
@@ -468,9 +473,8 @@ def bucket_rows(tl: Timeline) -> list[dict[str, Any]]:
     # segments are disjoint (each lies in its segment), so the sum is the bucket's union
     busy = piece_unions(tl).group_by("rank", "device", "bucket").agg(pl.col("busy").sum())
     busy_of = {(r, d, b): int(x) for r, d, b, x in busy.iter_rows()}
-    out_ops = tl.ops.filter(pl.col("bucket") == "outside_recording")
-    if out_ops.height:
-        o = out_ops.select("rank", "device", pl.lit("outside_recording").alias("bucket"), "start_ns",
+    if (tl.ops["bucket"] == "outside_recording").any():
+        o = tl.ops.filter(pl.col("bucket") == "outside_recording").select("rank", "device", pl.lit("outside_recording").alias("bucket"), "start_ns",
                            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
         for r, d, b, x in iv.union_lengths(o, {"busy": pl.lit(True)}, ["rank", "device", "bucket"]).iter_rows():
             busy_of[(r, d, b)] = int(x)
@@ -491,6 +495,7 @@ def window_rows(tl: Timeline) -> list[dict[str, Any]]:
     seg = tl.segments
     if seg.height == 0:
         return []
+    seg = seg.lazy()  # one query (eight eager operations before)
     st = (seg.filter(pl.col("bucket") == "step").group_by("rank", "device", "step")
           .agg(pl.col("start_ns").min(), pl.col("end_ns").max(), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("wall_ns"))
           .with_columns(pl.lit("step").alias("bucket")))
@@ -498,4 +503,5 @@ def window_rows(tl: Timeline) -> list[dict[str, Any]]:
         (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"), pl.lit(None, pl.Int32).alias("step"),
         pl.lit("span").alias("bucket"))
     cols = ["rank", "device", "bucket", "step", "start_ns", "end_ns", "wall_ns"]
-    return pl.concat([sp.select(cols), st.select(cols)]).sort("rank", "device", "start_ns", "bucket").to_dicts()
+    return (pl.concat([sp.select(cols), st.select(cols)]).sort("rank", "device", "start_ns", "bucket")
+            .collect().to_dicts())
