@@ -174,13 +174,21 @@ def _partial_steps(
     if w.height == 0 or w["step"].null_count() == w.height:
         return out
     truncated = any("truncated" in x for x in meta.warnings)
+    # each rank's last step: the latest start (of equal starts, the later row, as a stable
+    # sort's tail); then its first host window. Python over the step rows (a few per rank):
+    # three queries per rank before (session 10)
+    last_of: dict[Any, tuple[Any, Any]] = {}
+    for rank, step, s0 in zip(w["rank"].to_list(), w["step"].to_list(), w["start_ns"].to_list()):
+        if rank not in last_of or s0 >= last_of[rank][1]:
+            last_of[rank] = (step, s0)
+    host_win: dict[tuple[Any, Any], tuple[int, int]] = {}
+    for rank, step, s0, e0 in zip(cpu["rank"].to_list(), cpu["step"].to_list(), cpu["start_ns"].to_list(),
+                                  cpu["end_ns"].to_list()):
+        host_win.setdefault((rank, step), (int(s0), int(e0)))
     lasts = []  # (rank, step, host window start, end) of each rank's last step
-    for rank in w["rank"].unique().to_list():
-        last = w.filter(pl.col("rank") == rank).sort("start_ns").tail(1)
-        step = last["step"][0]
-        win = cpu.filter(pl.col("rank") == rank, pl.col("step") == step)
-        if win.height:
-            lasts.append((rank, step, int(win["start_ns"][0]), int(win["end_ns"][0])))
+    for rank, (step, _) in last_of.items():
+        if rank is not None and step is not None and (rank, step) in host_win:
+            lasts.append((rank, step, *host_win[(rank, step)]))
     lost = _lost_launches(ops, host, [(r, s, e) for r, _, s, e in lasts], caps)
     for rank, step, _, _ in lasts:
         n = lost.get(rank, 0)
