@@ -23,7 +23,7 @@ PKG = REPO / "traceroof"
 #: by a name ending in "." — so a new module must be placed here, on purpose.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # words and numbers everything shares; no traceroof imports (errors aside)
-    ("vocabulary", ("_allocator", "errors", "units", "dtypes", "sections", "progress", "intervals", "step_markers",
+    ("vocabulary", ("_allocator", "errors", "units", "dtypes", "sections", "progress", "frames", "intervals", "step_markers",
                     "host", "outputs")),
     # the op and host tables, and putting several of them together
     ("tables", ("schema", "trace", "merge", "duplicates", "parallel")),

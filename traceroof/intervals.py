@@ -10,6 +10,8 @@ from typing import Any
 
 import polars as pl
 
+from .frames import done, small
+
 #: Below every (shifted) time: the running maximum before a group's first row.
 _NEG = -(2**62)
 
@@ -24,7 +26,8 @@ def _bounds(df: pl.DataFrame, start: str, end: str) -> tuple[Any, Any, int]:
     return lo, hi, int(nulls)
 
 
-def _stack(d: pl.DataFrame, by: list[str], lo: int, span: int, start: str, end: str) -> pl.DataFrame:
+def _stack(d: pl.DataFrame | pl.LazyFrame, by: list[str], lo: int, span: int, start: str,
+           end: str) -> pl.DataFrame | pl.LazyFrame:
     """``d`` (sorted by ``by`` then start) with ``_g``, the index of its group (0, 1, … in
     sorted order), and the shifted times ``_s``, ``_e`` = time + ``_g * span - lo``.
 
@@ -85,10 +88,11 @@ def _union_of_sorted(d: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     fast = _fast_path(d, "start_ns", "end_ns", by)
     if fast is None:
         return _union_general(d.lazy(), by)
-    # Eager frames throughout: on these sizes the in-memory engine beats a lazy query's
-    # default engine several times over.
+    # Eager frames on a large table (the in-memory engine beats a lazy query's default engine
+    # several times over there), one lazy plan on the in-memory engine on a small one
+    # (:mod:`traceroof.frames`)
     end_dtype = d.schema["end_ns"]
-    d = _stack(d, by, *fast, "start_ns", "end_ns")
+    d = _stack(small(d), by, *fast, "start_ns", "end_ns")
     # A row opens a merged segment when it starts after the running maximum ``_cm`` of the
     # (shifted) ends before it. A segment's start is its first row's (rows are sorted by
     # start); its end is ``_cm`` at its last row: earlier segments end before it starts and a
@@ -99,13 +103,13 @@ def _union_of_sorted(d: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     first = pl.col("_first")
     last = first.shift(-1).fill_null(True)
     d = d.filter(first | last)  # each segment's first and last rows
-    return d.select(
+    return done(d.select(
         *by,
         pl.when(first).then("start_ns").forward_fill().alias("start_ns"),
         pl.when(first & last).then("end_ns").otherwise(pl.col("_cm") - (pl.col("_e") - pl.col("end_ns")))
         .cast(end_dtype).alias("end_ns"),
         last.alias("_last"),
-    ).filter("_last").drop("_last")
+    ).filter("_last").drop("_last"))
 
 
 def _union_general(d: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
@@ -161,7 +165,7 @@ def union_lengths(
     # clipped at 0. This telescopes to (segment end − segment start) per merged segment of
     # :func:`union`; a row that opens a segment adds ``e − s`` even when negative, as
     # :func:`total` of that one-row segment does. Shifted times keep groups apart (:func:`_stack`).
-    d = df.select(*by, start, end, *conds).sort([*by, start])
+    d = small(df).select(*by, start, end, *conds).sort([*by, start])  # (one lazy plan on a small table)
     d = _stack(d, by, *fast, start, end)
     d = d.with_columns(
         pl.when(f"_in{i}").then("_e").otherwise(pl.lit(_NEG)).cum_max().shift(1).fill_null(_NEG).alias(f"_m{i}")
@@ -173,7 +177,7 @@ def union_lengths(
         m = pl.col(f"_m{i}")
         add = pl.when(s > m).then(e - s).otherwise(pl.max_horizontal(e - m, pl.lit(0)))
         adds.append(pl.when(f"_in{i}").then(add).otherwise(pl.lit(0)).alias(name))
-    return (
+    return done(
         d.select(*by, "_g", *adds)
         .group_by("_g", maintain_order=True)  # _g is sorted: groups are runs, no hashing
         .agg(pl.col(by).first(), pl.col(list(sets)).sum().cast(pl.Int64))

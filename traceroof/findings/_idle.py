@@ -38,6 +38,7 @@ from __future__ import annotations
 import polars as pl
 
 from .. import graph_capture
+from ..frames import done, smalls
 from . import FindingContext
 from ._common import device_order, name_tests
 
@@ -246,10 +247,11 @@ def _sync_names(ops: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
     base = ops.select("rank", "gap_start_ns", "start_ns")[at].with_columns(at.alias("_gi"))
 
     def nearest(t: pl.Expr, strategy: str) -> pl.Series:
-        j = base.with_columns(t.alias("_t")).sort("_t", maintain_order=True).join_asof(
-            syncs, left_on="_t", right_on="sync_end_ns", by="rank", strategy=strategy, check_sortedness=False,
-        )
-        return j.select("_gi", pl.when(good).then(pl.col("name")).alias("sync_name")).sort("_gi")["sync_name"]
+        b, sy = smalls(base, syncs)
+        j = b.with_columns(t.alias("_t")).sort("_t", maintain_order=True).join_asof(
+            sy, left_on="_t", right_on="sync_end_ns", by="rank", strategy=strategy, check_sortedness=False,
+        )  # (one lazy plan on small tables, :mod:`traceroof.frames`)
+        return done(j.select("_gi", pl.when(good).then(pl.col("name")).alias("sync_name")).sort("_gi"))["sync_name"]
 
     back = nearest(pl.col("start_ns") + SYNC_TOL_NS, "backward")
     fwd = nearest(pl.col("gap_start_ns") - SYNC_TOL_NS, "forward")

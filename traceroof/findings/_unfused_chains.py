@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from .. import costs
+from ..frames import done, small
 from . import FindingContext
 from ._common import short
 
@@ -55,8 +56,9 @@ def _codes(df: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     """
     cols = df.columns
     g = df.lazy().with_row_index("_i").group_by(cols).agg("_i").with_row_index("_c").collect()
-    rows = g.lazy().select("_c", "_i").explode("_i").collect()
-    codes = pl.zeros(df.height, dtype=pl.UInt32, eager=True).scatter(rows["_i"], rows["_c"])
+    # every row is in exactly one group: its code, in row order, is the exploded rows sorted
+    # by row (what a scatter of the codes into a zeroed column gave, in one query fewer)
+    codes = g.lazy().select("_c", "_i").explode("_i").sort("_i").collect()["_c"]
     return codes, g.select(cols)
 
 
@@ -172,9 +174,10 @@ def find_runs(ctx: FindingContext) -> Runs | None:
     op_c = pl.zeros(n, dtype=pl.UInt32, eager=True).scatter(cand, op_c)
     g = ["rank", "device", "stream"]
     # runs are found on a narrow numeric frame (the sort moves no text); the codes and bytes of
-    # the kernels in runs are gathered afterwards by row index. Eager steps: the streaming
-    # engine is slower on this chain of order-dependent steps (sort, shift, cum_sum).
-    ops = ctx.ops.select(
+    # the kernels in runs are gathered afterwards by row index. Eager steps on a large table:
+    # the streaming engine is slower on this chain of order-dependent steps (sort, shift,
+    # cum_sum); one lazy plan on the in-memory engine on a small one (:mod:`traceroof.frames`)
+    ops = small(ctx.ops).select(
         pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"), "rank", "device", "stream", "dur_ns", "start_ns",
         "step", "external_id", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), pl.lit(elig).alias("elig"),
     ).sort(*g, "start_ns", maintain_order=True)
@@ -190,7 +193,7 @@ def find_runs(ctx: FindingContext) -> Runs | None:
         | (~same_ext & ((pl.col("start_ns") - prev("end_ns")) > RUN_MAX_GAP_NS).fill_null(True))
         | pl.col("step").ne_missing(prev("step"))
     )
-    el = (
+    el = done(
         ops.with_columns(brk.alias("_brk"))
         .with_columns(pl.col("_brk").cast(pl.Int64).cum_sum().alias("run"),
                       (pl.col("_brk") | ~same_ext).alias("new_member"))
@@ -204,9 +207,8 @@ def find_runs(ctx: FindingContext) -> Runs | None:
     if el.height == 0:
         return None
     skey, keys = _shape_keys_of(ctx.host, el)
-    el = el.with_columns(skey)
-    el = el.with_columns(ctx.ops["bytes"].gather(el["_i"]), name_c.gather(el["_i"]).alias("name_c"),
-                         op_c.gather(el["_i"]).alias("op_c")).drop("_i", "external_id")
+    el = el.select(pl.exclude("_i", "external_id"), skey, ctx.ops["bytes"].gather(el["_i"]),
+                   name_c.gather(el["_i"]).alias("name_c"), op_c.gather(el["_i"]).alias("op_c"))
     return Runs(el, names, op_names, keys)
 
 
@@ -243,23 +245,22 @@ def find_chains(ctx: FindingContext) -> tuple[pl.DataFrame, list[Part], list[tup
     if runs is None:
         return None
     k = runs.kernels
-    per_run = (
-        k.with_columns(_token(k, runs).alias("_tok"))
+    per_run = done(
+        small(k).with_columns(_token(k, runs).alias("_tok"))
         .group_by("run", maintain_order=True)
         .agg(pl.col("rank", "stream", "step").first(), pl.len().alias("n"), pl.col("_tok"))
     )
     struct, _ = _codes(per_run.select("_tok"))
     # a run's structure: the sequence of its kernels' (name, op, shapes, new member) codes
-    per_run = per_run.drop("_tok").with_columns(
-        struct.alias("struct"), (pl.col("n").cum_sum() - pl.col("n")).alias("lo"))
+    per_run = per_run.select(pl.exclude("_tok"), struct.alias("struct"), (pl.col("n").cum_sum() - pl.col("n")).alias("lo"))
     parts, sigs, flat_part, flat_member, offsets = _structures(runs, per_run)
     if not parts:
         return None
     # each kernel's place in its structure, as an index into the flat per-structure tables
     run_base = pl.Series(offsets, dtype=pl.Int64).gather(per_run["struct"]) - per_run["lo"]
     flat = pl.int_range(pl.len(), dtype=pl.Int64) + pl.lit(run_base).gather(pl.col("run"))
-    kern = (
-        k.select("run", "dur_ns", "bytes", "start_ns", "end_ns", flat.alias("_f"))
+    kern = done(
+        small(k).select("run", "dur_ns", "bytes", "start_ns", "end_ns", flat.alias("_f"))
         .with_columns(pl.lit(pl.Series(flat_part, dtype=pl.Int64)).gather(pl.col("_f")).alias("part"),
                       pl.lit(pl.Series(flat_member, dtype=pl.Int64)).gather(pl.col("_f")).alias("member"))
         .filter(pl.col("part").is_not_null())
