@@ -12,6 +12,8 @@ from typing import Any
 
 import polars as pl
 
+from .frames import done, small
+
 
 def step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device, step): ``s`` (where the device starts the step) and ``e`` (the end of
@@ -25,8 +27,8 @@ def step_starts(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> p
     takes the span of the rank's attributed ops per step when one of its ops starts inside
     it, else (no op attributed on the rank) the host windows ``cpu``."""
     devs = placed.select("rank", "device").unique()
-    by_ops = (placed.filter(pl.col("step").is_not_null()).group_by("rank", "device", "step")
-              .agg(pl.col("start_ns").min().alias("s"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("e")))
+    by_ops = done(small(placed).filter(pl.col("step").is_not_null()).group_by("rank", "device", "step")
+                  .agg(pl.col("start_ns").min().alias("s"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("e")))
     parts, slow = _common_starts(devs, gpu, by_ops)
     if slow:  # (no query when every rank is a common case, as most are)
         for (rank,), d in devs.filter(pl.col("rank").is_in(slow)).group_by(["rank"]):
@@ -128,12 +130,13 @@ def _fill_missing_steps(have: pl.DataFrame) -> pl.DataFrame:
     stepped = have.filter(pl.col("step").is_not_null())
     if stepped.height == 0:
         return have
-    rank_steps = stepped.group_by("rank", "step").agg(pl.col("s").min(), pl.col("e").max())
-    rng = stepped.group_by("rank", "device").agg(pl.col("step").min().alias("_lo"), pl.col("step").max().alias("_hi"))
-    missing = (rng.join(rank_steps, on="rank")
-               .filter(pl.col("step").is_between(pl.col("_lo"), pl.col("_hi")))
-               .join(stepped.select("rank", "device", "step"), on=["rank", "device", "step"], how="anti")
-               .select(have.columns))
+    st = small(stepped)  # (one lazy plan on a small table, :mod:`traceroof.frames`)
+    rank_steps = st.group_by("rank", "step").agg(pl.col("s").min(), pl.col("e").max())
+    rng = st.group_by("rank", "device").agg(pl.col("step").min().alias("_lo"), pl.col("step").max().alias("_hi"))
+    missing = done(rng.join(rank_steps, on="rank")
+                   .filter(pl.col("step").is_between(pl.col("_lo"), pl.col("_hi")))
+                   .join(st.select("rank", "device", "step"), on=["rank", "device", "step"], how="anti")
+                   .select(have.columns))
     return pl.concat([have, missing.cast(have.schema)]) if missing.height else have
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from .. import units
+from ..frames import done, small
 from . import Finding, FindingContext
 
 #: Share of the rank's window (``wall_ns``) a finding must give back to be ``high`` / ``medium``.
@@ -214,20 +215,20 @@ def device_order(ctx: FindingContext) -> pl.DataFrame:
 
 def _device_order(ops: pl.DataFrame) -> pl.DataFrame:
     """:func:`device_order` of the op table ``ops``."""
-    d = (
-        ops.select("rank", "device", "start_ns", end_expr())
-        .with_row_index("op_row")
-        .sort("rank", "device", "start_ns", "end_ns")
-    )
     new_group = (
         pl.col("rank").ne_missing(pl.col("rank").shift(1)) | pl.col("device").ne_missing(pl.col("device").shift(1))
     ).fill_null(True)
-    d = d.with_columns(new_group.alias("new_group"))
+    d = done(  # (two lazy plans on a small table, :mod:`traceroof.frames`; five eager steps on a large one)
+        small(ops).select("rank", "device", "start_ns", end_expr())
+        .with_row_index("op_row")
+        .sort("rank", "device", "start_ns", "end_ns")
+        .with_columns(new_group.alias("new_group"))
+    )
     lo, hi, groups = _bounds(d, "new_group")
-    d = d.with_columns(group_cum_max("end_ns", pl.col("new_group"), lo, hi, groups).alias("cover_ns"))
     gap_start = pl.when(~pl.col("new_group")).then(pl.col("cover_ns").shift(1))
     gap = (pl.col("start_ns") - gap_start).clip(lower_bound=0).fill_null(0)
-    return d.with_columns(gap_start.alias("gap_start_ns"), gap.alias("gap_ns"))
+    return done(small(d).with_columns(group_cum_max("end_ns", pl.col("new_group"), lo, hi, groups).alias("cover_ns"))
+                .with_columns(gap_start.alias("gap_start_ns"), gap.alias("gap_ns")))
 
 
 def busy_ns(ctx: FindingContext, rank: int) -> int:

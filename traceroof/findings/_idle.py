@@ -38,7 +38,7 @@ from __future__ import annotations
 import polars as pl
 
 from .. import graph_capture
-from ..frames import done, smalls
+from ..frames import done, small, smalls
 from . import FindingContext
 from ._common import device_order, name_tests
 
@@ -89,10 +89,10 @@ def _host_calls(host: pl.DataFrame) -> pl.DataFrame:
     ``is_in``), and the narrow columns are filtered, never the whole host table."""
     cat = host["cat"]
     runtime = cat == "runtime"
-    return host.select(
+    return done(small(host).select(
         pl.int_range(pl.len(), dtype=pl.UInt32).alias("host_row"),
         "rank", "thread", "name", "start_ns", "dur_ns", "correlation", runtime.alias("runtime"),
-    ).filter(runtime | (cat == "sync"))
+    ).filter(runtime | (cat == "sync")))
 
 
 def _host_launches(calls: pl.DataFrame, launch: pl.Series) -> pl.DataFrame:
@@ -104,7 +104,7 @@ def _host_launches(calls: pl.DataFrame, launch: pl.Series) -> pl.DataFrame:
     call's row in the host table) and ``spacing_ns`` (start minus the previous launch's start
     on the thread, ns; null on a thread's first).
     """
-    rt = calls.select("rank", "thread", "start_ns", "correlation", "host_row").filter(
+    rt = small(calls).select("rank", "thread", "start_ns", "correlation", "host_row").filter(
         launch & calls["runtime"] & calls["correlation"].is_not_null()
     )
     rt = rt.sort("rank", "thread", "start_ns")
@@ -112,7 +112,7 @@ def _host_launches(calls: pl.DataFrame, launch: pl.Series) -> pl.DataFrame:
         pl.col("thread").shift(1)
     )
     spacing = pl.when(same_thread).then(pl.col("start_ns") - pl.col("start_ns").shift(1))
-    return rt.select("rank", "correlation", pl.col("host_row").alias("launch_row"), spacing.alias("spacing_ns"))
+    return done(rt.select("rank", "correlation", pl.col("host_row").alias("launch_row"), spacing.alias("spacing_ns")))
 
 
 def _attach_launches(tl: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
@@ -400,20 +400,21 @@ def _timeline_and_stretches(ctx: FindingContext) -> tuple[pl.DataFrame, pl.DataF
     causes = [_sync_names(ops, _syncs(calls, tests["sync"], tests["memcpy"]))]
     if graphs:
         causes.append(_in_graph(ops, caps))
-    ops = ops.with_columns(*causes).with_columns(_label(graphs))
+    # (one lazy plan on a small table, :mod:`traceroof.frames`)
+    lops = small(ops).with_columns(*causes).with_columns(_label(graphs))
     if graphs:
-        ops = ops.drop("in_graph")
+        lops = lops.drop("in_graph")
 
     # stretches: runs of ops separated only by no gap or by launch gaps, within one step
     graph_step = pl.col("graph").any().over("rank", "step") if graphs else pl.lit(False)
     step_change = pl.col("step").ne_missing(pl.col("step").shift(1))
     brk = pl.col("new_group") | ~pl.col("label").is_in(["none", "launch"]) | step_change | pl.col("graph")
     # every device's first op breaks, so one running count numbers the stretches of all devices
-    ops = ops.with_columns(graph_step.alias("graph_step"), brk.alias("_brk"), brk.cum_sum().alias("stretch"))
-    ops = ops.drop("new_group")
+    lops = lops.with_columns(graph_step.alias("graph_step"), brk.alias("_brk"), brk.cum_sum().alias("stretch"))
+    ops = done(lops.drop("new_group"))
     st = stretches_of(ops)
     qualifies = pl.col("stretch").is_in(st.filter("qualifies")["stretch"].implode())
-    ops = ops.with_columns(qualifies.alias("qualifies")).with_columns(_owner()).drop("_brk")
+    ops = done(small(ops).with_columns(qualifies.alias("qualifies")).with_columns(_owner()).drop("_brk"))
     return ops, st
 
 
@@ -440,7 +441,7 @@ def stretches_of(ops: pl.DataFrame) -> pl.DataFrame:
     big = ops.filter(size.gather(ops["stretch"] - 1) >= STRETCH_MIN_OPS)
     if big.height == 0:
         return empty
-    st = big.group_by(*g, "stretch").agg(
+    st = small(big).group_by(*g, "stretch").agg(
         pl.len().alias("ops"),
         pl.col("step").first(),
         pl.col("start_ns").min().alias("start_ns"),
@@ -465,7 +466,7 @@ def stretches_of(ops: pl.DataFrame) -> pl.DataFrame:
         & (pl.col("launch_gaps") > 0)
         & ~pl.col("graph_step")
     )
-    return st.with_columns(q.alias("qualifies")).sort(*g, "start_ns", maintain_order=True)
+    return done(st.with_columns(q.alias("qualifies")).sort(*g, "start_ns", maintain_order=True))
 
 
 def stretches(ctx: FindingContext) -> pl.DataFrame:
