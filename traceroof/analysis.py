@@ -19,7 +19,7 @@ from typing import Any, ContextManager
 
 import polars as pl
 
-from . import graph_replay, timeline, units, unlaunched
+from . import frames, graph_replay, timeline, units, unlaunched
 from . import steps as steps_mod
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs, apply_costs_to
@@ -476,67 +476,37 @@ def analyze(
     """
     if trace.ops.height == 0:
         return _no_device_ops(trace, chip)
-    with _engine_for(trace):
-        return _analyze(trace, chip, rank=rank, step=step, group_by=group_by,
-                        model_flops_per_step=model_flops_per_step, model_flops_formula=model_flops_formula,
-                        n_devices=n_devices, findings=findings, capture_traces=capture_traces)
-
-
-#: A trace of at most this many rows (device ops + host events) is analysed on polars'
-#: in-memory engine, a larger one on polars' default. Measured in session 10
-#: (docs/performance.md, "Small traces: analyze's queries"): a lazy query's default engine
-#: costs ~0.2 ms more per query to start, so on the real fixtures (61–45,000 rows) ``analyze``
-#: took 5–20 % less CPU in-memory; the 137 MB trace (180,000 rows) the same on both; the 1 GB
-#: trace (1.4 M rows) more in-memory (session 9: 1.6 → 2.3 s). Results are the same on both.
-IN_MEMORY_MAX_ROWS = 200_000
-
-
-def _engine_for(trace: Trace) -> ContextManager[Any]:
-    """The polars engine for ``trace``'s analysis: in-memory (``pl.Config(engine_affinity=
-    "in-memory")``, restored afterwards) for at most :data:`IN_MEMORY_MAX_ROWS` rows, unless
-    the process chose an engine itself (``POLARS_ENGINE_AFFINITY`` set to other than ``auto``);
-    else nothing changed. The setting is polars' process-wide one: another thread's queries
-    during the analysis run in-memory too (results are the same, only speed differs)."""
-    if (trace.ops.height + trace.host.height > IN_MEMORY_MAX_ROWS
-            or os.environ.get("POLARS_ENGINE_AFFINITY", "auto") != "auto"):
-        return contextlib.nullcontext()
-    return pl.Config(engine_affinity="in-memory")
-
-
-def _analyze(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None, *, rank: int | None, step: int | None,
-             group_by: str | None, model_flops_per_step: float | None, model_flops_formula: str | None,
-             n_devices: int | None, findings: list[str] | None, capture_traces: list[str] | None) -> Report:
-    """:func:`analyze` of a trace with device ops, every stage in order."""
-    meta = trace.meta
-    spec, reason = resolve_chip(trace, chip)
-    replays = attribute_replays(trace, capture_traces)
-    costed = cost_ops(trace, rank, replays)
-    ops = apply_roofline(costed.ops, spec)
-    seg = segment_steps(ops, costed.host, meta, step)
-    ops, steps = seg.ops, seg.steps
-    group_by = group_by or facts_for(meta.format).default_group_by
-    ranking = rank_groups(ops, group_by)
-    util = summarize(ops, steps, spec, reason, meta, costed.coverage, model_flops_per_step,
-                     model_flops_formula, n_devices, seg.timeline, seg.device_steps)
-    above = check_roofs(ops, spec, group_by)
-    ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
-    found, found_warnings = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings,
-                                            seg.captures)
-    light = light_speed(ops, seg, util.steps, util.summary, found, ranking)
-    trace_info, chip_info = describe_trace(meta, ops, costed.host), describe_chip(spec, reason, meta)
-    coverage = describe_coverage(costed.coverage, replays.graphs, replays.unlaunched)
-    return check_accounting(Report(
-        trace=trace_info, chip=chip_info, coverage=coverage, summary=util.summary,
-        steps=util.steps,
-        ranking=ranking, ops=ops,
-        warnings=unlaunched.replace_warning(graph_replay.replace_warning(
-            collect_warnings(meta, ops, costed.coverage), replays), replays, costed.coverage.device_ns)
-        + mfu_above_hfu(util.summary, coverage) + found_warnings,
-        inconsistencies=util.inconsistencies + above, findings=found,
-        filters=Filters(rank=rank, step=step, group_by=group_by),
-        ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,
-        speed_of_light=light,
-    ))
+    with frames.engine_for(trace.ops.height + trace.host.height):  # in-memory for a small trace
+        meta = trace.meta
+        spec, reason = resolve_chip(trace, chip)
+        replays = attribute_replays(trace, capture_traces)
+        costed = cost_ops(trace, rank, replays)
+        ops = apply_roofline(costed.ops, spec)
+        seg = segment_steps(ops, costed.host, meta, step)
+        ops, steps = seg.ops, seg.steps
+        group_by = group_by or facts_for(meta.format).default_group_by
+        ranking = rank_groups(ops, group_by)
+        util = summarize(ops, steps, spec, reason, meta, costed.coverage, model_flops_per_step,
+                         model_flops_formula, n_devices, seg.timeline, seg.device_steps)
+        above = check_roofs(ops, spec, group_by)
+        ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
+        found, found_warnings = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings,
+                                                seg.captures)
+        light = light_speed(ops, seg, util.steps, util.summary, found, ranking)
+        trace_info, chip_info = describe_trace(meta, ops, costed.host), describe_chip(spec, reason, meta)
+        coverage = describe_coverage(costed.coverage, replays.graphs, replays.unlaunched)
+        return check_accounting(Report(
+            trace=trace_info, chip=chip_info, coverage=coverage, summary=util.summary,
+            steps=util.steps,
+            ranking=ranking, ops=ops,
+            warnings=unlaunched.replace_warning(graph_replay.replace_warning(
+                collect_warnings(meta, ops, costed.coverage), replays), replays, costed.coverage.device_ns)
+            + mfu_above_hfu(util.summary, coverage) + found_warnings,
+            inconsistencies=util.inconsistencies + above, findings=found,
+            filters=Filters(rank=rank, step=step, group_by=group_by),
+            ranks=section_from_dict(RanksInfo, ranks, strict=True) if ranks is not None else None,
+            speed_of_light=light,
+        ))
 
 
 def load_report(

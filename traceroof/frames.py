@@ -14,12 +14,34 @@ expressions are the same either way, so the result is the same table.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from typing import Any, ContextManager
+
 import polars as pl
 
-#: a table of at most this many rows runs its chains as one lazy plan (the same bound as
-#: :data:`traceroof.analysis.IN_MEMORY_MAX_ROWS`, below which the analysis runs polars'
-#: in-memory engine)
-SMALL_ROWS = 200_000
+#: A trace of at most this many rows (device ops + host events) is analysed on polars'
+#: in-memory engine (:func:`engine_for`), a larger one on polars' default. Measured in
+#: session 10 (docs/performance.md, "Small traces: analyze's queries"): a lazy query on the
+#: default engine costs ~0.1–0.2 ms more to start, so on the real fixtures (61–45,000 rows)
+#: ``analyze`` took 5–20 % less CPU in-memory; the 137 MB trace (180,000 rows) the same on
+#: both; the 1 GB trace (1.4 M rows) more in-memory (session 9: 1.6 → 2.3 s). Results are
+#: the same on both.
+IN_MEMORY_MAX_ROWS = 200_000
+#: a table of at most this many rows runs its chains as one lazy plan (:func:`small`)
+SMALL_ROWS = IN_MEMORY_MAX_ROWS
+
+
+def engine_for(rows: int) -> ContextManager[Any]:
+    """The polars engine for the analysis of a trace of ``rows`` rows: in-memory
+    (``pl.Config(engine_affinity="in-memory")``, restored on exit) for at most
+    :data:`IN_MEMORY_MAX_ROWS`, unless the process chose an engine itself
+    (``POLARS_ENGINE_AFFINITY`` set to other than ``auto``); else nothing changed. The
+    setting is polars' process-wide one: another thread's queries during the analysis run
+    in-memory too (the results are the same, only the speed differs)."""
+    if rows > IN_MEMORY_MAX_ROWS or os.environ.get("POLARS_ENGINE_AFFINITY", "auto") != "auto":
+        return contextlib.nullcontext()
+    return pl.Config(engine_affinity="in-memory")
 
 
 def small(df: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
@@ -42,4 +64,4 @@ def done(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     return frame.collect(engine="in-memory") if isinstance(frame, pl.LazyFrame) else frame
 
 
-__all__ = ["SMALL_ROWS", "small", "smalls", "done"]
+__all__ = ["IN_MEMORY_MAX_ROWS", "SMALL_ROWS", "engine_for", "small", "smalls", "done"]
