@@ -15,7 +15,14 @@ import pytest
 from conftest import real
 from polars.testing import assert_frame_equal
 
-from traceroof import accounting, analysis, frames, intervals, read_trace, speed_of_light
+from traceroof import (
+    accounting,
+    analysis,
+    frames,
+    intervals,
+    read_trace,
+    speed_of_light,
+)
 
 BERT = ("TraceLens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz")
 TPU = ("xprof", "xprof", "convert", "test_xplanes", "tpu_inference_2.xplane.pb")
