@@ -22,6 +22,7 @@ import polars as pl
 
 from .chips import ChipSpec
 from .costs.memory import copy_route
+from .frames import done, small
 
 #: op kinds that run on tensor cores / matrix units (use the tensor peak of their dtype).
 MATRIX_KINDS = ("matmul", "attention", "conv")
@@ -179,8 +180,10 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
     Other ops use the fp32 vector peak (they are memory-bound in practice).
     """
     peaks = _peak_table(chip)
-    out = _with_peaks(ops, peaks)
-    out = _with_terms(out, chip)
+    # one lazy plan on a small op table, eager steps on a large one (:mod:`traceroof.frames`);
+    # what needs the table itself (the names to match, the collective labels) is read first
+    out = _with_peaks(small(ops), ops, peaks)
+    out = _with_terms(out, ops, chip)
     # XLA async pairs (copy-start/copy-done, all-gather-start/-done): the transfer runs between
     # the two halves, overlapped with other ops. The "-start" half only issues it and the
     # "-done" half waits for what is not yet finished, so their durations are exposed transfer
@@ -199,14 +202,15 @@ def add_roofline(ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
         (pl.col("dur_ns") - pl.col("expected_ns")).alias("gap_ns"),
         pl.when(pl.col("dur_ns") > 0).then(pl.col("expected_ns") / pl.col("dur_ns")).alias("efficiency"),
     )
-    return out.drop("_async")
+    return done(out.drop("_async"))
 
 
-def _with_peaks(ops: pl.DataFrame, peaks: dict[str, float]) -> pl.DataFrame:
-    """``ops`` with ``peak_dtype`` and ``peak_flops_per_s`` (FLOP/s): matrix ops the tensor
-    peak of their dtype (TF32 for fp32 ones the name or the achieved rate says are TF32),
-    other ops the fp32 vector peak; a dtype the chip has no peak for falls back to fp16, then
-    fp32 (only for ops with FLOPs)."""
+def _with_peaks(out: pl.DataFrame | pl.LazyFrame, ops: pl.DataFrame,
+                peaks: dict[str, float]) -> pl.DataFrame | pl.LazyFrame:
+    """``out`` (a chain begun on the op table ``ops``) with ``peak_dtype`` and
+    ``peak_flops_per_s`` (FLOP/s): matrix ops the tensor peak of their dtype (TF32 for fp32
+    ones the name or the achieved rate says are TF32), other ops the fp32 vector peak; a dtype
+    the chip has no peak for falls back to fp16, then fp32 (only for ops with FLOPs)."""
     fp32 = peaks.get("fp32")
     tf32 = peaks.get("tf32")
     is_matrix = pl.col("kind").is_in(list(MATRIX_KINDS))  # Enum or String: compares labels
@@ -227,7 +231,7 @@ def _with_peaks(ops: pl.DataFrame, peaks: dict[str, float]) -> pl.DataFrame:
         .then(dtype)
         .otherwise(pl.lit("fp32") if fp32 else dtype)
     )
-    out = ops.with_columns(peak_dtype.alias("peak_dtype"))
+    out = out.with_columns(peak_dtype.alias("peak_dtype"))
     out = out.with_columns(
         pl.col("peak_dtype").replace_strict(peaks, default=None, return_dtype=pl.Float64).alias("peak_flops_per_s")
     )
@@ -250,14 +254,14 @@ def _with_peaks(ops: pl.DataFrame, peaks: dict[str, float]) -> pl.DataFrame:
     return out
 
 
-def _with_terms(out: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
-    """``out`` with ``collective`` and the roofline terms ``compute_ns = F/P·1e9``,
+def _with_terms(out: pl.DataFrame | pl.LazyFrame, ops: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame | pl.LazyFrame:
+    """``out`` (a chain begun on ``ops``) with ``collective`` and the roofline terms ``compute_ns = F/P·1e9``,
     ``memory_ns = B/W·1e9``, ``comm_ns = factor·comm_bytes/link·1e9`` (collectives; the
     scale-up link for groups within the chip's :func:`scale_up_domain`, else scale-out) and
     ``intensity = F/B`` (FLOP/byte, null when B is 0). A copy's ``W`` is its link
     (:func:`copy_link_bytes_per_s`): a host copy with no known host link has no roofline terms."""
     coll = pl.col("kind") == "collective"
-    out = out.with_columns(_collective_types(out))
+    out = out.with_columns(_collective_types(ops))
     factor = ring_factor_expr(pl.col("collective"), pl.col("group_size"))
     intra = chip.intra_node_bytes_per_s
     inter = chip.inter_node_bytes_per_s or intra
@@ -265,7 +269,7 @@ def _with_terms(out: pl.DataFrame, chip: ChipSpec) -> pl.DataFrame:
         pl.when(pl.col("group_size") <= scale_up_domain(chip)).then(pl.lit(intra)).otherwise(pl.lit(inter))
     ).cast(pl.Float64)
     hbm = float(chip.hbm_bytes_per_s)
-    on_link, bw = _copy_bandwidth(out, chip)
+    on_link, bw = _copy_bandwidth(ops, chip)
     return out.with_columns(
         pl.when(~on_link | bw.is_not_null())
         .then(pl.col("flops") / pl.col("peak_flops_per_s") * 1e9)
