@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from . import graph_capture
+from .frames import done, smalls
 from .timeline import Timeline, piece_unions
 from .trace import TraceMeta
 
@@ -216,7 +217,8 @@ def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[An
     # eager steps, integer filters first: in one lazy query polars fuses every predicate and
     # matches the name pattern against every host event
     near = host.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi, pl.col("correlation").is_not_null())
-    calls = (
+    near, win = smalls(near, win)  # (the rest one lazy plan on small tables, :mod:`traceroof.frames`)
+    calls = done(
         near.join(win, on="rank")
         .filter(pl.col("start_ns") >= pl.col("_ws"), pl.col("start_ns") < pl.col("_we"))
         .filter(pl.col("cat") == "runtime", pl.col("name").str.contains(r"(?i)launch|memcpy|memset"))
@@ -228,8 +230,9 @@ def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[An
     # only the ops whose correlation id is in the calls' range can match (a cheap integer
     # filter before hashing)
     c_lo, c_hi = calls["correlation"].min(), calls["correlation"].max()
-    done = ops.select("rank", "correlation").filter(pl.col("correlation").is_between(c_lo, c_hi))
-    lost = calls.join(done, on=["rank", "correlation"], how="anti").group_by("rank").len()
+    ran, calls_ = smalls(ops, calls)
+    ran = ran.select("rank", "correlation").filter(pl.col("correlation").is_between(c_lo, c_hi))
+    lost = done(calls_.join(ran, on=["rank", "correlation"], how="anti").group_by("rank").len())
     return dict(lost.iter_rows())
 
 

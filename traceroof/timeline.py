@@ -34,6 +34,7 @@ import polars as pl
 
 from . import graph_capture, units
 from . import intervals as iv
+from .frames import done, small
 from .step_markers import (
     DEVICE_MARKER_CAT,
     STEP_MARKER,
@@ -248,9 +249,11 @@ def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: 
     segmented = bool(gpu.height or cpu.height)
     # every device of a rank covers the rank's recorded span: a process drives its devices
     # together, so a chip that starts late was idle (or outside the steps) meanwhile
-    rank_span = placed.group_by("rank").agg(
+    p = small(placed)  # (one lazy plan on a small table, :mod:`traceroof.frames`)
+    rank_span = p.group_by("rank").agg(
         pl.col("start_ns").min().alias("lo"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("hi"))
-    spans = placed.select("rank", "device").unique().join(rank_span, on="rank").select("rank", "device", "lo", "hi")
+    spans = done(p.select("rank", "device").unique().join(rank_span, on="rank").select("rank", "device", "lo", "hi")
+                 .sort("rank", "device"))
     rows: list[tuple] = []
     # one split of each table, not a filter of it per (rank, device)
     starts_of = starts.partition_by(["rank", "device"], as_dict=True)
@@ -258,7 +261,7 @@ def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: 
     ops_of = (placed.select("rank", "device", "start_ns", "dur_ns", "launch_start_ns")
               .partition_by(["rank", "device"], as_dict=True)) if caps.height else {}
     empty = starts.clear()
-    for rank, device, lo, hi in spans.sort("rank", "device").iter_rows():
+    for rank, device, lo, hi in spans.iter_rows():
         w = starts_of.get((rank, device), empty)
         c = caps_of.get((rank,))
         cap = _device_captures(c, ops_of.get((rank, device))) if c is not None else []

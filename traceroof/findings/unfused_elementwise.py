@@ -41,6 +41,7 @@ from typing import Any
 
 import polars as pl
 
+from ..frames import done, small
 from . import Finding, FindingContext, register
 from ._common import busy_ns, claim, fmt_bytes, fmt_ns, short, wall_ns
 from ._unfused_chains import Part, find_chains
@@ -115,13 +116,14 @@ def _fused_estimate(chains: pl.DataFrame, bw: float, floor: float) -> pl.DataFra
     """
     has_shapes = pl.col("shapes_bytes").is_not_null()
     fb, moved, rec = pl.col("fused_bytes"), pl.col("moved"), pl.col("rec")
-    chains = chains.with_columns(
+    height = chains.height
+    chains = small(chains).with_columns(  # (one lazy plan on a small table, :mod:`traceroof.frames`)
         pl.when(has_shapes).then(pl.col("shapes_bytes")).otherwise(pl.col("largest")).alias("fused_bytes"),
         pl.when(has_shapes).then(pl.lit("shapes")).otherwise(pl.lit("largest_member")).alias("method"),
     ).with_columns(pl.when(moved < fb).then(moved).otherwise(fb).alias("fused_bytes"))
     roof = (fb / pl.col("_bw")) * 1e9
-    return (
-        chains.with_columns(pl.repeat(bw, chains.height, dtype=pl.Float64, eager=True).alias("_bw"))
+    return done(
+        chains.with_columns(pl.repeat(bw, height, dtype=pl.Float64, eager=True).alias("_bw"))
         .with_columns(pl.when(pl.lit(floor) > roof).then(pl.lit(floor)).otherwise(roof).alias("fused_ns"))
         .drop("_bw")
         .with_columns((pl.col("measured") - pl.col("fused_ns")).alias("rec"))
