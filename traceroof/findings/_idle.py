@@ -278,7 +278,7 @@ def _near_syncs(ops: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
         pl.min_horizontal(pl.col("start_ns").min(), pl.col("gap_start_ns").min()).alias("lo"),
         pl.max_horizontal(pl.col("start_ns").max(), pl.col("gap_start_ns").max()).alias("hi"),
     ).row(0)
-    firsts = ops.select(pl.arg_where("new_group")).to_series()
+    firsts = ops["new_group"].arg_true()
     if ops["start_ns"].null_count() or (hi - lo + 1) * (firsts.len() + 1) >= 2**62:
         # lifting is not possible: test every row against every sync end (of any rank)
         ends = syncs["sync_end_ns"].drop_nulls()
@@ -289,14 +289,15 @@ def _near_syncs(ops: pl.DataFrame, syncs: pl.DataFrame) -> pl.Series:
     span = hi - lo + 1
     # (one group needs no lift)
     lift = (pl.col("new_group").cast(pl.Int64).cum_sum() - 1) * span - lo if firsts.len() > 1 else pl.lit(-lo)
-    lifted = ops.select(pl.col("start_ns"), pl.col("gap_start_ns").fill_null(lo), lift.alias("_lift")).select(
-        (pl.col("start_ns") + pl.col("_lift")).alias("s"), (pl.col("gap_start_ns") + pl.col("_lift")).alias("g")
-    )
-    groups = ops.select("rank").gather(firsts).with_row_index("_g").with_columns(pl.col("_g").cast(pl.Int64))
-    q = groups.join(ok, on="rank").select(
+    lifted = done(
+        small(ops).select(pl.col("start_ns"), pl.col("gap_start_ns").fill_null(lo), lift.alias("_lift"))
+        .select((pl.col("start_ns") + pl.col("_lift")).alias("s"), (pl.col("gap_start_ns") + pl.col("_lift")).alias("g")))
+    groups = ops.select("rank").gather(firsts).with_row_index("_g")
+    groups, ok_ = smalls(groups, ok)  # (one lazy plan on small tables, :mod:`traceroof.frames`)
+    q = done(groups.with_columns(pl.col("_g").cast(pl.Int64)).join(ok_, on="rank").select(
         (pl.col("_g") * span + (pl.col("sync_end_ns") - SYNC_TOL_NS - lo).clip(0, span)).alias("a"),
         (pl.col("_g") * span + (pl.col("sync_end_ns") + SYNC_TOL_NS - lo).clip(-1, span - 1)).alias("b"),
-    )
+    ))
     runs = pl.DataFrame([
         lifted["s"].search_sorted(q["a"], side="left").alias("a"),
         lifted["g"].search_sorted(q["b"], side="right").alias("b"),
