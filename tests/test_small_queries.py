@@ -46,7 +46,7 @@ def _engine_seen(monkeypatch) -> list[str | None]:
 def test_a_small_trace_runs_in_memory_and_the_setting_is_restored(monkeypatch):
     monkeypatch.delenv("POLARS_ENGINE_AFFINITY", raising=False)
     trace = read_trace(real(*BERT))
-    assert trace.ops.height + trace.host.height <= frames.IN_MEMORY_MAX_ROWS  # 61 ops, ~2,500 host rows
+    assert trace.ops.height + trace.host.height <= frames.IN_MEMORY_MAX_ROWS  # 61 ops, 615 host rows
     seen = _engine_seen(monkeypatch)
     analysis.analyze(trace, "h100")
     assert seen == ["in-memory"] and "POLARS_ENGINE_AFFINITY" not in os.environ

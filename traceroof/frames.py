@@ -23,7 +23,7 @@ import polars as pl
 #: A trace of at most this many rows (device ops + host events) is analysed on polars'
 #: in-memory engine (:func:`engine_for`), a larger one on polars' default. Measured in
 #: session 10 (docs/performance.md, "Small traces: analyze's queries"): a lazy query on the
-#: default engine costs ~0.1–0.2 ms more to start, so on the real fixtures (61–45,000 rows)
+#: default engine costs ~0.1–0.2 ms more to start, so on the real fixtures (676–45,000 rows)
 #: ``analyze`` took 5–20 % less CPU in-memory; the 137 MB trace (180,000 rows) the same on
 #: both; the 1 GB trace (1.4 M rows) more in-memory (session 9: 1.6 → 2.3 s). Results are
 #: the same on both.
