@@ -14,6 +14,7 @@ import functools
 import glob as _glob
 import os
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Union
@@ -21,10 +22,11 @@ from typing import TYPE_CHECKING, NamedTuple, Union
 import polars as pl
 
 from .duplicates import find_copies, op_identities
-from .errors import InputNotFoundError, TraceFormatError, TraceroofError
+from .errors import InputNotFoundError, TraceFormatError, TraceroofError, UsageError
 from .merge import event_count, merge
 from .parallel import drop_early, input_size, run_parallel
-from .parsers import registry
+from .parsers import piped, registry
+from .parsers.piped import STDIN
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -79,7 +81,11 @@ def resolve(path: PathArg | Sequence[PathArg]) -> tuple[list[str], list[str]]:
     for item in items:
         s = os.fspath(item)
         p = Path(s)
-        if p.exists():
+        if s == STDIN:
+            if len(items) > 1:
+                raise UsageError(f"'{STDIN}' (a trace on stdin) is read alone, not with other inputs")
+            out.append(s)
+        elif p.exists():
             out.extend(_expand(p, skipped))
         elif _GLOB_CHARS.search(s):
             matches = sorted(_glob.glob(s, recursive=True))
@@ -297,15 +303,40 @@ def warm_worker() -> None:
 
 
 def _read_unit(path: str, progress: Progress | None) -> Trace:
+    if path == STDIN:
+        return piped.read_stdin(progress)
     p = Path(path)
-    if not p.exists():
-        raise InputNotFoundError(f"{p}: no such file or directory")
+    if _is_fifo(p):
+        return piped.read_fifo(p, progress)
     if p.is_dir():
         fmt = registry.unit_format(p)
         if fmt is None:  # a plain folder: its files, one after another
             return read_trace(p, jobs=1, progress=None)
         return fmt.read(p, None)
     return registry.detect(p).read(p, progress)
+
+
+def _is_fifo(p: Path) -> bool:
+    """True for a FIFO (named pipe: read as a stream, :mod:`.parsers.piped`), False for a
+    regular file or a directory.
+
+    Raises:
+        InputNotFoundError: ``p`` does not exist.
+        TraceFormatError: a character or block device (``/dev/zero``, a terminal), a socket:
+            not read (a device may never end).
+        OSError: ``p`` cannot be looked at (read_one names the file).
+    """
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{p}: no such file or directory") from None
+    if stat.S_ISFIFO(mode):
+        return True
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise TraceFormatError(p, "file", f"a trace file, a folder, a FIFO or '{STDIN}' (stdin), found {kind}")
 
 
 __all__ = ["read_trace", "read_one", "resolve_inputs", "resolve", "merge_inputs", "detect_format", "CAPTURE_DIRS"]
