@@ -39,9 +39,9 @@ from .kineto_ranks import build_labelled, has_rank_labels, label_from_file_name
 from .kineto_stream import STREAM_BLOCK_BYTES, StreamFormatError, decode_stream
 from .kineto_times import raw_us_to_ns
 from .text_head import (
-    MAX_LEADING_WS_BYTES,
     bom_bytes,
     encoding_problem,
+    only_ws_problem,
     other_encoding,
     skip_to_text,
 )
@@ -189,8 +189,7 @@ def _check_text(data: bytes, path: str) -> bytes:
     if not text and not over and len(data) > 4096:
         text, at, over = skip_to_text(data, lambda n: b"", 1)  # more than 4 KB of leading white space (rare)
     if over or not text:
-        raise TraceFormatError(path, f"byte {at}", "a Kineto JSON trace, found " + (
-            f"only white space in the first {MAX_LEADING_WS_BYTES >> 20} MiB" if over else "an empty file"))
+        raise TraceFormatError(path, f"byte {at}", only_ws_problem() if over else "a Kineto JSON trace, found an empty file")
     if text != b"{":
         encoding = other_encoding(data)
         raise TraceFormatError(path, "byte 0" if encoding else f"byte {at}", encoding_problem(encoding) if encoding

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import TraceFormatError
 from .text_head import (
-    MAX_LEADING_WS_BYTES,
     encoding_problem,
+    only_ws_problem,
     other_encoding,
     skip_to_text,
 )
@@ -87,7 +87,7 @@ class Head:
             unknown) or a stream.
         text: :data:`HEAD_BYTES` of the content from its first byte that is neither a UTF-8
             byte-order mark nor white space (:func:`.text_head.skip_to_text`, up to
-            :data:`~.text_head.MAX_LEADING_WS_BYTES` of white space): what a sniff of a
+            :data:`.text_head.MAX_LEADING_WS_BYTES` of white space): what a sniff of a
             text format looks at. None (when a Head is made by hand): taken from ``data``.
         text_at: the offset of ``text`` in the (decompressed) content, bytes.
         ws_over: the content holds more leading white space than that (``text`` is empty).
@@ -318,8 +318,7 @@ def detect_head(h: Head) -> InputFormat:
     if encoding is not None:
         raise TraceFormatError(h.path, where, encoding_problem(encoding))
     if h.ws_over:
-        raise TraceFormatError(h.path, f"byte {h.text_at}", f"a trace, found only white space in the first "
-                               f"{MAX_LEADING_WS_BYTES >> 20} MiB")
+        raise TraceFormatError(h.path, f"byte {h.text_at}", only_ws_problem())
     if h.gzip:
         kinds = [f.gzip_describe for f in _formats.values() if f.gzip_describe]
         raise TraceFormatError(h.path, "byte 0", "not a trace: expected gzip of " + " or of ".join(kinds))

@@ -70,6 +70,12 @@ def encoding_problem(encoding: str) -> str:
             f"(iconv -f {base} -t UTF-8 IN > OUT)")
 
 
+def only_ws_problem() -> str:
+    """The "expected" part of the one-line error for more leading white space than
+    :data:`MAX_LEADING_WS_BYTES`."""
+    return f"a trace, found only white space in the first {MAX_LEADING_WS_BYTES:,} bytes"
+
+
 def skip_to_text(first: bytes, more: Callable[[int], bytes], window: int) -> tuple[bytes, int, bool]:
     """The ``window`` bytes of a text from its first byte that is not a UTF-8 BOM or white
     space, the offset of that byte, and whether white space ran past
@@ -80,30 +86,29 @@ def skip_to_text(first: bytes, more: Callable[[int], bytes], window: int) -> tup
         more: ``more(n)`` reads up to ``n`` more bytes (``b""`` at the end).
         window: bytes wanted from the first byte of text on.
 
-    Reads nothing more when ``first`` holds a byte of text and ``window`` bytes from it.
+    Reads nothing more when ``first`` holds a byte of text (the window is then what
+    ``first`` holds of it).
     """
-    skipped = bom_bytes(first)
+    bom = skipped = bom_bytes(first)
     buf = first[skipped:]
+    fresh = False  # buf holds bytes read by more(): the window is topped up
     while True:
         lead = _WS.match(buf).end()
+        skipped += lead
+        if skipped - bom > MAX_LEADING_WS_BYTES:
+            return b"", skipped, True
         if lead < len(buf):
             buf = buf[lead:]
-            skipped += lead
             break
-        skipped += lead
-        if skipped > MAX_LEADING_WS_BYTES + len(UTF8_BOM):
-            return b"", skipped, True
-        buf = more(_STEP_BYTES)
+        buf, fresh = more(_STEP_BYTES), True
         if not buf:
             return b"", skipped, False
-    while len(buf) < window:
+    while fresh and len(buf) < window:
         got = more(window - len(buf))
         if not got:
             break
         buf += got
     return buf[:window], skipped, False
-
-
 
 
 def drop_lead(buf: Any) -> str | None:
@@ -118,11 +123,11 @@ def drop_lead(buf: Any) -> str | None:
         buf.drop(_WS.match(buf.view()).end())
         if len(buf):
             return None
-        if buf.base > MAX_LEADING_WS_BYTES + len(UTF8_BOM):
-            return f"a trace, found only white space in the first {MAX_LEADING_WS_BYTES >> 20} MiB"
+        if buf.base > MAX_LEADING_WS_BYTES + len(UTF8_BOM):  # (base: from the stream's start, BOM included)
+            return only_ws_problem()
         if not buf.fill(1):
             return None
 
 
 __all__ = ["UTF8_BOM", "MAX_LEADING_WS_BYTES", "bom_bytes", "other_encoding", "encoding_problem", "skip_to_text",
-           "drop_lead"]
+           "drop_lead", "only_ws_problem"]
