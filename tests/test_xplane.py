@@ -49,7 +49,9 @@ def test_every_real_xplane_parses_or_raises(path):
             xplane.read(path)
         msg = str(exc.value)
         assert str(path) in msg
-        assert "byte 1:" in msg  # the plane length varint right after the first tag
+        # the plane length varint right after the first tag declares more than the file holds
+        # (a cut file, read up to the cut, or a mangled length): the first tag it breaks at
+        assert "byte 27:" in msg and "invalid wire type 7 (tag byte 0xbf)" in msg
         assert "258174 U+FFFD" in msg
         assert exc.value.exit_code == 4
         return
@@ -250,7 +252,9 @@ def test_truncated_file_keeps_complete_planes(tmp_path):
     cut.write_bytes(data[: int(len(data) * 0.8)])  # cut inside the /host:CPU plane
     trace = xplane.read(cut)
     assert trace.ops.height == 1504 + 3 * 1503  # all TPU planes came before the cut
-    assert any("damaged" in w and "byte" in w for w in trace.meta.warnings)
+    # the warning says where the file ends, in which plane, what of it was kept and lost
+    assert any(f"trace is truncated at byte {int(len(data) * 0.8):,}: the file ends inside plane '/host:CPU'" in w
+               and "lost the rest of the plane" in w for w in trace.meta.warnings)
 
 
 def test_gzip_and_bytes_input(tmp_path):

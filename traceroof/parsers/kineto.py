@@ -189,7 +189,8 @@ def _check_text(data: bytes, path: str) -> bytes:
     if not text and not over and len(data) > 4096:
         text, at, over = skip_to_text(data, lambda n: b"", 1)  # more than 4 KB of leading white space (rare)
     if over or not text:
-        raise TraceFormatError(path, f"byte {at}", only_ws_problem() if over else "a Kineto JSON trace, found an empty file")
+        raise TraceFormatError(path, f"byte {at if over else 0}", only_ws_problem() if over else
+                               "a Kineto JSON trace, found an empty file")
     if text != b"{":
         encoding = other_encoding(data)
         raise TraceFormatError(path, "byte 0" if encoding else f"byte {at}", encoding_problem(encoding) if encoding

@@ -184,7 +184,7 @@ class _Stream:
         self._origin = buf.base  # the header starts here (buf.base == _origin: nothing taken yet)
         first = bytes(buf.view()[:1])
         if problem or not first:
-            raise StreamFormatError(f"byte {buf.base}", problem or "a Kineto JSON trace, found an empty file")
+            raise StreamFormatError(f"byte {buf.base if problem else 0}", problem or "a Kineto JSON trace, found an empty file")
         if first != b"{":
             encoding = other_encoding(buf.view()) if buf.base == self._origin else None
             raise StreamFormatError(f"byte {buf.base}", encoding_problem(encoding) if encoding else
