@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ..errors import InputNotFoundError, TraceFormatError
+from ..errors import InputNotFoundError, TraceFormatError, TraceroofError
 from . import registry
 
 if TYPE_CHECKING:
@@ -91,7 +91,11 @@ def _read_spooled(src: Any, name: str, fmt: registry.InputFormat, progress: Prog
         try:
             trace = fmt.read(tmp, progress)
         except TraceFormatError as exc:
-            raise TraceFormatError(name, exc.where, exc.expected.replace(str(tmp), name)) from exc
+            raise TraceFormatError(exc.path.replace(str(tmp), name), exc.where,
+                                   exc.expected.replace(str(tmp), name)) from exc
+        except TraceroofError as exc:  # (MixedInputsError of a tar's members, ...): the stream named
+            exc.args = tuple(a.replace(str(tmp), name) if isinstance(a, str) else a for a in exc.args)
+            raise
         trace.meta.sources = [s.replace(str(tmp), name) for s in trace.meta.sources]
         trace.meta.warnings = [w.replace(str(tmp), name) for w in trace.meta.warnings]
         return trace
