@@ -23,7 +23,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, REPO, real
 
-from traceroof.errors import InputNotFoundError, TraceFormatError, UsageError
+from traceroof.errors import (
+    InputNotFoundError,
+    MixedInputsError,
+    TraceFormatError,
+    UsageError,
+)
 from traceroof.io import read_trace
 from traceroof.parsers import kineto, piped, registry, text_head
 
@@ -182,6 +187,23 @@ def test_stream_of_another_format_is_spooled(bert, device_events):
     t = piped.read_stream(io.BytesIO(buf.getvalue()), "<stdin>")
     assert t.meta.sources == ["<stdin>!r/rank0.json"]
     assert t.ops.height == device_events
+
+
+def test_error_of_a_spooled_stream_names_the_stream(bert):
+    # fuzz (session 10, target piped): a tar piped in whose members are of two devices raised
+    # MixedInputsError naming the temporary copy, not the stream
+    doc = json.loads(bert)
+    doc["deviceProperties"][0]["name"] = "AMD Instinct MI300X"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, body in (("rank0.json", bert), ("rank1.json", json.dumps(doc).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tf.addfile(info, io.BytesIO(body))
+    with pytest.raises(MixedInputsError) as exc:
+        piped.read_stream(io.BytesIO(buf.getvalue()), "<stdin>")
+    assert str(exc.value).startswith("<stdin>!rank0.json and <stdin>!rank1.json are not traces of one job "
+                                     "(device 'NVIDIA H100 80GB HBM3' vs 'AMD Instinct MI300X')")
 
 
 def test_stream_that_is_not_a_trace_names_it():
