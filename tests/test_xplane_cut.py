@@ -119,3 +119,22 @@ def test_cut_gzip_reads_what_inflates():
     assert any("the gzip stream is cut or corrupt" in w for w in t.meta.warnings)
     with pytest.raises(TraceFormatError, match="a gzip stream that decompresses"):
         xplane.read_bytes(gz[:8])
+
+
+@pytest.mark.parametrize("source", ["loops", "gemm"])
+def test_cuts_across_the_file_are_read_and_keep_more_the_later_they_fall(source):
+    # every third 64th of the sweep of docs/xplane.md ("Bad and damaged input"; the sweep
+    # itself: fuzz/cut_xplane.py), on a generated and a real file:
+    # no cut past the first plane's first bytes is rejected whole; a later cut keeps at least
+    # the ops of an earlier one; each says where the file ends
+    path = FIXTURES / "jax_cpu" / "loops.xplane.pb" if source == "loops" else real(
+        "TraceLens", "tests", "traces", "mi300", "jax08_gemm", "tw003.xplane.pb")
+    data = path.read_bytes()
+    whole = xplane.read_bytes(data).ops.height
+    heights = []
+    for k in range(1, 64, 3):
+        cut = len(data) * k // 64
+        t = xplane.read_bytes(data[:cut], "cut.xplane.pb")
+        assert any(w.startswith(f"cut.xplane.pb: trace is truncated at byte {cut:,}: ") for w in t.meta.warnings)
+        heights.append(t.ops.height)
+    assert heights == sorted(heights) and heights[-1] <= whole
