@@ -12,9 +12,7 @@ those readers need a file they can seek in. Messages and ``meta.sources`` name t
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -83,6 +81,9 @@ def read_stream(fh: BinaryIO, name: str, progress: Progress | None = None) -> Tr
 
 def _read_spooled(src: Any, name: str, fmt: registry.InputFormat, progress: Progress | None) -> Trace:
     """Copy the stream to a temporary file named as ``name`` and read it with ``fmt``."""
+    import shutil  # here: only a spooled stream needs them (issue 19: no import the input does not need)
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="traceroof-stream-") as d:
         base = Path(name).name if name != STDIN_NAME else "stdin"
         tmp = Path(d) / base
