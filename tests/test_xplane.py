@@ -49,9 +49,7 @@ def test_every_real_xplane_parses_or_raises(path):
             xplane.read(path)
         msg = str(exc.value)
         assert str(path) in msg
-        # the plane length varint right after the first tag declares more than the file holds
-        # (a cut file, read up to the cut, or a mangled length): the first tag it breaks at
-        assert "byte 27:" in msg and "invalid wire type 7 (tag byte 0xbf)" in msg
+        assert "byte 1:" in msg  # the plane length varint right after the first tag
         assert "258174 U+FFFD" in msg
         assert exc.value.exit_code == 4
         return

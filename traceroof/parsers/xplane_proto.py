@@ -254,13 +254,24 @@ def _complete_prefix(buf, start: int) -> int:
     return last
 
 
+def _overlong(cut: Cut, end: int) -> WireError:
+    """The break of a length-delimited field that declares more bytes than the buffer holds,
+    as :func:`iter_fields` words it (at the offset of its length)."""
+    tag = cut.field << 3 | cut.wire_type
+    at = cut.tag_pos + (tag.bit_length() + 6) // 7  # the length follows the tag's varint
+    return WireError(at, f"field {cut.field} (tag at byte {cut.tag_pos}) declares a length of {cut.declared} bytes "
+                         f"but only {end - cut.start} remain in its message (which ends at byte {end})")
+
+
 def scan_space(buf) -> SpaceScan:
     """Scan an XSpace: planes (metadata decoded, lines on demand), hostnames, errors,
     warnings. A break in the wire format stops the scan there; what came before is kept and
     the break is recorded in ``damage``. A file that ends inside a field (cut short, or
     still being written; a length declaring more bytes than the file holds reads the same)
     keeps the fields before it, and of a plane cut there its complete fields, lines and
-    events (:func:`scan_plane` ``cut``): ``cut`` says where. Raises nothing for broken bytes:
+    events (:func:`scan_plane` ``cut``): ``cut`` says where. When the bytes of that plane
+    break before the end, its length was damaged, not cut: it is left out, the length's
+    break recorded in ``damage``. Raises nothing for broken bytes:
     callers decide (``not space.planes and space.damage`` means nothing was readable)."""
     space = SpaceScan()
     end = len(buf)
@@ -295,7 +306,7 @@ def scan_space(buf) -> SpaceScan:
                 plane.cut = plane.cut or cuts[0]  # (the cut may fall between two of its fields)
                 if plane.line_ranges or plane.meta.ByteSize():  # (nothing complete in it: nothing kept)
                     space.planes.append(plane)
-            except WireError as err:
-                space.damage.append(WireError(err.offset, f"plane at byte {cuts[0].tag_pos} (longer than the rest of "
-                                                          f"the file: cut, or its length damaged) skipped: {err.reason}"))
+            except WireError:  # its bytes break before the end: not a cut but a damaged length
+                space.cut = None
+                space.damage.append(_overlong(cuts[0], end))
     return space
