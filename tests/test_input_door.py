@@ -114,6 +114,23 @@ def test_lead_in_memory_tar_and_folder(lead, bert, device_events, plain_ops, tmp
     assert t.ops.height == 2 * device_events
 
 
+def test_bom_before_a_damaged_file_says_the_same_bytes_streamed_and_in_memory():
+    # a header that is not JSON (the stream decodes a small file in memory) and one event
+    # that does not decode: the dropped event's offset counts the BOM (byte 2825 = 3 + the
+    # offset of its "{" in the text below), on both paths
+    evs = [json.dumps({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 1, "tid": 7, "ts": i * 10, "dur": 1,
+                       "args": {"correlation": i, "device": 0, "stream": 7}}) for i in range(50)]
+    evs[20] = '{"ph": "X", "cat": "kernel", "name": "bad" "ts": 5}'
+    text = ('{"schemaVersion": 1, "oops": [1, 2,, "traceEvents": [' + ",".join(evs) + "]}").encode()
+    at = len(BOM) + text.index(b'{"ph": "X", "cat": "kernel", "name": "bad"')
+    data = BOM + text
+    streamed = kineto.read_fileobj(io.BytesIO(data), path="p.json", block_bytes=1024)
+    in_memory = kineto.read_bytes(data, path="p.json")
+    assert streamed.ops.height == in_memory.ops.height == 49
+    assert f"p.json: not valid JSON; recovered 49 events (0 repaired, 1 dropped at byte {at})" in streamed.meta.warnings
+    assert streamed.meta.warnings == in_memory.meta.warnings
+
+
 def test_white_space_past_the_limit_is_one_line(bert, tmp_path, monkeypatch):
     monkeypatch.setattr(text_head, "MAX_LEADING_WS_BYTES", 1 << 20)
     data = b" " * (2 << 20) + bert

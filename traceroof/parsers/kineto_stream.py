@@ -186,7 +186,7 @@ class _Stream:
         if problem or not first:
             raise StreamFormatError(f"byte {buf.base if problem else 0}", problem or "a Kineto JSON trace, found an empty file")
         if first != b"{":
-            encoding = other_encoding(buf.view()) if buf.base == self._origin else None
+            encoding = other_encoding(buf.view())
             raise StreamFormatError(f"byte {buf.base}", encoding_problem(encoding) if encoding else
                                     "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)")
 
@@ -210,7 +210,7 @@ class _Stream:
             # no events key, or a header that is not valid JSON: a small file is decoded in
             # memory, which gives exactly the in-memory outcome (its error, its recovery)
             if buf.fill_all(STREAM_FALLBACK_BYTES + 1) and len(buf) <= STREAM_FALLBACK_BYTES:
-                data = buf.take(len(buf))
+                data = b" " * self._origin + buf.take(len(buf))  # (the BOM and white space dropped: offsets kept)
                 return decode(data, self.emit, path=self.path, native=self.native)
         if key is None:
             raise ValueError("no 'traceEvents' array found")
