@@ -1,4 +1,5 @@
-"""``read_trace``: any supported input (file, ``.gz``, directory, ``.tar.gz``, glob) → one Trace.
+"""``read_trace``: any supported input (file, ``.gz``, directory, ``.tar.gz``, glob, ``-`` for
+stdin, a FIFO) → one Trace.
 
 Formats are sniffed from content, not only the suffix (:func:`detect_format`). A directory
 is either a cache (:mod:`traceroof.cache`), a jax profile directory
@@ -61,6 +62,7 @@ def resolve_inputs(path: PathArg | Sequence[PathArg]) -> list[str]:
     Raises:
         InputNotFoundError: a path does not exist, a glob matches nothing, or a folder holds
             no trace.
+        UsageError: ``"-"`` (stdin, one unit as it is) among other inputs.
     """
     return resolve(path)[0]
 
@@ -158,7 +160,9 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             inputs are per-rank traces, merged by :func:`merge` (ordered by rank) once the
             copies among them are left out (:func:`merge_inputs`, docs/distributed.md); a
             folder's CUDA-graph capture traces (:data:`CAPTURE_DIRS`) are not read, and a
-            warning names them.
+            warning names them. ``"-"`` is the trace piped into stdin, and a FIFO is read as
+            a stream too (:mod:`traceroof.parsers.piped`: sniffed from its first bytes, a
+            Kineto trace streamed, another format copied to a temporary file first).
         jobs: worker processes for multi-file inputs (default: the core count; 1 reads them
             one after another in this process).
         progress: a :class:`~traceroof.progress.Progress` to report files, bytes and events
@@ -168,10 +172,12 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             that :func:`traceroof.analysis.analyze` need not do them in this one.
 
     Raises:
-        InputNotFoundError: a path does not exist, a glob matches nothing, or a directory
-            holds no trace.
+        InputNotFoundError: a path does not exist, a glob matches nothing, a directory
+            holds no trace, or ``"-"`` is given while stdin is a terminal.
+        UsageError: ``"-"`` among other inputs.
         TraceFormatError: a file is not a supported trace or cannot be read (exit code 4);
-            the message names the file. A *damaged* trace is not an error: it is recovered
+            the message names the file. A character or block device or a socket is not
+            read (one that never ends would hang the read). A *damaged* trace is not an error: it is recovered
             as far as possible, with what was lost in ``meta.warnings``.
         MixedInputsError: inputs of different formats or chips, or inputs sharing device
             ops without one holding the other's (exit code 4; the message names them).
