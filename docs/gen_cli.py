@@ -22,6 +22,18 @@ timeout, 9 an output that cannot be written (`-o`, or `gate`'s `$GITHUB_STEP_SUM
 profiling session is active, 12 capture: the target exited, 13 capture: xprof missing (docs/capture.md), 70 internal error (a bug: re-run with `--debug` and report it). Errors are one line
 on stderr (`traceroof: error: …`); `--debug` shows the traceback.
 
+Inputs (every command that reads a TRACE): a file, a folder, a glob, or `-`, the trace piped
+into stdin (`ssh host cat trace.json.gz | traceroof analyze -`, read alone), or a FIFO (named
+pipe). A stream's format is sniffed from its first bytes (gzip or not, as a file's); a Kineto
+trace is streamed from it as from a file, any other format (an `.xplane.pb`, a tar) is first
+copied to a temporary file in `$TMPDIR`, read, and removed; messages name `<stdin>` or the FIFO.
+A Kineto JSON text may start with a UTF-8 byte-order mark and up to 64 MiB (67,108,864 bytes)
+of white space, on every path (plain, `.gz`, in a tar, in a rank folder, piped); text in UTF-16
+or UTF-32 is one line naming the encoding (`iconv -f UTF-16 -t UTF-8`), exit 4. A character or
+block device (`/dev/zero`, `/dev/urandom`, a terminal) or a socket is refused at once, exit 4;
+`-` when stdin is a terminal, exit 3; `-` with other inputs, exit 2. A cut or damaged trace
+keeps what can be read and says what was lost (docs/xplane.md, "Bad and damaged input").
+
 A reader that leaves early (`traceroof analyze T | head -3`, on stdout or on stderr) is a
 normal end: the rest of the output is dropped, no error is printed, and the exit status is the
 command's own, as if everything had been read: 0, or `gate`'s 1 when the gate fails and

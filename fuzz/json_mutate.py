@@ -284,7 +284,8 @@ TREE_MUTATIONS = (m_drop_key, m_rename_key, m_retype, m_known_key, m_float_for_i
 
 def mutate_bytes(rng: random.Random, data: bytes, n: int | None = None) -> bytes:
     """``data`` with ``n`` (1–3) byte-level edits: cut, flip, insert punctuation, delete,
-    repeat a range, a BOM or white space in front."""
+    repeat a range, a BOM or white space (up to 5,000 bytes) in front, the text re-encoded as
+    UTF-16/32."""
     b = bytearray(data)
     for _ in range(n or rng.randint(1, 3)):
         if not b:
@@ -303,8 +304,11 @@ def mutate_bytes(rng: random.Random, data: bytes, n: int | None = None) -> bytes
         elif r == 4:
             j = min(len(b), i + rng.randint(1, 256))
             b[j:j] = b[i:j] * rng.randint(1, 4)
-        elif r == 5:
-            b[:0] = rng.choice((b"\xef\xbb\xbf", b"   \n", b"\x00", b"[", b")]}'\n"))
+        elif r == 5 and rng.random() < 0.1:  # the text re-encoded (the readers name the encoding)
+            b = bytearray(bytes(b).decode("utf-8", "replace").encode(rng.choice(("utf-16", "utf-16-be", "utf-32"))))
+        elif r == 5:  # (more than the sniff's 4 KiB of white space, too)
+            b[:0] = rng.choice((b"\xef\xbb\xbf", b"   \n", b"\x00", b"[", b")]}'\n", b" " * 5000,
+                                b"\xef\xbb\xbf" + b"\n\t" * 2100, b"\xef\xbb\xbf\xef\xbb\xbf"))
         elif r == 6 and i < len(b):
             b[i] = rng.randrange(256)
         else:

@@ -305,6 +305,26 @@ def run_tar(data: bytes) -> None:
     _read_file(data, "fuzz.tar.gz" if data[:2] == b"\x1f\x8b" else "fuzz.tar")
 
 
+def make_piped(rng: random.Random) -> bytes:
+    """What a pipe may carry: a Kineto trace (maybe gzipped, damaged), a tar of them, or an
+    XSpace."""
+    r = rng.random()
+    return make_kineto_any(rng) if r < 0.7 else make_tar(rng) if r < 0.85 else make_small_xplane(rng)
+
+
+def run_piped(data: bytes) -> None:
+    """The stream door (:func:`traceroof.parsers.piped.read_stream`: stdin, a FIFO): the
+    sniff of the first bytes, then the Kineto stream or the spooled copy."""
+    from traceroof.errors import TraceroofError
+    from traceroof.parsers import piped
+
+    try:
+        with _decoder_for(data):
+            piped.read_stream(io.BytesIO(data), piped.STDIN_NAME)
+    except TraceroofError as exc:
+        check_error(exc, piped.STDIN_NAME)
+
+
 def run_protowire(data: bytes) -> None:
     """The wire-format walkers alone: the sniffer's (:mod:`traceroof.parsers.protowire`) and
     the XSpace structure walker (:func:`~traceroof.parsers.xplane_proto_wire.find_break`)."""
@@ -490,6 +510,7 @@ def targets() -> dict[str, Target]:
         Target("kineto_file", 5, make_kineto_any, run_kineto_file, E,
                "read_trace on a .json/.json.gz file: sniff, stream, gzip wrappers"),
         Target("tar", 2, make_tar, run_tar, E, "read_trace on a .tar/.tar.gz of Kineto members"),
+        Target("piped", 2, make_piped, run_piped, E, "stdin / a FIFO: a Kineto trace, a tar or an XSpace on a stream"),
         Target("protowire", 30, make_small_xplane, run_protowire, (), "protobuf wire walkers alone"),
         Target("xplane_scan", 12, make_small_xplane, run_xplane_scan, (), "XSpace scanner and event decoder"),
         Target("xplane", 3, make_xplane, run_xplane, E, "XPlane reader (read_bytes), tables built"),

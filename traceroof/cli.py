@@ -135,7 +135,8 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
 
     TRACE is a Kineto JSON (.json, .json.gz), a .tar.gz or directory of per-rank traces,
     an XSpace (.xplane.pb) or jax profile directory, a cache or dataset written by
-    `traceroof ingest`, or a report saved with -o report.json. Several TRACEs, or a quoted
+    `traceroof ingest`, a report saved with -o report.json, or - (a trace piped into stdin,
+    e.g. `ssh host cat t.json.gz | traceroof analyze -`). Several TRACEs, or a quoted
     glob ('run/rank-*.json.gz'), are read as the ranks of one job, in --jobs processes.
     Progress goes to stderr when reading takes over a second (-q: none).
 

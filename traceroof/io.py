@@ -1,4 +1,5 @@
-"""``read_trace``: any supported input (file, ``.gz``, directory, ``.tar.gz``, glob) → one Trace.
+"""``read_trace``: any supported input (file, ``.gz``, directory, ``.tar.gz``, glob, ``-`` for
+stdin, a FIFO) → one Trace.
 
 Formats are sniffed from content, not only the suffix (:func:`detect_format`). A directory
 is either a cache (:mod:`traceroof.cache`), a jax profile directory
@@ -14,6 +15,7 @@ import functools
 import glob as _glob
 import os
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Union
@@ -21,10 +23,11 @@ from typing import TYPE_CHECKING, NamedTuple, Union
 import polars as pl
 
 from .duplicates import find_copies, op_identities
-from .errors import InputNotFoundError, TraceFormatError, TraceroofError
+from .errors import InputNotFoundError, TraceFormatError, TraceroofError, UsageError
 from .merge import event_count, merge
 from .parallel import drop_early, input_size, run_parallel
-from .parsers import registry
+from .parsers import piped, registry
+from .parsers.piped import STDIN
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -59,6 +62,7 @@ def resolve_inputs(path: PathArg | Sequence[PathArg]) -> list[str]:
     Raises:
         InputNotFoundError: a path does not exist, a glob matches nothing, or a folder holds
             no trace.
+        UsageError: ``"-"`` (stdin, one unit as it is) among other inputs.
     """
     return resolve(path)[0]
 
@@ -79,7 +83,11 @@ def resolve(path: PathArg | Sequence[PathArg]) -> tuple[list[str], list[str]]:
     for item in items:
         s = os.fspath(item)
         p = Path(s)
-        if p.exists():
+        if s == STDIN:
+            if len(items) > 1:
+                raise UsageError(f"'{STDIN}' (a trace on stdin) is read alone, not with other inputs")
+            out.append(s)
+        elif p.exists():
             out.extend(_expand(p, skipped))
         elif _GLOB_CHARS.search(s):
             matches = sorted(_glob.glob(s, recursive=True))
@@ -152,7 +160,9 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             inputs are per-rank traces, merged by :func:`merge` (ordered by rank) once the
             copies among them are left out (:func:`merge_inputs`, docs/distributed.md); a
             folder's CUDA-graph capture traces (:data:`CAPTURE_DIRS`) are not read, and a
-            warning names them.
+            warning names them. ``"-"`` is the trace piped into stdin, and a FIFO is read as
+            a stream too (:mod:`traceroof.parsers.piped`: sniffed from its first bytes, a
+            Kineto trace streamed, another format copied to a temporary file first).
         jobs: worker processes for multi-file inputs (default: the core count; 1 reads them
             one after another in this process).
         progress: a :class:`~traceroof.progress.Progress` to report files, bytes and events
@@ -162,10 +172,12 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             that :func:`traceroof.analysis.analyze` need not do them in this one.
 
     Raises:
-        InputNotFoundError: a path does not exist, a glob matches nothing, or a directory
-            holds no trace.
+        InputNotFoundError: a path does not exist, a glob matches nothing, a directory
+            holds no trace, or ``"-"`` is given while stdin is a terminal.
+        UsageError: ``"-"`` among other inputs.
         TraceFormatError: a file is not a supported trace or cannot be read (exit code 4);
-            the message names the file. A *damaged* trace is not an error: it is recovered
+            the message names the file. A character or block device or a socket is not
+            read (one that never ends would hang the read). A *damaged* trace is not an error: it is recovered
             as far as possible, with what was lost in ``meta.warnings``.
         MixedInputsError: inputs of different formats or chips, or inputs sharing device
             ops without one holding the other's (exit code 4; the message names them).
@@ -297,15 +309,40 @@ def warm_worker() -> None:
 
 
 def _read_unit(path: str, progress: Progress | None) -> Trace:
+    if path == STDIN:
+        return piped.read_stdin(progress)
     p = Path(path)
-    if not p.exists():
-        raise InputNotFoundError(f"{p}: no such file or directory")
+    if _is_fifo(p):
+        return piped.read_fifo(p, progress)
     if p.is_dir():
         fmt = registry.unit_format(p)
         if fmt is None:  # a plain folder: its files, one after another
             return read_trace(p, jobs=1, progress=None)
         return fmt.read(p, None)
     return registry.detect(p).read(p, progress)
+
+
+def _is_fifo(p: Path) -> bool:
+    """True for a FIFO (named pipe: read as a stream, :mod:`.parsers.piped`), False for a
+    regular file or a directory.
+
+    Raises:
+        InputNotFoundError: ``p`` does not exist.
+        TraceFormatError: a character or block device (``/dev/zero``, a terminal), a socket:
+            not read (a device may never end).
+        OSError: ``p`` cannot be looked at (read_one names the file).
+    """
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{p}: no such file or directory") from None
+    if stat.S_ISFIFO(mode):
+        return True
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise TraceFormatError(p, "file", f"a trace file, a folder, a FIFO or '{STDIN}' (stdin), found {kind}")
 
 
 __all__ = ["read_trace", "read_one", "resolve_inputs", "resolve", "merge_inputs", "detect_format", "CAPTURE_DIRS"]

@@ -42,7 +42,7 @@ def sniff(head: Head) -> int:
     """:data:`~.registry.CONTENT` when the text is a JSON object (after white space) whose
     first bytes name an XSpace plane as a process (``process_name`` → ``/host:…`` or
     ``/device:…``), else 0. Kineto names its processes by pid or ``GPU N``, never so."""
-    data = head.data.lstrip()
+    data = head.text or b""  # (after a UTF-8 byte-order mark and white space)
     if data[:1] != b"{" or b'"process_name"' not in data:
         return 0
     return CONTENT if _PLANE_NAME.search(data) else 0

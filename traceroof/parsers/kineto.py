@@ -38,6 +38,13 @@ from .kineto_native import ENV_DECODER, Columns
 from .kineto_ranks import build_labelled, has_rank_labels, label_from_file_name
 from .kineto_stream import STREAM_BLOCK_BYTES, StreamFormatError, decode_stream
 from .kineto_times import raw_us_to_ns
+from .text_head import (
+    bom_bytes,
+    encoding_problem,
+    only_ws_problem,
+    other_encoding,
+    skip_to_text,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -160,17 +167,7 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
             data = _gunzip_partial(data)
             if not data:
                 raise TraceFormatError(path, "byte 0", f"a readable gzip stream ({exc})") from exc
-    head = data[:4096]
-    first = head.lstrip()[:1]  # only the head: lstrip() of the whole file would copy it
-    if not first and len(data) > len(head):
-        first = data.lstrip()[:1]  # more than 4 KB of leading whitespace (rare)
-    if not first:
-        raise TraceFormatError(path, "byte 0", "a Kineto JSON trace, found an empty file")
-    if first != b"{":
-        raise TraceFormatError(
-            path, f"byte {len(head) - len(head.lstrip())}",
-            "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)",
-        )
+    data = _check_text(data, path)
     builder = _Builder(path)
     try:
         decoded = decode(data, builder.add_chunk, path=path, native=_use_native(len(data), path))
@@ -178,6 +175,27 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
         raise TraceFormatError(path, "byte 0", f"a Kineto trace: {exc}") from exc
     del data  # the file's bytes are no longer needed while the tables are linked
     return builder.finish(decoded, rank=rank)
+
+
+def _check_text(data: bytes, path: str) -> bytes:
+    """``data`` with a UTF-8 byte-order mark turned into white space (offsets unchanged: a
+    copy, only when there is one), once its first byte of text, past white space (up to
+    :data:`.text_head.MAX_LEADING_WS_BYTES`), is the ``{`` of a JSON object.
+
+    Raises:
+        TraceFormatError: empty, only white space, UTF-16/32 text, or not a JSON object.
+    """
+    text, at, over = skip_to_text(data[:4096], lambda n: b"", 1)  # (only the head: no copy of the file)
+    if not text and not over and len(data) > 4096:
+        text, at, over = skip_to_text(data, lambda n: b"", 1)  # more than 4 KB of leading white space (rare)
+    if over or not text:
+        raise TraceFormatError(path, f"byte {at if over else 0}", only_ws_problem() if over else
+                               "a Kineto JSON trace, found an empty file")
+    if text != b"{":
+        encoding = other_encoding(data)
+        raise TraceFormatError(path, "byte 0" if encoding else f"byte {at}", encoding_problem(encoding) if encoding
+                               else "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)")
+    return b"   " + data[3:] if bom_bytes(data) else data
 
 
 def _use_native(json_bytes: int | None, path: str) -> bool:

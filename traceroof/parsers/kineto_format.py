@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 def sniff(head: Head) -> int:
     """:data:`~.registry.CONTENT` when the text starts with ``{`` (or, in a gzip stream,
-    ``{`` or ``[``) after white space, else 0."""
-    first = head.data.lstrip()[:1]
+    ``{`` or ``[``) after a UTF-8 byte-order mark and white space (:attr:`.registry.Head.text`),
+    else 0."""
+    first = head.text[:1] if head.text is not None else b""
     return CONTENT if first == b"{" or (head.gzip and first == b"[") else 0
 
 

@@ -39,6 +39,7 @@ from .kineto_events import (
 )
 from .kineto_native import Scanner, decode_piece, native_scanner
 from .kineto_recover import recover_events, recover_region
+from .text_head import drop_lead, encoding_problem, other_encoding
 
 logger = logging.getLogger(__name__)
 
@@ -173,23 +174,21 @@ class _Stream:
 
     # ------------------------------------------------------------------ header
     def _sniff(self) -> None:
-        """The checks :func:`~traceroof.parsers.kineto.read_bytes` makes on the first bytes."""
+        """The checks :func:`~traceroof.parsers.kineto.read_bytes` makes on the first bytes; a
+        UTF-8 BOM and leading white space are dropped (:func:`.text_head.drop_lead`)."""
         buf = self.buf
         buf.fill(4096)
         if not len(buf) and self.src.gzip_problem:
             raise StreamFormatError("byte 0", f"a readable gzip stream ({self.src.gzip_problem})")
-        while LEADING_WS.match(buf.view()).end() == len(buf) and buf.fill(len(buf) + self.block):
-            pass  # more than a block of leading whitespace (rare)
-        lead = LEADING_WS.match(buf.view()).end()  # type: ignore[union-attr]
-        first = bytes(buf.view()[lead : lead + 1])
-        if not first:
-            raise StreamFormatError("byte 0", "a Kineto JSON trace, found an empty file")
+        problem = drop_lead(buf)
+        self._origin = buf.base  # the header starts here (buf.base == _origin: nothing taken yet)
+        first = bytes(buf.view()[:1])
+        if problem or not first:
+            raise StreamFormatError(f"byte {buf.base if problem else 0}", problem or "a Kineto JSON trace, found an empty file")
         if first != b"{":
-            head = bytes(buf.view()[:4096])
-            raise StreamFormatError(
-                f"byte {len(head) - len(head.lstrip())}",
-                "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)",
-            )
+            encoding = other_encoding(buf.view())
+            raise StreamFormatError(f"byte {buf.base}", encoding_problem(encoding) if encoding else
+                                    "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)")
 
     def run(self) -> Decoded:
         self._sniff()
@@ -206,20 +205,20 @@ class _Stream:
                 scanned = len(buf)
             if not buf.fill(len(buf) + self.block):
                 break
-        prefix_ok = key is not None and buf.base == 0 and decode_prefix_strict(bytes(buf.view()[: key.start()])) is not None
-        if not prefix_ok and buf.base == 0:
+        prefix_ok = key is not None and buf.base == self._origin and decode_prefix_strict(bytes(buf.view()[: key.start()])) is not None
+        if not prefix_ok and buf.base == self._origin:
             # no events key, or a header that is not valid JSON: a small file is decoded in
             # memory, which gives exactly the in-memory outcome (its error, its recovery)
             if buf.fill_all(STREAM_FALLBACK_BYTES + 1) and len(buf) <= STREAM_FALLBACK_BYTES:
-                data = buf.take(len(buf))
+                data = b" " * self._origin + buf.take(len(buf))  # (the BOM and white space dropped: offsets kept)
                 return decode(data, self.emit, path=self.path, native=self.native)
         if key is None:
             raise ValueError("no 'traceEvents' array found")
-        header = decode_prefix_strict(bytes(buf.view()[: key.start()])) if buf.base == 0 else None
+        header = decode_prefix_strict(bytes(buf.view()[: key.start()])) if buf.base == self._origin else None
         if header is None:
             logger.debug("%s: the header before the events is not valid JSON; recovering", self.path)
             self.stats.strict = False
-            header = decode_header_prefix(bytes(buf.view()[: key.start()])) if buf.base == 0 else Top()
+            header = decode_header_prefix(bytes(buf.view()[: key.start()])) if buf.base == self._origin else Top()
         buf.take(key.end())
         tail = self.events()
         if tail is not None:

@@ -22,7 +22,6 @@ else, e.g. a test). See docs/extending.md.
 
 from __future__ import annotations
 
-import gzip
 import os
 import zlib
 from collections.abc import Callable
@@ -32,6 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import TraceFormatError
+from .text_head import (
+    encoding_problem,
+    only_ws_problem,
+    other_encoding,
+    skip_to_text,
+)
 
 if TYPE_CHECKING:
     from ..progress import Progress
@@ -77,9 +82,15 @@ class Head:
         raw: its first :data:`HEAD_BYTES` bytes.
         gzip: ``raw`` starts with the gzip magic (``1f 8b``).
         data: the first :data:`HEAD_BYTES` decompressed bytes of a gzip file (``b""`` when
-            they do not decompress), else ``raw``.
+            none decompress; fewer when the stream is cut or corrupt), else ``raw``.
         size: the file's size in bytes, or None for a gzip file (the decompressed size is
-            unknown).
+            unknown) or a stream.
+        text: :data:`HEAD_BYTES` of the content from its first byte that is neither a UTF-8
+            byte-order mark nor white space (:func:`.text_head.skip_to_text`, up to
+            :data:`.text_head.MAX_LEADING_WS_BYTES` of white space): what a sniff of a
+            text format looks at. None (when a Head is made by hand): taken from ``data``.
+        text_at: the offset of ``text`` in the (decompressed) content, bytes.
+        ws_over: the content holds more leading white space than that (``text`` is empty).
     """
 
     path: Path
@@ -87,6 +98,16 @@ class Head:
     gzip: bool
     data: bytes
     size: int | None
+    text: bytes | None = None
+    text_at: int = 0
+    ws_over: bool = False
+
+    def __post_init__(self) -> None:
+        if self.text is None:
+            text, at, over = skip_to_text(self.data, lambda n: b"", HEAD_BYTES)
+            object.__setattr__(self, "text", text)
+            object.__setattr__(self, "text_at", at)
+            object.__setattr__(self, "ws_over", over)
 
     @property
     def name(self) -> str:
@@ -95,27 +116,72 @@ class Head:
 
 
 def read_head(path: str | os.PathLike[str], head: bytes | None = None) -> Head:
-    """The :class:`Head` of ``path`` (``head``: its first bytes, when already read).
+    """The :class:`Head` of ``path`` (``head``: its first bytes, when already read). Reads
+    :data:`HEAD_BYTES` (and of a gzip file, inflates as many), more only past a BOM and
+    leading white space (:attr:`Head.text`).
 
     Raises:
         OSError: the file cannot be opened or read.
     """
     p = Path(path)
-    if head is None:
-        with open(p, "rb") as fh:
+    with open(p, "rb") as fh:
+        if head is None:
             head = fh.read(HEAD_BYTES)
-    if head[:2] == b"\x1f\x8b":
+        else:
+            fh.seek(len(head))
         try:
-            with gzip.open(p, "rb") as fh:
-                inner = fh.read(HEAD_BYTES)
-        except (OSError, EOFError, zlib.error):  # zlib.error: a corrupt deflate block
-            inner = b""
-        return Head(p, head, True, inner, None)
-    try:
-        size: int | None = p.stat().st_size
-    except OSError:
-        size = None
-    return Head(p, head, False, head, size)
+            size: int | None = os.fstat(fh.fileno()).st_size
+        except OSError:
+            size = None
+        return head_of(p, head, fh.read, size)
+
+
+def head_of(path: Path, raw: bytes, more: Callable[[int], bytes], size: int | None) -> Head:
+    """The :class:`Head` of a file or stream named ``path`` whose first bytes are ``raw``
+    (up to :data:`HEAD_BYTES`); ``more(n)`` reads up to ``n`` of the bytes after them
+    (``b""`` at the end), called only past a BOM and white space or to inflate a gzip
+    stream; ``size``: the file's size in bytes (None: unknown). Never raises on the bytes
+    (a corrupt gzip stream sniffs as what inflated before the fault)."""
+    if raw[:2] == b"\x1f\x8b":
+        inflate = _Inflate(raw, more)
+        data = inflate(HEAD_BYTES)
+        text, at, over = skip_to_text(data, inflate, HEAD_BYTES)
+        return Head(path, raw, True, data, None, text, at, over)
+    text, at, over = skip_to_text(raw, more, HEAD_BYTES)
+    return Head(path, raw, False, raw, size, text, at, over)
+
+
+class _Inflate:
+    """``inflate(n)``: up to ``n`` more bytes of a gzip stream's content (member after
+    member, RFC 1952 section 2.2), ``b""`` at its end or at a corrupt or cut block."""
+
+    def __init__(self, raw: bytes, more: Callable[[int], bytes]) -> None:
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._pending = raw
+        self._more = more
+        self._done = False
+
+    def __call__(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n and not self._done:
+            z = self._z
+            if z.eof:  # (tested first: a finished member's unconsumed_tail repeats its rest)
+                rest = z.unused_data or self._more(1 << 16)
+                if rest[:2] != b"\x1f\x8b":
+                    self._done = True
+                    break
+                self._z, self._pending = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
+                continue
+            data = z.unconsumed_tail or self._pending or self._more(1 << 16)
+            self._pending = b""
+            if not data:
+                self._done = True
+                break
+            try:
+                out += z.decompress(data, n - len(out))
+            except zlib.error:
+                self._done = True
+        return out
 
 
 def _no_file(head: Head) -> int:
@@ -229,7 +295,17 @@ def detect(path: str | os.PathLike[str], head: bytes | None = None) -> InputForm
             else, bytes of no known format); the message lists what was expected.
         OSError: the file cannot be read.
     """
-    h = read_head(path, head)
+    return detect_head(read_head(path, head))
+
+
+def detect_head(h: Head) -> InputFormat:
+    """:func:`detect` of a :class:`Head` already read (a file's, or a stream's:
+    :mod:`.piped`).
+
+    Raises:
+        TraceFormatError: as :func:`detect`; text in UTF-16/32, and more leading white space
+            than :data:`~.text_head.MAX_LEADING_WS_BYTES`, are said as such.
+    """
     best, score = None, 0
     for fmt in _load().values():
         s = fmt.sniff(h)
@@ -237,11 +313,19 @@ def detect(path: str | os.PathLike[str], head: bytes | None = None) -> InputForm
             best, score = fmt, s
     if best is not None:
         return best
+    where = "gzip stream, byte 0" if h.gzip else "byte 0"
+    encoding = other_encoding(h.data)
+    if encoding is not None:
+        raise TraceFormatError(h.path, where, encoding_problem(encoding))
+    if h.ws_over:
+        raise TraceFormatError(h.path, f"byte {h.text_at}", only_ws_problem())
     if h.gzip:
         kinds = [f.gzip_describe for f in _formats.values() if f.gzip_describe]
         raise TraceFormatError(h.path, "byte 0", "not a trace: expected gzip of " + " or of ".join(kinds))
     if not h.raw:
         raise TraceFormatError(h.path, "byte 0", "a trace, found an empty file")
+    if not h.text:
+        raise TraceFormatError(h.path, "byte 0", "a trace, found only white space")
     raise TraceFormatError(h.path, "byte 0",
                            "not a trace: expected " + _either([f.describe for f in _formats.values() if f.describe]))
 
@@ -267,4 +351,4 @@ def no_trace_in_dir() -> str:
 
 __all__ = ["InputFormat", "FormatFacts", "Head", "CONTENT", "SUFFIX", "HINT", "BUILTIN", "register",
            "unregister", "formats", "get", "facts_for", "detect", "unit_format", "folder_suffixes",
-           "no_trace_in_dir", "read_head"]
+           "no_trace_in_dir", "read_head", "head_of", "detect_head"]

@@ -11,6 +11,7 @@ import gzip
 import logging
 import os
 import re
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,13 @@ def _format_error(path: str, data: bytes, space: xp.SpaceScan | None) -> TraceFo
         return TraceFormatError(path, "byte 0", "empty file (0 bytes); expected an XSpace "
                                                 "protobuf (*.xplane.pb)")
     err = space.damage[0] if space and space.damage else None
+    if err is None and space is not None and space.cut is not None:
+        cut = space.cut
+        what = _SPACE_FIELDS.get(cut.field, f"field {cut.field}")
+        declared = f", which declares {cut.declared:,} bytes" if cut.declared is not None else ""
+        return TraceFormatError(path, f"byte {len(data):,}", (
+            f"an XSpace with a complete plane, found a file that ends inside its first {what} (at byte "
+            f"{cut.tag_pos:,}{declared}): nothing before the cut is complete (a file cut short, or still being written)"))
     if err is None:
         err = xp.find_break(data, 0, len(data), "XSpace")
     where = f"byte {err.offset}" if err else "byte 0"
@@ -73,22 +81,24 @@ def read_parts(data: bytes, path: str, rank: int) -> Parts:
     Raises:
         TraceFormatError: not an XSpace, empty, or no plane readable (names the byte offset).
     """
+    gz_problem = None
     if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise TraceFormatError(path, "byte 0", f"gzip stream does not decompress: {exc}")
+        data, gz_problem = _gunzip(data, path)
     if not data:
         raise _format_error(path, data, None)
     space = xp.scan_space(data)
     if not space.planes:
         raise _format_error(path, data, space)
     out = Parts()
+    if gz_problem is not None:
+        out.warnings.append(gz_problem)
     for err in space.damage:
         out.warnings.append(
             f"{path}: {err}: the XSpace is damaged there; everything from that point on in "
             f"the affected plane(s) is lost"
         )
+    if space.cut is not None:
+        out.warnings.append(_cut_warning(path, len(data), space))
     for e in space.errors:
         out.warnings.append(f"profiler error recorded in the trace: {e}")
     for w in space.warnings:
@@ -97,6 +107,66 @@ def read_parts(data: bytes, path: str, rank: int) -> Parts:
         Path(path)) if path != "<bytes>" else ""
     _convert(space, path, rank, out)
     return out
+
+
+def _gunzip(data: bytes, path: str) -> tuple[bytes, str | None]:
+    """The content of the gzip stream ``data``, and None; of a cut or corrupt one, what
+    inflates before the fault (RFC 1952 members one after another) and the warning saying so.
+
+    Raises:
+        TraceFormatError: nothing inflates.
+    """
+    try:
+        return gzip.decompress(data), None
+    except (OSError, EOFError, zlib.error) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    parts: list[bytes] = []
+    z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pos = 0
+    while pos < len(data):
+        piece = data[pos : pos + (1 << 16)]  # 64 KiB at a time: a corrupt block loses only its piece's output
+        pos += len(piece)
+        try:
+            parts.append(z.decompress(piece))
+        except zlib.error:
+            break
+        if z.eof:  # the member ended: the next one, if its magic follows
+            rest, z = z.unused_data + data[pos:], zlib.decompressobj(16 + zlib.MAX_WBITS)
+            if rest[:2] != b"\x1f\x8b":
+                break
+            data, pos = rest, 0
+    got = b"".join(parts)
+    if not got:
+        raise TraceFormatError(path, "byte 0", f"a gzip stream that decompresses ({problem})")
+    return got, (f"{path}: the gzip stream is cut or corrupt ({problem}): read its first {len(got):,} "
+                 "decompressed bytes")
+
+
+#: what the XSpace's fields hold (XSpace message, xplane.proto), for the cut warning
+_SPACE_FIELDS = {1: "plane", 2: "errors", 3: "warnings", 4: "hostnames"}
+
+
+def _cut_warning(path: str, size: int, space: xp.SpaceScan) -> str:
+    """The warning for a file that ends inside a field of its XSpace (``space.cut``): where,
+    what was kept of that field, what was lost (the phrase ``trace is truncated at byte``
+    is what :func:`traceroof.analysis.truncation` looks for)."""
+    cut = space.cut
+    assert cut is not None
+    head = f"{path}: trace is truncated at byte {size:,}: the file ends inside "
+    declared = f", which declares {cut.declared:,} bytes from byte {cut.start:,}" if cut.declared is not None else ""
+    plane = space.planes[-1] if space.planes and space.planes[-1].cut is not None else None
+    if cut.field != 1 or plane is None:
+        what = _SPACE_FIELDS.get(cut.field, f"field {cut.field}")
+        return head + f"the XSpace's {what} at byte {cut.tag_pos:,}{declared}; that field is lost"
+    lines = len(plane.line_ranges)
+    kept = (f"its {lines - plane.cut_line} complete line(s)" + (" and the complete events of the line the cut "
+            "is in" if plane.cut_line else "") + f", {len(plane.meta.event_metadata)} event and "
+            f"{len(plane.meta.stat_metadata)} stat metadata entries")
+    lost = "the rest of the plane"
+    if lines and not len(plane.meta.event_metadata):
+        lost += " (its event metadata, written after its lines: its events' names and stats)"
+    return head + (f"plane '{xp.text(plane.meta.name)}' at byte {cut.tag_pos:,}{declared}: kept {kept}; "
+                   f"lost {lost} and every plane after it")
 
 
 def _convert(space: xp.SpaceScan, path: str, rank: int, out: Parts) -> None:

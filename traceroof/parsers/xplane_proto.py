@@ -53,6 +53,7 @@ from .xplane_proto_wire import (
     I64,
     LEN,
     VARINT,
+    Cut,
     WireError,
     find_break,
     iter_fields,
@@ -60,7 +61,7 @@ from .xplane_proto_wire import (
 )
 
 __all__ = [
-    "POOL", "SLOW_RUN_LIMIT", "STAT_BYTES", "STAT_DOUBLE", "STAT_INT64", "STAT_REF", "STAT_STR",
+    "Cut", "POOL", "SLOW_RUN_LIMIT", "STAT_BYTES", "STAT_DOUBLE", "STAT_INT64", "STAT_REF", "STAT_STR",
     "STAT_UINT64", "WIRE_SCHEMA", "EventColumns", "LineScan", "PlaneScan", "SpaceScan",
     "WireError", "XEvent", "XEventMetadata", "XLine", "XPlane", "XSpace", "XStat",
     "XStatMetadata", "decode_events", "find_break", "iter_fields", "read_varint", "scan_line",
@@ -91,6 +92,10 @@ class PlaneScan:
         self.offset = offset
         self.meta = meta
         self.line_ranges = line_ranges
+        #: where the file ends inside this plane (:func:`scan_space` of a cut file), else None
+        self.cut: Cut | None = None
+        #: the last of ``line_ranges`` is a line cut by the end (its complete events kept)
+        self.cut_line = False
 
     @property
     def name(self) -> str:
@@ -196,21 +201,33 @@ class SpaceScan:
         self.warnings: list[str] = []
         self.damage: list[WireError] = []
         self.unknown_fields = 0
+        #: where the file ends inside a field of the XSpace (a cut file), else None
+        self.cut: Cut | None = None
 
 
 def _decode_str(buf, a: int, b: int) -> str:
     return bytes(buf[a:b]).decode("utf-8", errors="replace")
 
 
-def scan_plane(buf, start: int, end: int) -> PlaneScan:
-    """Scan one XPlane (content ``buf[start:end]``). Raises :class:`WireError`."""
+def scan_plane(buf, start: int, end: int, cut: bool = False) -> PlaneScan:
+    """Scan one XPlane (content ``buf[start:end]``). ``cut``: the file ends inside it
+    (``end`` is the buffer's end): its complete fields are kept, and of a line cut by the end
+    its complete events (:attr:`PlaneScan.cut`, :attr:`PlaneScan.cut_line`). Raises
+    :class:`WireError`."""
     meta_fields = []
     line_ranges = []
-    for field, wt, value, tag_pos, field_end in iter_fields(buf, start, end):
+    cuts: list[Cut] | None = [] if cut else None
+    for field, wt, value, tag_pos, field_end in iter_fields(buf, start, end, cuts):
         if field == 3 and wt == LEN:
             line_ranges.append(value)
         else:
             meta_fields.append(bytes(buf[tag_pos:field_end]))
+    cut_line = False
+    if cuts and cuts[0].field == 3 and cuts[0].wire_type == LEN:
+        kept = _complete_prefix(buf, cuts[0].start)
+        if kept > cuts[0].start:
+            line_ranges.append((cuts[0].start, kept))
+            cut_line = True
     meta = XPlane()
     joined = b"".join(meta_fields)
     try:
@@ -219,18 +236,48 @@ def scan_plane(buf, start: int, end: int) -> PlaneScan:
         err = find_break(joined, 0, len(joined), "XPlane")
         raise WireError(start, "plane metadata does not decode"
                                + (f" ({err.reason})" if err else "")) from None
-    return PlaneScan(buf, start, meta, line_ranges)
+    plane = PlaneScan(buf, start, meta, line_ranges)
+    plane.cut = cuts[0] if cuts else None
+    plane.cut_line = cut_line
+    return plane
+
+
+def _complete_prefix(buf, start: int) -> int:
+    """The end of the complete fields of a message from ``start`` that the end of ``buf``
+    cuts (``start`` when none is complete, or its bytes break before the cut)."""
+    last = start
+    try:
+        for *_, field_end in iter_fields(buf, start, len(buf), []):
+            last = field_end
+    except WireError:
+        return start
+    return last
+
+
+def _overlong(cut: Cut, end: int) -> WireError:
+    """The break of a length-delimited field that declares more bytes than the buffer holds,
+    as :func:`iter_fields` words it (at the offset of its length)."""
+    tag = cut.field << 3 | cut.wire_type
+    at = cut.tag_pos + (tag.bit_length() + 6) // 7  # the length follows the tag's varint
+    return WireError(at, f"field {cut.field} (tag at byte {cut.tag_pos}) declares a length of {cut.declared} bytes "
+                         f"but only {end - cut.start} remain in its message (which ends at byte {end})")
 
 
 def scan_space(buf) -> SpaceScan:
     """Scan an XSpace: planes (metadata decoded, lines on demand), hostnames, errors,
     warnings. A break in the wire format stops the scan there; what came before is kept and
-    the break is recorded in ``damage``. Raises nothing for broken bytes: callers decide
-    (``not space.planes and space.damage`` means nothing was readable)."""
+    the break is recorded in ``damage``. A file that ends inside a field (cut short, or
+    still being written; a length declaring more bytes than the file holds reads the same)
+    keeps the fields before it, and of a plane cut there its complete fields, lines and
+    events (:func:`scan_plane` ``cut``): ``cut`` says where. When the bytes of that plane
+    break before the end, its length was damaged, not cut: it is left out, the length's
+    break recorded in ``damage``. Raises nothing for broken bytes:
+    callers decide (``not space.planes and space.damage`` means nothing was readable)."""
     space = SpaceScan()
     end = len(buf)
+    cuts: list[Cut] = []
     try:
-        for field, wt, value, tag_pos, _end in iter_fields(buf, 0, end):
+        for field, wt, value, tag_pos, _end in iter_fields(buf, 0, end, cuts):
             if wt != LEN:
                 space.unknown_fields += 1
                 continue
@@ -251,4 +298,15 @@ def scan_space(buf) -> SpaceScan:
                 space.unknown_fields += 1
     except WireError as err:
         space.damage.append(err)
+    if cuts:
+        space.cut = cuts[0]
+        if cuts[0].field == 1 and cuts[0].wire_type == LEN:  # the file ends inside a plane: its head is kept
+            try:
+                plane = scan_plane(buf, cuts[0].start, end, cut=True)
+                plane.cut = plane.cut or cuts[0]  # (the cut may fall between two of its fields)
+                if plane.line_ranges or plane.meta.ByteSize():  # (nothing complete in it: nothing kept)
+                    space.planes.append(plane)
+            except WireError:  # its bytes break before the end: not a cut but a damaged length
+                space.cut = None
+                space.damage.append(_overlong(cuts[0], end))
     return space

@@ -4,6 +4,8 @@ has no byte offset)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .protowire import I32, I64, LEN, VARINT
 from .xplane_proto_messages import WIRE_SCHEMA
 
@@ -34,42 +36,71 @@ def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
             raise WireError(start, "varint longer than 10 bytes")
 
 
-def iter_fields(buf, start: int, end: int):
+class Cut(NamedTuple):
+    """Where a buffer ends inside a field (the file was cut there): the field's number (0
+    when its tag is cut), wire type (-1 when its tag is cut), the offsets of its tag and of
+    its payload, and the length it declares (a length-delimited field; None otherwise)."""
+
+    field: int
+    wire_type: int
+    tag_pos: int
+    start: int
+    declared: int | None
+
+
+def iter_fields(buf, start: int, end: int, cuts: list[Cut] | None = None):
     """Yield ``(field_number, wire_type, value, tag_offset, field_end)`` for each field in
     ``buf[start:end]``; ``value`` is an int for varint/fixed fields and a ``(begin, end)``
-    byte range for length-delimited ones. Raises :class:`WireError` where the bytes break."""
+    byte range for length-delimited ones. Raises :class:`WireError` where the bytes break.
+
+    ``cuts``: when given and ``end`` is the end of ``buf``, a field that runs past it (the
+    file was cut inside it) ends the walk quietly and its :class:`Cut` is appended there,
+    so that the fields before it can be kept; a field running past the end of a message
+    inside the buffer is still a break (:class:`WireError`)."""
+    at_cut = cuts is not None and end == len(buf)
     pos = start
     while pos < end:
         tag_pos = pos
-        tag, pos = read_varint(buf, pos, end)
-        field, wt = tag >> 3, tag & 7
-        if field == 0:
-            raise WireError(tag_pos, f"field number 0 (tag byte 0x{buf[tag_pos]:02x})")
-        if wt == VARINT:
-            value, pos = read_varint(buf, pos, end)
-        elif wt == LEN:
-            len_pos = pos
-            n, pos = read_varint(buf, pos, end)
-            if n > end - pos:
-                raise WireError(
-                    len_pos,
-                    f"field {field} (tag at byte {tag_pos}) declares a length of {n} bytes "
-                    f"but only {end - pos} remain in its message (which ends at byte {end})",
-                )
-            value = (pos, pos + n)
-            pos += n
-        elif wt == I64:
-            if pos + 8 > end:
-                raise WireError(tag_pos, f"fixed64 field {field} runs past the end")
-            value = int.from_bytes(bytes(buf[pos : pos + 8]), "little")
-            pos += 8
-        elif wt == I32:
-            if pos + 4 > end:
-                raise WireError(tag_pos, f"fixed32 field {field} runs past the end")
-            value = int.from_bytes(bytes(buf[pos : pos + 4]), "little")
-            pos += 4
-        else:
-            raise WireError(tag_pos, f"invalid wire type {wt} (tag byte 0x{buf[tag_pos]:02x})")
+        field = 0
+        wt = -1
+        try:
+            tag, pos = read_varint(buf, pos, end)
+            field, wt = tag >> 3, tag & 7
+            if field == 0:
+                raise WireError(tag_pos, f"field number 0 (tag byte 0x{buf[tag_pos]:02x})")
+            if wt == VARINT:
+                value, pos = read_varint(buf, pos, end)
+            elif wt == LEN:
+                len_pos = pos
+                n, pos = read_varint(buf, pos, end)
+                if n > end - pos:
+                    if at_cut:
+                        cuts.append(Cut(field, wt, tag_pos, pos, n))  # type: ignore[union-attr]
+                        return
+                    raise WireError(
+                        len_pos,
+                        f"field {field} (tag at byte {tag_pos}) declares a length of {n} bytes "
+                        f"but only {end - pos} remain in its message (which ends at byte {end})",
+                    )
+                value = (pos, pos + n)
+                pos += n
+            elif wt == I64:
+                if pos + 8 > end:
+                    raise WireError(tag_pos, f"fixed64 field {field} runs past the end")
+                value = int.from_bytes(bytes(buf[pos : pos + 8]), "little")
+                pos += 8
+            elif wt == I32:
+                if pos + 4 > end:
+                    raise WireError(tag_pos, f"fixed32 field {field} runs past the end")
+                value = int.from_bytes(bytes(buf[pos : pos + 4]), "little")
+                pos += 4
+            else:
+                raise WireError(tag_pos, f"invalid wire type {wt} (tag byte 0x{buf[tag_pos]:02x})")
+        except WireError as err:
+            if at_cut and "past the end" in err.reason:  # a varint or fixed field cut by the end
+                cuts.append(Cut(field, wt, tag_pos, pos, None))  # type: ignore[union-attr]
+                return
+            raise
         yield field, wt, value, tag_pos, pos
 
 
