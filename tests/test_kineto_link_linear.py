@@ -17,7 +17,11 @@ from traceroof.schema import OP_SCHEMA
 from traceroof.step_markers import device_and_host_windows
 
 
-def test_gather_by_column_equals_a_full_sort_with_ties():
+@pytest.mark.parametrize("at_once_bytes", [0, kineto_link.GATHER_AT_ONCE_BYTES], ids=["by-column", "at-once"])
+def test_gather_by_column_equals_a_full_sort_with_ties(at_once_bytes, monkeypatch):
+    """Both ways of gathering (a column at a time; a small frame, every frame here, in one
+    operation) give the frame ``DataFrame.sort`` gives."""
+    monkeypatch.setattr(kineto_link, "GATHER_AT_ONCE_BYTES", at_once_bytes)
     rng = random.Random(5)
     for _ in range(30):
         n = rng.randint(0, 3000)

@@ -8,7 +8,6 @@ the launch floor. Unknown names raise :class:`~traceroof.errors.UnknownChipError
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import logging
@@ -488,6 +487,8 @@ def load_chip_file(path: str | os.PathLike[str]) -> ChipSpec:
 
 def close_matches(query: str, n: int = 5) -> list[str]:
     """Up to ``n`` chip keys whose key, name or alias is close to ``query`` (for messages)."""
+    import difflib  # only for a name not found (~1 ms to import)
+
     db = chip_table()
     q = norm_name(query)
     labels = {}

@@ -40,7 +40,7 @@ from typing import Any
 
 import click
 
-from . import __version__, cli_diff, cli_perfetto
+from . import __version__, cli_diff
 from .cli_common import (  # noqa: F401  (re-exported: cli_live and tests reach them here)
     EXIT_INTERNAL,
     _handle_errors,
@@ -158,6 +158,8 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
         if output:
             check_output_file(output)
         if perfetto_out:
+            from . import cli_perfetto
+
             cli_perfetto.check_path(perfetto_out)
         mflops, formula = resolve_model_flops(model_path, tokens_per_step, seq_len, mode, model_flops_per_step)
         names = [n.strip() for n in findings_opt.split(",") if n.strip()] if findings_opt else None
@@ -174,6 +176,8 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
                              model_flops_per_step=mflops, model_flops_formula=formula, n_devices=devices,
                              findings=names, capture_traces=captures)
         if perfetto_out:
+            from . import cli_perfetto
+
             cli_perfetto.write(report, perfetto_out, _progress)
         if fmt is None:
             fmt = SUFFIXES.get(Path(output).suffix.lower(), "table") if output else "table"

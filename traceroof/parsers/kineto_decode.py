@@ -41,7 +41,6 @@ from .kineto_events import (
     Top,
 )
 from .kineto_native import Scanner, decode_piece, native_scanner
-from .kineto_recover import recover, recover_events
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +76,8 @@ def decode(
     except DECODE_ERRORS as exc:
         logger.debug("%s: strict decode failed (%s); recovering", path, exc)
         stats.strict = False
+        from .kineto_recover import recover  # damaged input only
+
         return recover(data, on_chunk, stats)
     if not len(top.traceEvents):
         raise ValueError("top-level object has no 'traceEvents' array")
@@ -95,6 +96,8 @@ def decode(
         logger.debug("%s: event array invalid from offset %d (%s); recovering", path, bad.pos, bad.__cause__)
         stats.strict = False
         piece = bytes(raw[bad.pos : bad.end])
+        from .kineto_recover import recover_events  # damaged input only
+
         recover_events(piece, 0, len(piece), _array_offset(data, raw) + bad.pos, on_chunk, stats)
     del raw
     top.traceEvents = NO_RAW

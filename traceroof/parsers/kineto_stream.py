@@ -38,7 +38,6 @@ from .kineto_events import (
     merge_headers,
 )
 from .kineto_native import Scanner, decode_piece, native_scanner
-from .kineto_recover import recover_events, recover_region
 from .text_head import drop_lead, encoding_problem, other_encoding
 
 logger = logging.getLogger(__name__)
@@ -498,6 +497,7 @@ class _Stream:
             return self._recover_rest()
         base = buf.base
         piece = buf.take(stop)
+        from .kineto_recover import recover_events  # damaged input only
         recover_events(piece, 0, len(piece), base, self.emit, self.stats)
         del piece
         buf.drop(LEADING_WS.match(buf.view()).end())  # type: ignore[union-attr]
@@ -513,6 +513,7 @@ class _Stream:
         base = buf.base
         region = buf.take(len(buf))
         self.stats.strict = False
+        from .kineto_recover import recover_region  # damaged input only
         return recover_region(region, 0, base, self.emit, self.stats)
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..report import Report
+if TYPE_CHECKING:  # the report (polars) is imported by the renderer itself: `--help` lists the names
+    from ..report import Report
 
 Renderer = Callable[..., str]
 
