@@ -184,6 +184,8 @@ def test_results_come_in_input_order_whoever_ran_them():
 SCRIPT_EARLY = """
 import json, os, sys, time
 from pathlib import Path
+with open(os.environ["TOP_LEVEL_RUNS"], "a") as f:  # every process that runs this top level
+    f.write(f"{os.getpid()}\\n")
 from traceroof import parallel
 from traceroof.parallel import early_workers, run_parallel
 
@@ -202,7 +204,7 @@ if __name__ == "__main__":
             from test_parallel_pool import pid_and_main
             ran = run_parallel(pid_and_main, [str(i) for i in range(60)], jobs=jobs)
             out["theirs"] = sorted({pid for pid, _ in ran} - {os.getpid()})
-            out["main_in_workers"] = sorted({main for pid, main in ran if pid != os.getpid()})
+            out["spawned"] = sorted({spawned for pid, spawned in ran if pid != os.getpid()})
             # released once the run is over: the workers leave before the block ends
             deadline = time.time() + 60
             while time.time() < deadline and {p for p, st in children() if st != "Z"} & set(out["theirs"]):
@@ -210,15 +212,16 @@ if __name__ == "__main__":
             out["left_inside"] = sorted({p for p, st in children() if st != "Z"} & set(out["theirs"]))
     out["exitcodes"] = [p.exitcode for p in procs]
     out["after"] = children()
+    out["me"] = os.getpid()
     print(json.dumps(out))
 """
 
 
 def pid_and_main(x: str) -> tuple[int, bool]:
-    """Run in a worker: its pid, and whether it ran the main module (the script of
-    :data:`SCRIPT_EARLY`, which defines ``children``, as ``__mp_main__``)."""
+    """Run in a worker: its pid, and whether it was spawned (a fresh interpreter, whose
+    command line is multiprocessing's ``spawn_main``) rather than forked."""
     time.sleep(0.05)  # long enough that the worker takes some items
-    return os.getpid(), hasattr(sys.modules.get("__mp_main__"), "children")
+    return os.getpid(), b"spawn_main" in Path("/proc/self/cmdline").read_bytes()
 
 
 def _early(tmp_path: Path, mode: str, jobs: int = 2, *args: str) -> dict:
@@ -226,17 +229,24 @@ def _early(tmp_path: Path, mode: str, jobs: int = 2, *args: str) -> dict:
 
     script = tmp_path / "early.py"
     script.write_text(SCRIPT_EARLY)
+    runs = tmp_path / "top_level_runs.txt"
     res = subprocess.run([sys.executable, str(script), mode, str(jobs), *args], capture_output=True, text=True,
-                         env=_env(), timeout=300)
+                         env=_env(TOP_LEVEL_RUNS=str(runs)), timeout=300)
     assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+    out = json.loads(res.stdout)
+    # the processes other than the script's own that ran its top level (spawn imports it)
+    out["main_in_workers"] = sorted({int(x) for x in runs.read_text().split()} - {out["me"]})
+    return out
 
 
 def test_early_workers_run_the_next_read_and_leave_as_soon_as_it_is_done(tmp_path):
     out = _early(tmp_path, "run")
     # the items this process did not run ran on the worker started before the call
     assert out["theirs"] and set(out["theirs"]) <= set(out["before"])
-    assert out["main_in_workers"] == [False]  # the script (main module) was not run in it
+    # forked (the script holds no polars, numpy or thread: parallel.fork_is_safe), so the
+    # script's top level (main module) ran in no worker
+    assert out["spawned"] == [False]
+    assert out["main_in_workers"] == []
     assert out["left_inside"] == []  # gone before the block's end (released, reaped later)
     assert out["exitcodes"] == [0]  # it left on its own, not stopped
     assert out["after"] == []  # no worker, zombie or resource tracker outlives the block
@@ -259,7 +269,8 @@ def test_a_read_asking_for_more_workers_than_started_early_starts_its_own(tmp_pa
     out = _early(tmp_path, "run", jobs=3)  # two workers wanted, one started early
     assert out["exitcodes"] == [-15]  # the early one stopped at once
     assert len(out["theirs"]) == 2 and not set(out["theirs"]) & set(out["before"])
-    assert out["main_in_workers"] == [True]  # a plain pool's workers import the main module
+    assert out["spawned"] == [True]  # a plain pool's workers are spawned (the script imported polars)
+    assert set(out["theirs"]) <= set(out["main_in_workers"])  # and they import the main module
     assert out["after"] == []
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..report import Report
+if TYPE_CHECKING:  # not at run time: ``--format``'s choices are read before the command runs, and
+    # ``report`` imports polars, which would then be loaded before the early workers start
+    from ..report import Report
 
 Renderer = Callable[..., str]
 
