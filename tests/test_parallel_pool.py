@@ -293,3 +293,74 @@ def test_likely_files_guesses_what_a_folder_a_glob_and_files_expand_to(tmp_path,
     (cache / "meta.json").write_text("{}")
     (cache / "x.json").write_text("{}")
     assert likely_files([str(cache)]) == 0  # a cache is one input, read by this process
+
+
+SCRIPT_BUFFERED = """
+import os, sys
+from traceroof.parallel import early_workers, run_parallel
+
+if __name__ == "__main__":
+    sys.stdout.write("written before the workers start\\n")  # a pipe: buffered, not yet flushed
+    with early_workers(1):
+        from test_parallel_pool import pid_and_main
+        ran = run_parallel(pid_and_main, [str(i) for i in range(40)], jobs=2)
+    print("workers", len({pid for pid, _ in ran} - {os.getpid()}))
+"""
+
+
+def test_output_buffered_before_a_fork_is_written_once(tmp_path):
+    script = tmp_path / "buffered.py"
+    script.write_text(SCRIPT_BUFFERED)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=_env(TOP_LEVEL_RUNS=str(tmp_path / "runs.txt")), timeout=300)
+    assert res.returncode == 0, res.stderr
+    # a forked child would write the stdout buffer it inherited again when it exits
+    # (multiprocessing's fork flushes the standard streams first)
+    assert res.stdout.count("written before the workers start") == 1, res.stdout
+    assert res.stdout.split()[-2:] == ["workers", "1"]  # the forked worker did run items
+
+
+def test_fork_is_safe_only_before_polars_and_numpy_are_imported():
+    def safe(code: str) -> str:
+        res = subprocess.run([sys.executable, "-c", code + "; import traceroof.parallel as p; print(p.fork_is_safe())"],
+                             capture_output=True, text=True, env=_env(), timeout=120)
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip()
+
+    assert safe("import os") == "True"
+    assert safe("import polars") == "False"
+    assert safe("import numpy") == "False"
+    assert safe("import threading, time; threading.Thread(target=time.sleep, args=(5,), daemon=True).start()") == "False"
+
+
+def test_the_format_option_is_parsed_without_importing_polars():
+    # the early workers start after click parsed the options: when --format's choices
+    # imported traceroof.report (and polars), the workers could only be spawned, not forked
+    code = ("import sys; from traceroof.cli import _RendererChoice; "
+            "print(_RendererChoice().convert('json', None, None), 'polars' in sys.modules, 'numpy' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["json", "False", "False"]
+
+
+def test_while_waiting_runs_once_here_after_this_process_ran_its_last_item():
+    class Seen:  # what run_parallel calls of a Progress
+        def __init__(self) -> None:
+            self.done: list[str] = []
+
+        def file_done(self, path: str, size: int, events: int) -> None:  # noqa: ARG002
+            self.done.append(path)
+
+    seen = Seen()
+    calls: list[tuple[int, set[str]]] = []
+    items = [str(i) for i in range(60)]
+    out = run_parallel(slow_square, items, jobs=2, progress=seen,
+                       while_waiting=lambda: calls.append((os.getpid(), set(seen.done))))
+    assert [v for _, v in out] == [i * i for i in range(60)]
+    assert len(calls) == 1 and calls[0][0] == os.getpid()
+    mine = {items[i] for i, (pid, _) in enumerate(out) if pid == os.getpid()}
+    assert mine and mine <= calls[0][1]  # every item this process ran was done before the call
+    assert sorted(seen.done, key=int) == items  # and every item reported once, after it
+    # with one job everything runs here: nothing to wait for, no call
+    run_parallel(slow_square, items[:3], jobs=1, while_waiting=lambda: calls.append((0, set())))
+    assert len(calls) == 1

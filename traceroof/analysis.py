@@ -539,6 +539,7 @@ def load_report(
     if isinstance(source, Trace):
         trace = source
     else:
+        from .findings import _load_builtin
         from .io import read_trace
         from .report import is_report
 
@@ -551,24 +552,14 @@ def load_report(
             if on_saved is not None:
                 on_saved(report)
             return report
+        # the detectors' modules (~0.03 s of imports) loaded while the workers read their last files
         trace = read_trace(paths[0] if len(paths) == 1 else paths, jobs=jobs, progress=progress, prepare=True,
-                           while_waiting=import_stages)
+                           while_waiting=_load_builtin)
     with analyzing(trace) if analyzing else contextlib.nullcontext():
         return analyze(trace, chip, **options)
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def import_stages() -> None:
-    """Import what :func:`analyze` imports only when it runs (the detectors, the cross-rank
-    view, speed of light, the accounting rules; ~0.04 s of CPU): called by a parallel read
-    of several ranks (``read_trace(while_waiting=...)``) while this process waits for the
-    workers' last files, so that the analysis after the read does not pay it."""
-    from . import accounting, ranks, speed_of_light, waterfall  # noqa: F401
-    from .findings import _load_builtin
-
-    _load_builtin()  # what run_detectors calls first: every built-in detector's module
 
 
 def _no_device_ops(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None = None) -> Report:
