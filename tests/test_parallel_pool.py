@@ -184,6 +184,8 @@ def test_results_come_in_input_order_whoever_ran_them():
 SCRIPT_EARLY = """
 import json, os, sys, time
 from pathlib import Path
+with open(os.environ["TOP_LEVEL_RUNS"], "a") as f:  # every process that runs this top level
+    f.write(f"{os.getpid()}\\n")
 from traceroof import parallel
 from traceroof.parallel import early_workers, run_parallel
 
@@ -202,7 +204,7 @@ if __name__ == "__main__":
             from test_parallel_pool import pid_and_main
             ran = run_parallel(pid_and_main, [str(i) for i in range(60)], jobs=jobs)
             out["theirs"] = sorted({pid for pid, _ in ran} - {os.getpid()})
-            out["main_in_workers"] = sorted({main for pid, main in ran if pid != os.getpid()})
+            out["spawned"] = sorted({spawned for pid, spawned in ran if pid != os.getpid()})
             # released once the run is over: the workers leave before the block ends
             deadline = time.time() + 60
             while time.time() < deadline and {p for p, st in children() if st != "Z"} & set(out["theirs"]):
@@ -210,15 +212,16 @@ if __name__ == "__main__":
             out["left_inside"] = sorted({p for p, st in children() if st != "Z"} & set(out["theirs"]))
     out["exitcodes"] = [p.exitcode for p in procs]
     out["after"] = children()
+    out["me"] = os.getpid()
     print(json.dumps(out))
 """
 
 
 def pid_and_main(x: str) -> tuple[int, bool]:
-    """Run in a worker: its pid, and whether it ran the main module (the script of
-    :data:`SCRIPT_EARLY`, which defines ``children``, as ``__mp_main__``)."""
+    """Run in a worker: its pid, and whether it was spawned (a fresh interpreter, whose
+    command line is multiprocessing's ``spawn_main``) rather than forked."""
     time.sleep(0.05)  # long enough that the worker takes some items
-    return os.getpid(), hasattr(sys.modules.get("__mp_main__"), "children")
+    return os.getpid(), b"spawn_main" in Path("/proc/self/cmdline").read_bytes()
 
 
 def _early(tmp_path: Path, mode: str, jobs: int = 2, *args: str) -> dict:
@@ -226,17 +229,24 @@ def _early(tmp_path: Path, mode: str, jobs: int = 2, *args: str) -> dict:
 
     script = tmp_path / "early.py"
     script.write_text(SCRIPT_EARLY)
+    runs = tmp_path / "top_level_runs.txt"
     res = subprocess.run([sys.executable, str(script), mode, str(jobs), *args], capture_output=True, text=True,
-                         env=_env(), timeout=300)
+                         env=_env(TOP_LEVEL_RUNS=str(runs)), timeout=300)
     assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+    out = json.loads(res.stdout)
+    # the processes other than the script's own that ran its top level (spawn imports it)
+    out["main_in_workers"] = sorted({int(x) for x in runs.read_text().split()} - {out["me"]})
+    return out
 
 
 def test_early_workers_run_the_next_read_and_leave_as_soon_as_it_is_done(tmp_path):
     out = _early(tmp_path, "run")
     # the items this process did not run ran on the worker started before the call
     assert out["theirs"] and set(out["theirs"]) <= set(out["before"])
-    assert out["main_in_workers"] == [False]  # the script (main module) was not run in it
+    # forked (the script holds no polars, numpy or thread: parallel.fork_is_safe), so the
+    # script's top level (main module) ran in no worker
+    assert out["spawned"] == [False]
+    assert out["main_in_workers"] == []
     assert out["left_inside"] == []  # gone before the block's end (released, reaped later)
     assert out["exitcodes"] == [0]  # it left on its own, not stopped
     assert out["after"] == []  # no worker, zombie or resource tracker outlives the block
@@ -259,7 +269,8 @@ def test_a_read_asking_for_more_workers_than_started_early_starts_its_own(tmp_pa
     out = _early(tmp_path, "run", jobs=3)  # two workers wanted, one started early
     assert out["exitcodes"] == [-15]  # the early one stopped at once
     assert len(out["theirs"]) == 2 and not set(out["theirs"]) & set(out["before"])
-    assert out["main_in_workers"] == [True]  # a plain pool's workers import the main module
+    assert out["spawned"] == [True]  # a plain pool's workers are spawned (the script imported polars)
+    assert set(out["theirs"]) <= set(out["main_in_workers"])  # and they import the main module
     assert out["after"] == []
 
 
@@ -282,3 +293,74 @@ def test_likely_files_guesses_what_a_folder_a_glob_and_files_expand_to(tmp_path,
     (cache / "meta.json").write_text("{}")
     (cache / "x.json").write_text("{}")
     assert likely_files([str(cache)]) == 0  # a cache is one input, read by this process
+
+
+SCRIPT_BUFFERED = """
+import os, sys
+from traceroof.parallel import early_workers, run_parallel
+
+if __name__ == "__main__":
+    sys.stdout.write("written before the workers start\\n")  # a pipe: buffered, not yet flushed
+    with early_workers(1):
+        from test_parallel_pool import pid_and_main
+        ran = run_parallel(pid_and_main, [str(i) for i in range(40)], jobs=2)
+    print("workers", len({pid for pid, _ in ran} - {os.getpid()}))
+"""
+
+
+def test_output_buffered_before_a_fork_is_written_once(tmp_path):
+    script = tmp_path / "buffered.py"
+    script.write_text(SCRIPT_BUFFERED)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=_env(TOP_LEVEL_RUNS=str(tmp_path / "runs.txt")), timeout=300)
+    assert res.returncode == 0, res.stderr
+    # a forked child would write the stdout buffer it inherited again when it exits
+    # (multiprocessing's fork flushes the standard streams first)
+    assert res.stdout.count("written before the workers start") == 1, res.stdout
+    assert res.stdout.split()[-2:] == ["workers", "1"]  # the forked worker did run items
+
+
+def test_fork_is_safe_only_before_polars_and_numpy_are_imported():
+    def safe(code: str) -> str:
+        res = subprocess.run([sys.executable, "-c", code + "; import traceroof.parallel as p; print(p.fork_is_safe())"],
+                             capture_output=True, text=True, env=_env(), timeout=120)
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip()
+
+    assert safe("import os") == "True"
+    assert safe("import polars") == "False"
+    assert safe("import numpy") == "False"
+    assert safe("import threading, time; threading.Thread(target=time.sleep, args=(5,), daemon=True).start()") == "False"
+
+
+def test_the_format_option_is_parsed_without_importing_polars():
+    # the early workers start after click parsed the options: when --format's choices
+    # imported traceroof.report (and polars), the workers could only be spawned, not forked
+    code = ("import sys; from traceroof.cli import _RendererChoice; "
+            "print(_RendererChoice().convert('json', None, None), 'polars' in sys.modules, 'numpy' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["json", "False", "False"]
+
+
+def test_while_waiting_runs_once_here_after_this_process_ran_its_last_item():
+    class Seen:  # what run_parallel calls of a Progress
+        def __init__(self) -> None:
+            self.done: list[str] = []
+
+        def file_done(self, path: str, size: int, events: int) -> None:  # noqa: ARG002
+            self.done.append(path)
+
+    seen = Seen()
+    calls: list[tuple[int, set[str]]] = []
+    items = [str(i) for i in range(60)]
+    out = run_parallel(slow_square, items, jobs=2, progress=seen,
+                       while_waiting=lambda: calls.append((os.getpid(), set(seen.done))))
+    assert [v for _, v in out] == [i * i for i in range(60)]
+    assert len(calls) == 1 and calls[0][0] == os.getpid()
+    mine = {items[i] for i, (pid, _) in enumerate(out) if pid == os.getpid()}
+    assert mine and mine <= calls[0][1]  # every item this process ran was done before the call
+    assert sorted(seen.done, key=int) == items  # and every item reported once, after it
+    # with one job everything runs here: nothing to wait for, no call
+    run_parallel(slow_square, items[:3], jobs=1, while_waiting=lambda: calls.append((0, set())))
+    assert len(calls) == 1

@@ -16,7 +16,7 @@ import glob as _glob
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Union
 
@@ -149,7 +149,8 @@ def _expand(p: Path, skipped: list[str] | None = None) -> list[str]:
 
 
 def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
-               progress: Progress | None = None, prepare: bool = False) -> Trace:
+               progress: Progress | None = None, prepare: bool = False,
+               while_waiting: Callable[[], None] | None = None) -> Trace:
     """Read a trace file, a ``.tar.gz`` of traces, a directory, a glob, or several of them.
 
     Args:
@@ -170,6 +171,10 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
         prepare: with several inputs, also do the per-rank stages of the analysis in the
             processes that read them (:mod:`traceroof.rank_prep`; ``Trace.prepared``), so
             that :func:`traceroof.analysis.analyze` need not do them in this one.
+        while_waiting: with several inputs read in parallel, called once in this process when
+            it has no file left to read and waits for the workers' last ones
+            (:func:`traceroof.parallel.run_parallel`): the caller's next work (imports, ...)
+            done in what would be idle time.
 
     Raises:
         InputNotFoundError: a path does not exist, a glob matches nothing, a directory
@@ -196,7 +201,7 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
         else:
             worker = functools.partial(_read_worker, prepare=prepare, identify=True)
             read = run_parallel(worker, units, jobs=jobs, progress=progress, sizes=sizes,
-                                events_of=lambda r: event_count(r.trace))
+                                events_of=lambda r: event_count(r.trace), while_waiting=while_waiting)
             trace = merge_inputs([r.trace for r in read], [r.identities for r in read])
         if captures:
             _say_captures_skipped(trace, captures)

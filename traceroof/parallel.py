@@ -47,7 +47,8 @@ def default_jobs() -> int:
 
 def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None = None,
                  progress: Progress | None = None, sizes: list[int] | None = None,
-                 events_of: Callable[[T], int] | None = None) -> list[T]:
+                 events_of: Callable[[T], int] | None = None,
+                 while_waiting: Callable[[], None] | None = None) -> list[T]:
     """``[fn(item) for item in items]`` in ``jobs`` processes; results in input order.
 
     This process is one of the ``jobs``: it starts ``jobs − 1`` spawned workers (one pool for
@@ -59,7 +60,10 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
     finished item to ``progress`` as it completes (its size from ``sizes``, in bytes, and
     ``events_of(result)`` events). The first failure cancels the items not started yet and
     is raised as it was raised (ours name their file). ``jobs`` defaults to the core count;
-    with 1 (or one item) everything runs in this process.
+    with 1 (or one item) everything runs in this process. ``while_waiting``: called once in
+    this process when it has no item left to claim, before it waits for the workers' last
+    results (work the caller does next anyway, done in what would be idle time; not called
+    when everything runs here); what it raises is raised.
 
     Raises:
         UsageError: the workers could not start because the main module calls this at
@@ -85,12 +89,12 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
     workers = min(jobs, len(items)) - 1
     early = _take_early(workers)
     if early is not None:  # started by :func:`early_workers`, which reaps them
-        early.run(fn, items, done)
+        early.run(fn, items, done, while_waiting)
         early.release()
         return out
     pool = _Pool(workers)
     try:
-        pool.run(fn, items, done)
+        pool.run(fn, items, done, while_waiting)
     finally:
         pool.close()
     return out
@@ -106,7 +110,8 @@ WARM_UP = "traceroof.io:warm_worker"
 
 
 class _Pool:
-    """``workers`` spawned worker processes and the claims they share with this one.
+    """``workers`` worker processes (spawned; forked when ``fork`` and :func:`fork_is_safe`)
+    and the claims they share with this one.
 
     The workers start at once (each imports :data:`WARM_UP` first); :meth:`run` hands them
     items: every item is submitted at once (the workers take them from the front) and this
@@ -115,9 +120,11 @@ class _Pool:
     future in a pool that then breaks trips CPython 3.11's pool manager). :meth:`close`
     shuts the workers down and reaps them, and the resource tracker they started."""
 
-    def __init__(self, workers: int, warm_up: str = WARM_UP, *, main: bool = True) -> None:
-        # spawn, not fork: forking a process whose polars/Rayon threads hold locks can deadlock
-        ctx = multiprocessing.get_context("spawn")
+    def __init__(self, workers: int, warm_up: str = WARM_UP, *, main: bool = True, fork: bool = False) -> None:
+        # spawn, not fork, unless asked for and safe (:func:`fork_is_safe`): forking a process
+        # whose polars/Rayon threads hold locks can deadlock
+        self.forked = fork and fork_is_safe()
+        ctx = multiprocessing.get_context("fork" if self.forked else "spawn")
         self.guard = _GuardFile()
         self.tracker_was_running = _tracker_running()
         self.claims = ctx.Array("b", CLAIM_SLOTS, lock=True)
@@ -129,14 +136,17 @@ class _Pool:
                      if q is not None]
         self.used, self.workers = False, workers
         self._leaving: Any = None  # the pool's manager thread once released (:meth:`release`)
-        with self.guard.exported(), (contextlib.nullcontext() if main else _main_hidden()):  # the workers inherit it
+        hide = not main and not self.forked  # a forked child runs no main module anyway
+        with self.guard.exported(), (_main_hidden() if hide else contextlib.nullcontext()):  # the workers inherit it
             for _ in range(workers):  # a pool spawns a worker per submit while none is idle
                 with contextlib.suppress(BrokenProcessPool):  # one died already: run() says so
                     self.pool.submit(_nothing)
 
-    def run(self, fn: Callable[[str], Any], items: list[str], done: Callable[[int, Any], None]) -> None:
+    def run(self, fn: Callable[[str], Any], items: list[str], done: Callable[[int, Any], None],
+            while_waiting: Callable[[], None] | None = None) -> None:
         """Run ``fn`` over ``items`` here and in the workers, ``done(i, result)`` called here
-        as each finishes (module docstring of :func:`run_parallel`); once per pool."""
+        as each finishes, ``while_waiting()`` once this process has no item left to claim
+        (:func:`run_parallel`); once per pool."""
         assert self.pool is not None and not self.used
         self.used = True
         share = _Share(items, self.guard)
@@ -147,6 +157,9 @@ class _Pool:
             share.mine.add(i)
             done(i, fn(items[i]))
             share.collect(done, block=False)
+        if while_waiting is not None:
+            share.collect(done, block=False)  # results in already are handed on first
+            while_waiting()
         share.collect(done, block=True)
 
     def release(self) -> None:
@@ -180,7 +193,8 @@ class _Pool:
                 leaving.join()
             del pool, leaving
             self.claims = None
-            if not self.tracker_was_running and len(self.held) == 3:
+            # a forked pool's locks are unnamed: no resource tracker was started for them
+            if not self.tracker_was_running and len(self.held) == 3 and _tracker_running():
                 _stop_tracker(self.held)
             if started:
                 self.guard.raise_if_tripped()
@@ -214,11 +228,15 @@ def drop_early() -> None:
 def early_workers(workers: int, warm_up: str = WARM_UP) -> Iterator[None]:
     """Start ``workers`` worker processes now, for the first :func:`run_parallel` of the
     block (which then runs on them, whatever its ``jobs``, as one of its processes), so that
-    their start (spawn, then the imports of :data:`WARM_UP`, ~0.45 s of CPU) overlaps this
-    process's own imports. Leaving the block shuts them down and reaps them (stopped at once
-    when nothing ran on them), and the resource tracker they started; nothing outlives it.
-    The workers do not import the main module (:func:`_main_hidden`): what runs on them must
-    be defined in another module. With ``workers`` < 1, or inside a worker, it does nothing.
+    their start (the imports of :data:`WARM_UP`, ~0.27 s of CPU) overlaps this process's own
+    imports. They are forked when :func:`fork_is_safe` (this process holds no polars, numpy
+    or thread yet: the CLI starts them before its own imports; no new interpreter, no
+    re-import of traceroof, no resource tracker), else spawned (~0.45 s of CPU to start).
+    Leaving the block shuts them down and reaps them (stopped at once when nothing ran on
+    them), and the resource tracker a spawned pool started; nothing outlives it. Spawned
+    workers do not import the main module (:func:`_main_hidden`), forked ones do not run it:
+    what runs on them must be defined in another module. With ``workers`` < 1, or inside a
+    worker, it does nothing.
 
     Raises:
         UsageError: as :func:`run_parallel`, a worker found the main module starting
@@ -228,12 +246,30 @@ def early_workers(workers: int, warm_up: str = WARM_UP) -> Iterator[None]:
     if workers < 1 or _EARLY is not None or getattr(multiprocessing.current_process(), "_inheriting", False):
         yield
         return
-    _EARLY = _Pool(workers, warm_up, main=False)
+    _EARLY = _Pool(workers, warm_up, main=False, fork=True)
     try:
         yield
     finally:
         pool, _EARLY = _EARLY, None
         pool.close(started=pool.used)
+
+
+#: modules that start native threads when imported or first used (Rayon, jemalloc's
+#: background thread, OpenBLAS): a process holding one is never forked (:func:`fork_is_safe`)
+THREADED_MODULES = ("polars", "numpy", "pyarrow", "torch", "jax", "jaxlib", "tensorflow")
+
+
+def fork_is_safe() -> bool:
+    """Whether this process may start workers by ``fork`` rather than ``spawn``: on Linux,
+    with no thread but the main one and none of :data:`THREADED_MODULES` imported (a forked
+    child has only the forking thread; locks other threads held stay held in it forever).
+    ``--jobs 2`` on 16 ranks: a forked worker starts reading ~0.3 s sooner than a spawned
+    one (no interpreter start, no re-import of traceroof, no resource tracker process for
+    its unnamed locks; docs/performance.md, "Ranks in parallel (session 10)")."""
+    import threading
+
+    return (sys.platform.startswith("linux") and threading.active_count() == 1
+            and not any(m in sys.modules for m in THREADED_MODULES))
 
 
 @contextlib.contextmanager

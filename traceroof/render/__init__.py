@@ -10,7 +10,9 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the report (polars) is imported by the renderer itself: `--help` lists the names
+if TYPE_CHECKING:  # not at run time: ``--format``'s choices are read before the command runs
+    # (`--help` lists them), and ``report`` imports polars, which would then be loaded before
+    # the early workers start
     from ..report import Report
 
 Renderer = Callable[..., str]
