@@ -61,6 +61,32 @@ def test_a_small_trace_runs_in_memory_and_the_setting_is_restored(monkeypatch):
     assert seen == ["in-memory", None, "streaming"] and os.environ["POLARS_ENGINE_AFFINITY"] == "streaming"
 
 
+def test_the_engine_setting_touches_nothing_else_and_is_restored_on_error(monkeypatch):
+    monkeypatch.delenv("POLARS_ENGINE_AFFINITY", raising=False)
+    monkeypatch.delenv("POLARS_FMT_MAX_ROWS", raising=False)
+    # another setting changed inside the block (another thread's, say) survives the block's end
+    with frames.engine_for(10):
+        assert os.environ["POLARS_ENGINE_AFFINITY"] == "in-memory"
+        pl.Config.set_tbl_rows(50)
+    assert os.environ.get("POLARS_FMT_MAX_ROWS") == "50" and "POLARS_ENGINE_AFFINITY" not in os.environ
+    pl.Config.set_tbl_rows(None)
+    # an exception inside puts the affinity back as it was
+    with pytest.raises(ZeroDivisionError), frames.engine_for(10):
+        1 / 0
+    assert "POLARS_ENGINE_AFFINITY" not in os.environ
+    # an engine object the process chose (no environment variable) is kept, and done() uses it
+    from polars.lazyframe.engine_config import get_engine_affinity_override
+    pl.Config.set_engine_affinity(pl.GPUEngine(raise_on_fail=False))
+    try:
+        with frames.engine_for(10):
+            assert "POLARS_ENGINE_AFFINITY" not in os.environ
+            assert isinstance(get_engine_affinity_override(), pl.GPUEngine)
+        assert frames._engine_chosen()
+    finally:
+        pl.Config.set_engine_affinity(None)
+    assert not frames._engine_chosen()
+
+
 def _report_json(rep) -> str:
     d = rep.to_dict()
     d.pop("created_at", None)

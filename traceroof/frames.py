@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, ContextManager
+from collections.abc import Iterator
 
 import polars as pl
 
@@ -32,16 +32,37 @@ IN_MEMORY_MAX_ROWS = 200_000
 SMALL_ROWS = IN_MEMORY_MAX_ROWS
 
 
-def engine_for(rows: int) -> ContextManager[Any]:
-    """The polars engine for the analysis of a trace of ``rows`` rows: in-memory
-    (``pl.Config(engine_affinity="in-memory")``, restored on exit) for at most
-    :data:`IN_MEMORY_MAX_ROWS`, unless the process chose an engine itself
-    (``POLARS_ENGINE_AFFINITY`` set to other than ``auto``); else nothing changed. The
-    setting is polars' process-wide one: another thread's queries during the analysis run
-    in-memory too (the results are the same, only the speed differs)."""
-    if rows > IN_MEMORY_MAX_ROWS or os.environ.get("POLARS_ENGINE_AFFINITY", "auto") != "auto":
-        return contextlib.nullcontext()
-    return pl.Config(engine_affinity="in-memory")
+def _engine_chosen() -> bool:
+    """Whether the process chose polars' engine itself: ``POLARS_ENGINE_AFFINITY`` set to
+    other than ``auto`` (``pl.Config.set_engine_affinity("streaming")`` sets it), or an engine
+    object set with ``pl.Config.set_engine_affinity(pl.GPUEngine(...))``."""
+    if os.environ.get("POLARS_ENGINE_AFFINITY", "auto") not in ("", "auto"):
+        return True
+    try:  # polars keeps an engine object outside the environment (read only, guarded)
+        from polars.lazyframe.engine_config import get_engine_affinity_override
+    except ImportError:  # another polars: only the environment variable is known
+        return False
+    return get_engine_affinity_override() is not None
+
+
+@contextlib.contextmanager
+def engine_for(rows: int) -> Iterator[None]:
+    """The polars engine for the analysis of a trace of ``rows`` rows: in-memory for at most
+    :data:`IN_MEMORY_MAX_ROWS` (``pl.Config.set_engine_affinity("in-memory")``, and on exit,
+    an exception included, the variable put back as it was), unless the process chose an
+    engine itself (:func:`_engine_chosen`); else nothing changed. Only the engine affinity is
+    touched (no other polars setting is saved or restored). It is polars' process-wide
+    setting: another thread's queries during the analysis run in-memory too (the results are
+    the same, only the speed differs)."""
+    if rows > IN_MEMORY_MAX_ROWS or _engine_chosen():
+        yield
+        return
+    before = os.environ.get("POLARS_ENGINE_AFFINITY")
+    pl.Config.set_engine_affinity("in-memory")
+    try:
+        yield
+    finally:
+        pl.Config.set_engine_affinity(before or None)  # type: ignore[arg-type]
 
 
 def small(df: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
@@ -59,9 +80,11 @@ def smalls(*dfs: pl.DataFrame) -> tuple[pl.DataFrame | pl.LazyFrame, ...]:
 
 
 def done(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-    """The table of a chain begun with :func:`small`: collected (on the in-memory engine) if
-    it is lazy, as it is otherwise."""
-    return frame.collect(engine="in-memory") if isinstance(frame, pl.LazyFrame) else frame
+    """The table of a chain begun with :func:`small`: collected if it is lazy (on the in-memory
+    engine, or on the one the process chose: :func:`_engine_chosen`), as it is otherwise."""
+    if not isinstance(frame, pl.LazyFrame):
+        return frame
+    return frame.collect() if _engine_chosen() else frame.collect(engine="in-memory")
 
 
 __all__ = ["IN_MEMORY_MAX_ROWS", "SMALL_ROWS", "engine_for", "small", "smalls", "done"]
