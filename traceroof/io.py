@@ -126,7 +126,7 @@ def _expand(p: Path, skipped: list[str] | None = None) -> list[str]:
     inside the folder holds JSON that is not a trace). Capture-trace sub-folders
     (:data:`CAPTURE_DIRS`) are not expanded: their trace files go to ``skipped``."""
     if not p.is_dir():
-        return [str(p)]
+        return [str(p) if str(p) != STDIN else os.path.join(os.curdir, STDIN)]  # (a file named '-': './-', not stdin)
     if registry.unit_format(p) is not None:
         return [str(p)]
     suffixes = registry.folder_suffixes()

@@ -136,7 +136,9 @@ def _spool(src: Any, name: str) -> Iterator[Path]:
     nothing is ever left in ``$TMPDIR``. Elsewhere, a folder ``traceroof-stream-*`` holds the
     copy, and while it exists a SIGTERM or SIGHUP (in the main thread, when the program left
     them at their default) raises ``SystemExit(128 + signal)``, so the folder is removed on
-    the way out; the handlers are restored after. (A SIGKILL there leaves it.)
+    the way out; the handlers are restored after. There the exit waits for a read of the
+    stream that is blocked to return (its next block, or its end: Python runs a handler in
+    the main thread only), and a SIGKILL leaves the folder: why ``/proc`` is preferred.
     """
     import shutil  # here: only a spooled stream needs them (issue 19: no import the input does not need)
     import tempfile
