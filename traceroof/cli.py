@@ -116,7 +116,8 @@ class _RendererChoice(click.Choice):
               help="Only these detectors (comma-separated; default: all).")
 @click.option("--capture-trace", "capture_traces", metavar="PATH", multiple=True, type=click.Path(path_type=str),
               help="A CUDA-graph capture trace (file or folder; repeatable) to attribute graph replays from. "
-              "Default: the capture_traces/ or graph_capture_profile/ folder beside TRACE; 'none': no capture trace.")
+              "Default: the capture_traces/ or graph_capture_profile/ folder beside TRACE (none beside - : give it); "
+              "'none': no capture trace.")
 @click.option("--perfetto", "perfetto_out", metavar="OUT.json.gz", type=click.Path(dir_okay=False, path_type=str),
               help="Also write the device ops (with their roofline), findings and steps as a Perfetto/Chrome "
               "trace (gzip when it ends in .gz); see docs/sharing.md.")
