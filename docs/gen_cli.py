@@ -23,16 +23,26 @@ profiling session is active, 12 capture: the target exited, 13 capture: xprof mi
 on stderr (`traceroof: error: …`); `--debug` shows the traceback.
 
 Inputs (every command that reads a TRACE): a file, a folder, a glob, or `-`, the trace piped
-into stdin (`ssh host cat trace.json.gz | traceroof analyze -`, read alone), or a FIFO (named
-pipe). A stream's format is sniffed from its first bytes (gzip or not, as a file's); a Kineto
-trace is streamed from it as from a file, any other format (an `.xplane.pb`, a tar) is first
-copied to a temporary file in `$TMPDIR`, read, and removed; messages name `<stdin>` or the FIFO.
+into stdin (`ssh host cat trace.json.gz | traceroof analyze -`, read alone and once), or a FIFO
+(named pipe). A file named `-` is `./-`. A stream's format is sniffed from its first bytes
+(gzip or not, as a file's); a Kineto trace is streamed from it as from a file, any other format
+(an `.xplane.pb`, a tar) is first copied to a temporary file in `$TMPDIR`, read, and removed (on
+Linux a file without a name, read through `/proc/self/fd`: nothing is left behind however the
+command ends, `kill -9` included; elsewhere a `traceroof-stream-*` folder, removed on exit and
+on SIGTERM or SIGHUP); messages name `<stdin>` or the FIFO. stdin has no folder: the CUDA-graph
+capture traces beside a trace (`capture_traces/`) are not looked for in the current directory;
+give them with `--capture-trace` (a FIFO's folder is looked in, as a file's). `-` given twice in
+one command (`diff - -`, `analyze - --capture-trace -`, `gate - --baseline -`,
+`serve - --compare -`) is a usage error, exit 2, before anything is read.
 A Kineto JSON text may start with a UTF-8 byte-order mark and up to 64 MiB (67,108,864 bytes)
 of white space, on every path (plain, `.gz`, in a tar, in a rank folder, piped); text in UTF-16
-or UTF-32 is one line naming the encoding (`iconv -f UTF-16 -t UTF-8`), exit 4. A character or
+or UTF-32, LE or BE, with a byte-order mark or without one (then told by the zero bytes of its
+first characters, white space included), is one line naming the encoding (`iconv -f UTF-16LE
+-t UTF-8`), exit 4, on every path too. A character or
 block device (`/dev/zero`, `/dev/urandom`, a terminal) or a socket is refused at once, exit 4;
 `-` when stdin is a terminal, exit 3; `-` with other inputs, exit 2. A cut or damaged trace
-keeps what can be read and says what was lost (docs/xplane.md, "Bad and damaged input").
+keeps what can be read and says what was lost (docs/xplane.md, "Bad and damaged input"); a cut
+`.xplane.pb` that keeps no line and no event is one line, exit 4.
 
 A reader that leaves early (`traceroof analyze T | head -3`, on stdout or on stderr) is a
 normal end: the rest of the output is dropped, no error is printed, and the exit status is the

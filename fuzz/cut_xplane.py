@@ -3,8 +3,10 @@
 Each real (``../shared/fixtures/real``) and generated (``fixtures/``) ``.xplane.pb`` is cut at
 every 1/64 of its size, at bytes 1, 2, 3, 5 and 9, and around and inside its first three
 planes; each cut is read by ``read_trace`` from a temporary file. Prints, per file, how many
-cuts were rejected whole (``TraceFormatError``) and the first of them, then the totals; any
-other exception is a crash (exit 1).
+cuts were rejected whole (``TraceFormatError``) and the first of them, then the totals, the
+rejected ones split by why: ``no_plane`` (the file ends before its first plane's first field
+is complete), ``no_line`` (planes or a plane's name are complete, but no line and no event:
+nothing usable, exit 4 as well), ``other``; any other exception is a crash (exit 1).
 
 Run: ``PYTHONPATH=. python fuzz/cut_xplane.py [--small]`` (``--small``: files under 4 MB).
 """
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> int:
     files = sorted(REAL.rglob("*.xplane.pb")) + sorted(REPO.glob("fixtures/*/*.xplane.pb"))
     if "--small" in argv:
         files = [f for f in files if f.stat().st_size < 4_000_000]
-    totals = {"cuts": 0, "rejected": 0, "crashes": 0}
+    totals = {"cuts": 0, "rejected": 0, "no_plane": 0, "no_line": 0, "other": 0, "crashes": 0}
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "cut.xplane.pb"
         for f in files:
@@ -51,6 +53,9 @@ def main(argv: list[str]) -> int:
                     read_trace(p)
                 except TraceFormatError as exc:
                     rejected.append((c, str(exc).split(": ", 1)[1]))
+                    why = str(exc)
+                    totals["no_plane" if "an XSpace with a complete plane" in why else
+                           "no_line" if "an XSpace with a complete line of events" in why else "other"] += 1
                 except Exception as exc:  # noqa: BLE001 - a crash: counted and shown
                     totals["crashes"] += 1
                     rejected.append((c, f"CRASH {type(exc).__name__}: {exc}"))

@@ -167,7 +167,7 @@ def test_utf16_cli_is_one_line_exit_4(tmp_path):
     assert r.returncode == 4
     assert r.stderr.decode().splitlines() == [
         f"traceroof: error: {p}: byte 0: a UTF-8 JSON trace, found text encoded as UTF-16 LE; "
-        "convert it first (iconv -f UTF-16 -t UTF-8 IN > OUT)"]
+        "convert it first (iconv -f UTF-16LE -t UTF-8 IN > OUT)"]
 
 
 # --------------------------------------------------------------------------- stdin, FIFOs

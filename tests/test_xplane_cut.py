@@ -71,6 +71,11 @@ def test_cut_inside_a_line_keeps_the_events_before_it(k, into):
     if into == 0 and k == 0:
         cut += 1  # (exactly at the line's header end: one byte into the first event)
     expected = sum(1 for e in event_end[1:] if e <= cut)  # events complete before the cut
+    if expected == 0:  # no line and no event complete: nothing usable, one line (exit 4)
+        with pytest.raises(TraceFormatError, match=rf"^cut\.xplane\.pb: byte {cut}: an XSpace with a complete line "
+                                                   r"of events, found a file that ends inside plane '/device:TPU:0'"):
+            xplane.read_bytes(data[:cut], "cut.xplane.pb")
+        return
     trace = xplane.read_bytes(data[:cut], "cut.xplane.pb")
     assert trace.ops.height == expected
     assert trace.ops["name"].unique().to_list() == (["fusion.1"] if expected else [])
@@ -121,20 +126,39 @@ def test_cut_gzip_reads_what_inflates():
         xplane.read_bytes(gz[:8])
 
 
+def _first_usable_byte(data: bytes) -> int:
+    """The end of the first complete event (or of the first line, when it has none) in file
+    order, read from the wire format: a cut before it keeps no line and no event."""
+    for num, _wt, (s, e), _t, _end in xp.iter_fields(memoryview(data), 0, len(data)):
+        if num != 1:
+            continue
+        for n, _w, (ls, le), _lt, _le in xp.iter_fields(memoryview(data), s, e):
+            if n == 3:  # XPlane.lines
+                events = [end for m, *_, end in xp.iter_fields(memoryview(data), ls, le) if m == 4]  # XLine.events
+                return events[0] if events else le
+    raise AssertionError("no line in the file")
+
+
 @pytest.mark.parametrize("source", ["loops", "gemm"])
 def test_cuts_across_the_file_are_read_and_keep_more_the_later_they_fall(source):
     # every third 64th of the sweep of docs/xplane.md ("Bad and damaged input"; the sweep
     # itself: fuzz/cut_xplane.py), on a generated and a real file:
-    # no cut past the first plane's first bytes is rejected whole; a later cut keeps at least
-    # the ops of an earlier one; each says where the file ends
+    # a cut before the first complete event (or line) is one error (nothing usable); every
+    # later one is read; a later cut keeps at least the ops of an earlier one; each says
+    # where the file ends
     path = FIXTURES / "jax_cpu" / "loops.xplane.pb" if source == "loops" else real(
         "TraceLens", "tests", "traces", "mi300", "jax08_gemm", "tw003.xplane.pb")
     data = path.read_bytes()
+    usable = _first_usable_byte(data)
     whole = xplane.read_bytes(data).ops.height
     heights = []
     for k in range(1, 64, 3):
         cut = len(data) * k // 64
+        if cut < usable:
+            with pytest.raises(TraceFormatError, match="before any plane's first line is complete"):
+                xplane.read_bytes(data[:cut], "cut.xplane.pb")
+            continue
         t = xplane.read_bytes(data[:cut], "cut.xplane.pb")
         assert any(w.startswith(f"cut.xplane.pb: trace is truncated at byte {cut:,}: ") for w in t.meta.warnings)
         heights.append(t.ops.height)
-    assert heights == sorted(heights) and heights[-1] <= whole
+    assert heights and heights == sorted(heights) and heights[-1] <= whole

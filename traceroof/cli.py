@@ -115,7 +115,8 @@ class _RendererChoice(click.Choice):
               help="Only these detectors (comma-separated; default: all).")
 @click.option("--capture-trace", "capture_traces", metavar="PATH", multiple=True, type=click.Path(path_type=str),
               help="A CUDA-graph capture trace (file or folder; repeatable) to attribute graph replays from. "
-              "Default: the capture_traces/ or graph_capture_profile/ folder beside TRACE; 'none': no capture trace.")
+              "Default: the capture_traces/ or graph_capture_profile/ folder beside TRACE (none beside - : give it); "
+              "'none': no capture trace.")
 @click.option("--perfetto", "perfetto_out", metavar="OUT.json.gz", type=click.Path(dir_okay=False, path_type=str),
               help="Also write the device ops (with their roofline), findings and steps as a Perfetto/Chrome "
               "trace (gzip when it ends in .gz); see docs/sharing.md.")
@@ -149,6 +150,9 @@ def analyze(traces: tuple[str, ...], chip: str | None, fmt: str | None, output: 
       traceroof analyze decode.json.gz --capture-trace run/capture_traces/
       traceroof analyze trace.json.gz -o report.html --perfetto trace.roofline.json.gz
     """
+    from .parsers.piped import check_read_once
+
+    check_read_once(("TRACE", traces), ("--capture-trace", capture_traces))
     with early_workers(traces, jobs):  # before the imports below: the workers' start overlaps them
         from .analysis import load_report
         from .outputs import check_output_file
@@ -222,6 +226,9 @@ def ingest(traces: tuple[str, ...], out_dir: str, jobs: int | None) -> None:
     """
     from . import units
     from .cache import describe
+    from .parsers.piped import check_read_once
+
+    check_read_once(("TRACE", traces))
     from .ingest import ingest_files, write_cache
     from .io import read_trace, resolve_inputs
     from .outputs import check_output_dir
@@ -344,6 +351,9 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
     from .analysis import load_report
     from .gate import check, write_step_summary
     from .outputs import check_output_file
+    from .parsers.piped import check_read_once
+
+    check_read_once(("TRACE", trace), ("--baseline", baseline))
 
     if os.environ.get("GITHUB_STEP_SUMMARY"):  # appended to at the end: checked before any parsing (exit 9)
         check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
@@ -379,7 +389,9 @@ def gate(trace: str, chip: str | None, min_mfu: float | None, min_hfu: float | N
 @_handle_errors
 def diff(a: str, b: str, chip: str | None, jobs: int | None, **opts: Any) -> None:
     from .analysis import load_report
+    from .parsers.piped import check_read_once
 
+    check_read_once(("A", a), ("B", b))
     load = functools.partial(load_report, jobs=jobs, progress=_progress_bar(), analyzing=_analyzing)
     sys.exit(cli_diff.run(a, b, load, chip, echo=echo, **opts))
 
@@ -429,6 +441,9 @@ def serve(trace: str | None, chip: str | None, live_address: str | None, watch_d
         raise click.UsageError("give one of TRACE, --live HOST:PORT, --watch DIR")
     if compare_with is not None and trace is None:
         raise click.UsageError("--compare B needs a TRACE to compare it with")
+    from .parsers.piped import check_read_once
+
+    check_read_once(("TRACE", trace), ("--compare", compare_with))
     try:
         from .web import app as web
     except ImportError as exc:

@@ -218,13 +218,19 @@ def capture_sources(sources: list[str], given: list[str] | None,
 
 def capture_traces_beside(sources: list[str]) -> list[str]:
     """The trace files in the capture folders (:data:`traceroof.io.CAPTURE_DIRS`) of the
-    folders holding ``sources``, sorted, without repeats."""
+    folders holding ``sources``, sorted, without repeats. A trace read from stdin
+    (``<stdin>``, the members of a tar piped in ``<stdin>!…``, a cache ingested from it) has
+    no folder: nothing is beside it (not the current directory), its capture traces are only
+    those given (``--capture-trace``). A FIFO is beside its own folder, as a file."""
     from .io import CAPTURE_DIRS
     from .parsers import registry
+    from .parsers.piped import STDIN_NAME
 
     suffixes = registry.folder_suffixes()
     found: set[str] = set()
     for s in sources:
+        if s == STDIN_NAME or s.startswith(STDIN_NAME + "!"):
+            continue
         for d in CAPTURE_DIRS:
             folder = Path(s).parent / d
             if folder.is_dir():

@@ -40,11 +40,15 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 def detect_format(path: str | os.PathLike[str], head: bytes | None = None) -> str:
     """The name of the format of the file ``path`` (``kineto``, ``xplane``, ``tar``, ...),
     sniffed from its content and name by the format registry
-    (:func:`traceroof.parsers.registry.detect`). ``head``: its first bytes, when already read.
+    (:func:`traceroof.parsers.registry.detect`). ``head``: its first bytes, when already
+    read (a member of an archive, a stream): then ``path`` is only a name and nothing more
+    is read, unless the head is all white space and ``path`` is a readable file.
 
     Raises:
-        TraceFormatError: no format claims it (an empty file, a gzip of something else, bytes
-            of no known format); the message lists what was expected.
+        TraceFormatError: no format claims it (an empty file, a gzip of something else,
+            UTF-16/32 text, bytes of no known format); the message lists what was expected.
+        OSError: without ``head``, the file cannot be opened or read (``FileNotFoundError``:
+            it does not exist).
     """
     return registry.detect(path, head).name
 
@@ -122,7 +126,7 @@ def _expand(p: Path, skipped: list[str] | None = None) -> list[str]:
     inside the folder holds JSON that is not a trace). Capture-trace sub-folders
     (:data:`CAPTURE_DIRS`) are not expanded: their trace files go to ``skipped``."""
     if not p.is_dir():
-        return [str(p)]
+        return [str(p) if str(p) != STDIN else os.path.join(os.curdir, STDIN)]  # (a file named '-': './-', not stdin)
     if registry.unit_format(p) is not None:
         return [str(p)]
     suffixes = registry.folder_suffixes()

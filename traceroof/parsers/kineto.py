@@ -185,6 +185,9 @@ def _check_text(data: bytes, path: str) -> bytes:
     Raises:
         TraceFormatError: empty, only white space, UTF-16/32 text, or not a JSON object.
     """
+    encoding = other_encoding(data)  # first, on the bytes as they are (a UTF-16 "{" is "{" then a zero)
+    if encoding is not None:
+        raise TraceFormatError(path, "byte 0", encoding_problem(encoding))
     text, at, over = skip_to_text(data[:4096], lambda n: b"", 1)  # (only the head: no copy of the file)
     if not text and not over and len(data) > 4096:
         text, at, over = skip_to_text(data, lambda n: b"", 1)  # more than 4 KB of leading white space (rare)
@@ -192,9 +195,7 @@ def _check_text(data: bytes, path: str) -> bytes:
         raise TraceFormatError(path, f"byte {at if over else 0}", only_ws_problem() if over else
                                "a Kineto JSON trace, found an empty file")
     if text != b"{":
-        encoding = other_encoding(data)
-        raise TraceFormatError(path, "byte 0" if encoding else f"byte {at}", encoding_problem(encoding) if encoding
-                               else "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)")
+        raise TraceFormatError(path, f"byte {at}", "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)")
     return b"   " + data[3:] if bom_bytes(data) else data
 
 

@@ -179,15 +179,16 @@ class _Stream:
         buf.fill(4096)
         if not len(buf) and self.src.gzip_problem:
             raise StreamFormatError("byte 0", f"a readable gzip stream ({self.src.gzip_problem})")
+        encoding = other_encoding(buf.view())  # first, on the bytes as they are (before white space is dropped)
+        if encoding is not None:
+            raise StreamFormatError(f"byte {buf.base}", encoding_problem(encoding))
         problem = drop_lead(buf)
         self._origin = buf.base  # the header starts here (buf.base == _origin: nothing taken yet)
         first = bytes(buf.view()[:1])
         if problem or not first:
             raise StreamFormatError(f"byte {buf.base if problem else 0}", problem or "a Kineto JSON trace, found an empty file")
         if first != b"{":
-            encoding = other_encoding(buf.view())
-            raise StreamFormatError(f"byte {buf.base}", encoding_problem(encoding) if encoding else
-                                    "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)")
+            raise StreamFormatError(f"byte {buf.base}", "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)")
 
     def run(self) -> Decoded:
         self._sniff()

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import TraceFormatError
 from .text_head import (
@@ -116,24 +116,42 @@ class Head:
 
 
 def read_head(path: str | os.PathLike[str], head: bytes | None = None) -> Head:
-    """The :class:`Head` of ``path`` (``head``: its first bytes, when already read). Reads
-    :data:`HEAD_BYTES` (and of a gzip file, inflates as many), more only past a BOM and
-    leading white space (:attr:`Head.text`).
+    """The :class:`Head` of ``path``. Without ``head``: reads :data:`HEAD_BYTES` (and of a
+    gzip file, inflates as many), more only past a BOM and leading white space
+    (:attr:`Head.text`). With ``head`` (the file's first bytes, already read, as a caller
+    that holds them or a member of an archive passes them): the head alone is sniffed, and
+    ``path`` (then only a name, which need not exist) is opened only when the head holds
+    nothing but white space (or, gzip, inflates to nothing but white space) and the file is
+    readable; its size is then the file's, else None.
 
     Raises:
-        OSError: the file cannot be opened or read.
+        OSError: without ``head``, the file cannot be opened or read.
     """
     p = Path(path)
-    with open(p, "rb") as fh:
-        if head is None:
-            head = fh.read(HEAD_BYTES)
-        else:
+    if head is None:
+        with open(p, "rb") as fh:
+            return head_of(p, fh.read(HEAD_BYTES), fh.read, _size(fh))
+    h = head_of(p, head, _nothing, None)
+    if h.text or h.ws_over:
+        return h  # the head says what the file is: nothing more is read
+    try:
+        with open(p, "rb") as fh:
             fh.seek(len(head))
-        try:
-            size: int | None = os.fstat(fh.fileno()).st_size
-        except OSError:
-            size = None
-        return head_of(p, head, fh.read, size)
+            return head_of(p, head, fh.read, _size(fh))
+    except OSError:  # (a name only, or unreadable: the head is all there is)
+        return h
+
+
+def _nothing(n: int) -> bytes:
+    return b""
+
+
+def _size(fh: BinaryIO) -> int | None:
+    """The size in bytes of the open file ``fh``, None when unknown."""
+    try:
+        return os.fstat(fh.fileno()).st_size
+    except OSError:
+        return None
 
 
 def head_of(path: Path, raw: bytes, more: Callable[[int], bytes], size: int | None) -> Head:
@@ -290,10 +308,14 @@ def detect(path: str | os.PathLike[str], head: bytes | None = None) -> InputForm
     """The format of the file ``path``, sniffed from its content (and its name): the format
     whose sniff is surest; a tie goes to the one registered first.
 
+    ``head``: the file's first bytes, when already read: then nothing more is read unless
+    they are all white space and ``path`` is readable (:func:`read_head`).
+
     Raises:
         TraceFormatError: no format claims the file (an empty file, a gzip of something
-            else, bytes of no known format); the message lists what was expected.
-        OSError: the file cannot be read.
+            else, UTF-16/32 text, bytes of no known format); the message lists what was
+            expected.
+        OSError: without ``head``, the file cannot be opened or read.
     """
     return detect_head(read_head(path, head))
 
@@ -303,9 +325,14 @@ def detect_head(h: Head) -> InputFormat:
     :mod:`.piped`).
 
     Raises:
-        TraceFormatError: as :func:`detect`; text in UTF-16/32, and more leading white space
-            than :data:`~.text_head.MAX_LEADING_WS_BYTES`, are said as such.
+        TraceFormatError: as :func:`detect`; text in UTF-16/32 (asked before any format's
+            sniff, :func:`.text_head.other_encoding`), and more leading white space than
+            :data:`~.text_head.MAX_LEADING_WS_BYTES`, are said as such.
     """
+    where = "gzip stream, byte 0" if h.gzip else "byte 0"
+    encoding = other_encoding(h.data)  # first: a UTF-16 text's head may look like another format's
+    if encoding is not None:
+        raise TraceFormatError(h.path, where, encoding_problem(encoding))
     best, score = None, 0
     for fmt in _load().values():
         s = fmt.sniff(h)
@@ -313,10 +340,6 @@ def detect_head(h: Head) -> InputFormat:
             best, score = fmt, s
     if best is not None:
         return best
-    where = "gzip stream, byte 0" if h.gzip else "byte 0"
-    encoding = other_encoding(h.data)
-    if encoding is not None:
-        raise TraceFormatError(h.path, where, encoding_problem(encoding))
     if h.ws_over:
         raise TraceFormatError(h.path, f"byte {h.text_at}", only_ws_problem())
     if h.gzip:

@@ -4,8 +4,9 @@ JSON editors and Windows tools write a UTF-8 byte-order mark (``EF BB BF``) befo
 pretty printers and concatenation tools write more than a few KiB of white space before the
 first ``{``. Both are skipped by every reader of JSON traces (the format sniff, the streamed
 and the in-memory Kineto reads), the white space up to :data:`MAX_LEADING_WS_BYTES`. A
-UTF-16 or UTF-32 text (by its byte-order mark, or by the zero bytes beside an ASCII ``{``)
-is not read: :func:`other_encoding` names it for a one-line error.
+UTF-16 or UTF-32 text (by its byte-order mark, or by the zero bytes of its first ASCII
+characters) is not read: :func:`other_encoding` names it for a one-line error, and every
+reader asks it first, on the bytes as they are, before any sniff or white space is dropped.
 
 No traceroof imports: the registry, the stream decoder and the door share it.
 """
@@ -41,33 +42,52 @@ def bom_bytes(data: bytes | memoryview) -> int:
     return len(UTF8_BOM) if bytes(data[:3]) == UTF8_BOM else 0
 
 
+#: the encodings told without a byte-order mark, Python codec → name (UTF-32 first: a UTF-32
+#: LE text's first four bytes also look like UTF-16 LE's)
+_NO_BOM = (("utf-32-be", "UTF-32 BE"), ("utf-32-le", "UTF-32 LE"), ("utf-16-be", "UTF-16 BE"),
+           ("utf-16-le", "UTF-16 LE"))
+
+#: JSON white space and what may follow a text's first ``{`` or ``[`` (RFC 8259 sections 2-7):
+#: a name, a value, the closing bracket
+_JSON_WS = " \t\n\r"
+_AFTER_OPEN = _JSON_WS + '"{}[]-0123456789tfn'
+
+#: bytes of a head looked at to tell an encoding (leading white space included)
+_ENCODING_WINDOW_BYTES = 4096
+
+
 def other_encoding(data: bytes | memoryview) -> str | None:
-    """The encoding of a text in UTF-16 or UTF-32 (``"UTF-16 LE"``, ...), told by its
-    byte-order mark or, without one, by the zero bytes around a leading ASCII ``{`` or ``[``
-    (RFC 8259 section 8.1: JSON between systems is UTF-8; RFC 4627 section 3's pattern of
-    zeros among the first four bytes); None otherwise."""
-    head = bytes(data[:4])
+    """The encoding of a JSON text in UTF-16 or UTF-32 (``"UTF-16 LE"``, ...), told from its
+    first bytes, as they are (before any white space is dropped); None for anything else
+    (UTF-8 text, binary formats).
+
+    Told by its byte-order mark, or without one by the zero bytes of its first characters,
+    which in JSON are ASCII (RFC 4627 section 3's pattern: ``00 00 00 xx`` UTF-32 BE,
+    ``00 xx 00 xx`` UTF-16 BE, ``xx 00 00 00`` UTF-32 LE, ``xx 00 xx 00`` UTF-16 LE), and
+    only when the first :data:`_ENCODING_WINDOW_BYTES` bytes decode, in that encoding, to
+    JSON white space then ``{`` or ``[`` then (when there) white space or what may open a
+    member or a value: so a protobuf or a tar whose bytes hold such zeros is not taken for
+    text. RFC 8259 section 8.1: JSON between systems is UTF-8. Looks at the bytes only."""
+    head = bytes(data[:_ENCODING_WINDOW_BYTES])
+    if len(head) < 2 or (head[0] not in (0, 0xFE, 0xFF) and head[1] != 0):
+        return None  # (the fast exit of every UTF-8 text: its first byte is not zero, its second neither)
     for mark, name in _OTHER_BOMS:
         if head.startswith(mark):
             return name
-    if len(head) == 4:
-        if head[0] in b"{[" and head[1:4] == b"\x00\x00\x00":
-            return "UTF-32 LE"
-        if head[:3] == b"\x00\x00\x00" and head[3] in b"{[":
-            return "UTF-32 BE"
-    if len(head) >= 2:
-        if head[0] in b"{[" and head[1] == 0:
-            return "UTF-16 LE"
-        if head[0] == 0 and head[1] in b"{[":
-            return "UTF-16 BE"
+    for codec, name in _NO_BOM:
+        unit = 4 if "32" in codec else 2
+        text = head[: len(head) // unit * unit].decode(codec, errors="replace")
+        body = text.lstrip(_JSON_WS)
+        if body[:1] in ("{", "[") and (len(body) == 1 or body[1] in _AFTER_OPEN):
+            return name
     return None
 
 
 def encoding_problem(encoding: str) -> str:
-    """The "expected" part of the one-line error for a text in ``encoding``."""
-    base = encoding.split()[0]
+    """The "expected" part of the one-line error for a text in ``encoding`` (``"UTF-16 LE"``:
+    iconv's name ``UTF-16LE`` given, so a text without a byte-order mark converts right too)."""
     return (f"a UTF-8 JSON trace, found text encoded as {encoding}; convert it first "
-            f"(iconv -f {base} -t UTF-8 IN > OUT)")
+            f"(iconv -f {encoding.replace(' ', '')} -t UTF-8 IN > OUT)")
 
 
 def only_ws_problem() -> str:

@@ -54,6 +54,14 @@ def _format_error(path: str, data: bytes, space: xp.SpaceScan | None) -> TraceFo
         cut = space.cut
         what = _SPACE_FIELDS.get(cut.field, f"field {cut.field}")
         declared = f", which declares {cut.declared:,} bytes" if cut.declared is not None else ""
+        if space.planes:  # planes (or a plane's name) kept, but no line and no event in any
+            last = space.planes[-1]
+            if cut.field == 1 and last.cut is not None:
+                what = f"plane '{xp.text(last.meta.name)}'"
+            return TraceFormatError(path, f"byte {len(data):,}", (
+                f"an XSpace with a complete line of events, found a file that ends inside {what} at byte "
+                f"{cut.tag_pos:,}{declared}, before any plane's first line is complete: nothing usable before the "
+                "cut (a file cut short, or still being written)"))
         return TraceFormatError(path, f"byte {len(data):,}", (
             f"an XSpace with a complete plane, found a file that ends inside its first {what} (at byte "
             f"{cut.tag_pos:,}{declared}): nothing before the cut is complete (a file cut short, or still being written)"))
@@ -79,7 +87,8 @@ def read_parts(data: bytes, path: str, rank: int) -> Parts:
     rows on rank ``rank``: op and host frames on the file's clock, devices, warnings, stats.
 
     Raises:
-        TraceFormatError: not an XSpace, empty, or no plane readable (names the byte offset).
+        TraceFormatError: not an XSpace, empty, no plane readable (names the byte offset), or
+            a cut file of which no line and no event is complete (names where it ends).
     """
     gz_problem = None
     if data[:2] == b"\x1f\x8b":
@@ -87,8 +96,8 @@ def read_parts(data: bytes, path: str, rank: int) -> Parts:
     if not data:
         raise _format_error(path, data, None)
     space = xp.scan_space(data)
-    if not space.planes:
-        raise _format_error(path, data, space)
+    if not space.planes or (space.cut is not None and not any(p.line_ranges for p in space.planes)):
+        raise _format_error(path, data, space)  # (a cut that left no line and no event: nothing to read)
     out = Parts()
     if gz_problem is not None:
         out.warnings.append(gz_problem)

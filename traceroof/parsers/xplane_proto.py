@@ -224,8 +224,8 @@ def scan_plane(buf, start: int, end: int, cut: bool = False) -> PlaneScan:
             meta_fields.append(bytes(buf[tag_pos:field_end]))
     cut_line = False
     if cuts and cuts[0].field == 3 and cuts[0].wire_type == LEN:
-        kept = _complete_prefix(buf, cuts[0].start)
-        if kept > cuts[0].start:
+        kept = _complete_prefix(buf, cuts[0].start, _LINE_EVENTS)
+        if kept > cuts[0].start:  # (a cut line is kept only with a complete event)
             line_ranges.append((cuts[0].start, kept))
             cut_line = True
     meta = XPlane()
@@ -242,16 +242,21 @@ def scan_plane(buf, start: int, end: int, cut: bool = False) -> PlaneScan:
     return plane
 
 
-def _complete_prefix(buf, start: int) -> int:
+#: XLine's field ``events`` (xplane.proto)
+_LINE_EVENTS = 4
+
+
+def _complete_prefix(buf, start: int, needs: int | None = None) -> int:
     """The end of the complete fields of a message from ``start`` that the end of ``buf``
-    cuts (``start`` when none is complete, or its bytes break before the cut)."""
-    last = start
+    cuts (``start`` when none is complete, when none of them is field ``needs``, or when its
+    bytes break before the cut)."""
+    last, seen = start, needs is None
     try:
-        for *_, field_end in iter_fields(buf, start, len(buf), []):
-            last = field_end
+        for num, *_, field_end in iter_fields(buf, start, len(buf), []):
+            last, seen = field_end, seen or num == needs
     except WireError:
         return start
-    return last
+    return last if seen else start
 
 
 def _overlong(cut: Cut, end: int) -> WireError:
