@@ -36,7 +36,7 @@ DEFAULT_DIR = Path(os.environ.get("TRACEROOF_BENCH_CACHE", "/tmp/traceroof-bench
 
 #: runs ``traceroof.cli`` as ``python -m traceroof.cli`` does (its workers import it as their
 #: main module, as then), then writes the CPU of this process and of its reaped children (also
-#: when the command ends the process itself with ``os._exit``: ``traceroof.cli.entry``)
+#: when the command ends the process itself with ``os._exit``: ``traceroof.cli_entry.entry``)
 DRIVER = """
 import os, resource, runpy, sys
 sys.argv = ["traceroof", *sys.argv[1:]]
@@ -45,7 +45,7 @@ def split():
     sys.stderr.write(f"\\nCPU-SPLIT {me.ru_utime + me.ru_stime:.3f} {kids.ru_utime + kids.ru_stime:.3f}\\n")
     sys.stderr.flush()
 _exit = os._exit
-def fast_exit(code):  # the one-shot command's own os._exit (traceroof.cli.entry): split first
+def fast_exit(code):  # the one-shot command's own os._exit (traceroof.cli_entry.entry): split first
     split()
     _exit(code)
 os._exit = fast_exit

@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("report", ("report", "report_schema", "accounting", "utilization", "speed_of_light", "waterfall", "analysis",
                 "diff", "op_match", "gate", "capture", "capture_errors", "watch")),
     # the faces: text renderers, dashboard, command line
-    ("faces", ("render.", "web.", "mcp_server", "cli", "cli_common", "cli_perfetto", "cli_estimate", "cli_live",
+    ("faces", ("render.", "web.", "mcp_server", "cli", "cli_entry", "cli_common", "cli_perfetto", "cli_estimate", "cli_live",
                "cli_diff", "__main__")),
 ]
 

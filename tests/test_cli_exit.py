@@ -1,4 +1,4 @@
-"""The command line's fast exit (traceroof/cli.py ``entry``): a one-shot command ends the
+"""The command line's fast exit (traceroof/cli_entry.py ``entry``): a one-shot command ends the
 process with ``os._exit`` once its output is flushed, so the output and the exit code are
 those of the normal exit, and no ``atexit`` hook runs; other commands, and
 ``TRACEROOF_FULL_EXIT=1``, exit as usual. The oracle for "the output is whole" is the same
@@ -21,7 +21,7 @@ import atexit, sys
 mark = sys.argv.pop(1)
 atexit.register(lambda: open(mark, "w").write("atexit ran"))
 sys.argv[0] = "traceroof"
-from traceroof.cli import entry
+from traceroof.cli_entry import entry
 entry()
 """
 
