@@ -182,7 +182,10 @@ def test_a_spooled_read_killed_midway_leaves_nothing(sig, proc_fd, tmp_path):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmpdir))
-    code = ("import sys, traceroof.parsers.piped as p\n"
+    # the signal's default disposition, as in a terminal: a run under nohup (or a CI runner
+    # that ignores SIGHUP) hands its children SIG_IGN, which they rightly keep
+    reset = f"import signal; signal.signal({int(sig)}, signal.SIG_DFL)\n" if sig != signal.SIGKILL else ""
+    code = (reset + "import sys, traceroof.parsers.piped as p\n"
             + ("" if proc_fd else "p.PROC_FD = None\n")
             + "from traceroof.cli import main\nmain(['analyze', '-', '-q'])\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
