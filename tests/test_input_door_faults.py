@@ -286,7 +286,8 @@ def test_a_file_named_dash_is_read_as_dot_slash_dash(tmp_path):
     r = _cli(["analyze", "./-", "--chip", "h100", "-o", str(out)], stdin=b"", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())
-    assert report["trace"]["sources"] == ["-"]  # the file (named as Path('./-') prints), not <stdin>
+    # the file as the user named it: './-' ('-' would read as stdin; Path('./-') prints '-')
+    assert report["trace"]["sources"] == ["./-"]
     assert len(report["ops"]["name"]) == read_trace(REPLAY / "trace.json.gz").ops.height
     r = _cli(["analyze", "-", "--chip", "h100"], stdin=b"", cwd=tmp_path)  # '-' alone: stdin, empty
     assert r.returncode == 4 and "<stdin>: byte 0: a trace, found an empty file" in r.stderr.decode()

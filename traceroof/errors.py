@@ -25,6 +25,14 @@ class InputNotFoundError(TraceroofError, FileNotFoundError):
     exit_code = 3
 
 
+def path_text(path: object) -> str:
+    """How a file's path is named in messages and ``meta.sources``: ``str(path)``, but ``./-``
+    for a file named ``-`` (``Path("./-")`` prints as ``-``, the name of stdin, which the
+    readers name ``<stdin>``)."""
+    s = str(path)
+    return "./-" if s == "-" else s
+
+
 class TraceFormatError(TraceroofError, ValueError):
     """The input is not a trace we can read, or nothing in it can be recovered.
 
@@ -34,7 +42,7 @@ class TraceFormatError(TraceroofError, ValueError):
     exit_code = 4
 
     def __init__(self, path: object, where: str, expected: str) -> None:
-        self.path = str(path)
+        self.path = path_text(path)
         self.where = where
         self.expected = expected
         super().__init__(f"{self.path}: {where}: {expected}")

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import TraceroofError
+from .errors import TraceroofError, path_text
 
 #: bump when a field of the diff changes meaning
 DIFF_SCHEMA_VERSION = 1
@@ -61,9 +62,11 @@ def _report(path: str, chip: str | None = None, *, rank: int | None = None, step
         raise UsageError("path: a trace, cache or saved report file, found an empty string")
     p = Path(path).expanduser()
     try:
-        mtime = p.stat().st_mtime_ns
+        st = p.stat()
     except OSError:
-        mtime = None
+        st = None
+    _refuse_stream(str(path), st)
+    mtime = st.st_mtime_ns if st is not None else None
     key = (str(p.resolve()), chip, rank, step, group_by, mtime)
     if key in _CACHE:
         _CACHE.move_to_end(key)
@@ -74,11 +77,30 @@ def _report(path: str, chip: str | None = None, *, rank: int | None = None, step
 
             raise UsageError(f"{path} is a saved report: chip, rank, step and group_by need a trace")
 
-    report = load_report([str(p)], chip, rank=rank, step=step, group_by=group_by, jobs=1, on_saved=trace_only)
+    report = load_report([path_text(p)], chip, rank=rank, step=step, group_by=group_by, jobs=1, on_saved=trace_only)
     _CACHE[key] = report
     while len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
     return report
+
+
+def _refuse_stream(path: str, st: os.stat_result | None) -> None:
+    """Refuse ``-`` and a path that is a stream (FIFO, device, socket): the server's stdin is
+    the MCP protocol stream, and reading a stream would block the server (or eat the protocol).
+
+    Raises:
+        UsageError: with the one line naming the path and what is expected.
+    """
+    from .errors import UsageError
+
+    if path == "-":
+        raise UsageError("path '-': stdin is the MCP protocol stream here, not a trace; give a trace "
+                         "file, folder, cache or saved report (a file named '-': './-')")
+    if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise UsageError(f"{path}: {kind}: the MCP server reads trace files, folders, caches or saved reports, "
+                         "not streams (pipe a stream into `traceroof analyze -` instead)")
 
 
 def analyze_trace(path: str, chip: str | None = None, top: int = 20, rank: int | None = None,
@@ -87,7 +109,8 @@ def analyze_trace(path: str, chip: str | None = None, top: int = 20, rank: int |
 
     Args:
         path: a Kineto JSON (.json/.json.gz), .xplane.pb or jax profile directory, a folder or
-            .tar.gz of per-rank traces, a traceroof cache, or a saved report.
+            .tar.gz of per-rank traces, a traceroof cache, or a saved report; not ``-`` nor a
+            FIFO or device (stdin is the protocol stream): a ``UsageError`` says so.
         chip: chip name or alias (``list_chips``); default: detected from the trace.
         top: ranking rows returned (ops by time lost against the roofline, largest first).
         rank, step: only this rank / step (``ProfilerStep#N``).

@@ -9,6 +9,7 @@ modules themselves are imported on first use, and their decoders only when a fil
 from .registry import (
     CONTENT,
     HINT,
+    MAGIC,
     SUFFIX,
     FormatFacts,
     Head,
@@ -21,5 +22,5 @@ from .registry import (
     unregister,
 )
 
-__all__ = ["InputFormat", "FormatFacts", "Head", "CONTENT", "SUFFIX", "HINT", "register", "unregister",
+__all__ = ["InputFormat", "FormatFacts", "Head", "MAGIC", "CONTENT", "SUFFIX", "HINT", "register", "unregister",
            "formats", "get", "detect", "facts_for"]

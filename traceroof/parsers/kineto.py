@@ -26,11 +26,12 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
-from ..errors import InputNotFoundError, TraceFormatError
+from ..errors import InputNotFoundError, TraceFormatError, path_text
 from ..host import no_device_ops_reason
 from ..step_markers import WINDOW_CAT, WINDOW_END, WINDOW_START
 from ..trace import DeviceInfo, Trace, TraceMeta
 from . import kineto_vocab as V
+from .gzip_stream import inflate_partial
 from .kineto_columns import as_int, device_frame, host_frame
 from .kineto_decode import decode
 from .kineto_events import Event
@@ -100,7 +101,7 @@ def read(path: str | os.PathLike[str], *, rank: int | None = None, progress: Pro
         raise InputNotFoundError(f"{p}: no such file")
     with open(p, "rb") as fh:
         size = _json_size_bytes(fh, p.stat().st_size)
-        return read_fileobj(fh, path=str(p), rank=rank, progress=progress, json_bytes=size)
+        return read_fileobj(fh, path=path_text(p), rank=rank, progress=progress, json_bytes=size)
 
 
 def _json_size_bytes(fh: BinaryIO, file_bytes: int) -> int:
@@ -164,7 +165,7 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged deflate block
-            data = _gunzip_partial(data)
+            data = inflate_partial(data)[0]  # (what inflates before the cut or the corrupt block: BC-35)
             if not data:
                 raise TraceFormatError(path, "byte 0", f"a readable gzip stream ({exc})") from exc
     data = _check_text(data, path)
@@ -188,15 +189,29 @@ def _check_text(data: bytes, path: str) -> bytes:
     encoding = other_encoding(data)  # first, on the bytes as they are (a UTF-16 "{" is "{" then a zero)
     if encoding is not None:
         raise TraceFormatError(path, "byte 0", encoding_problem(encoding))
-    text, at, over = skip_to_text(data[:4096], lambda n: b"", 1)  # (only the head: no copy of the file)
-    if not text and not over and len(data) > 4096:
-        text, at, over = skip_to_text(data, lambda n: b"", 1)  # more than 4 KB of leading white space (rare)
+    text, at, over = skip_to_text(data[:_HEAD_BYTES], _reader(data, _HEAD_BYTES), 1)
     if over or not text:
         raise TraceFormatError(path, f"byte {at if over else 0}", only_ws_problem() if over else
                                "a Kineto JSON trace, found an empty file")
     if text != b"{":
         raise TraceFormatError(path, f"byte {at}", "a JSON object with a 'traceEvents' array (Kineto / torch.profiler trace)")
     return b"   " + data[3:] if bom_bytes(data) else data
+
+
+#: the bytes of a file's head looked at first for its first byte of text
+_HEAD_BYTES = 4096
+
+
+def _reader(data: bytes, pos: int) -> Callable[[int], bytes]:
+    """``more(n)``: the next up to ``n`` bytes of ``data`` from ``pos`` on (``b""`` at its end):
+    one pass over leading white space, a piece at a time, never a copy of the whole file."""
+    def more(n: int) -> bytes:
+        nonlocal pos
+        piece = data[pos : pos + n]
+        pos += len(piece)
+        return piece
+
+    return more
 
 
 def _use_native(json_bytes: int | None, path: str) -> bool:
@@ -216,22 +231,6 @@ def _use_native(json_bytes: int | None, path: str) -> bool:
     _msgspec_json_bytes += json_bytes
     logger.debug("%s: Kineto decoder: msgspec (%d bytes of JSON, below %d)", path, json_bytes, NATIVE_MIN_BYTES)
     return False
-
-
-def _gunzip_partial(data: bytes) -> bytes:
-    """Decompress as much of a cut or corrupt gzip stream as possible (BC-35 on .gz files):
-    what inflates before the cut or the corrupt block is kept (4 KiB of input at a time: the
-    output of the piece that fails is lost)."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out = []
-    for i in range(0, len(data), 1 << 12):
-        try:
-            out.append(d.decompress(data[i : i + (1 << 12)]))
-        except zlib.error:
-            break
-        if d.eof:
-            break
-    return b"".join(out)
 
 
 class _Builder:

@@ -24,10 +24,10 @@ import os
 import queue
 import stat
 import threading
-import zlib
 from typing import Any
 
-_GZIP_MAGIC = b"\x1f\x8b"
+from .gzip_stream import GZIP_MAGIC, GzipInflater
+
 
 #: ``TRACEROOF_READ_AHEAD=0`` reads every block in the decoding thread (comparisons,
 #: benchmarks; the result is the same either way)
@@ -172,7 +172,7 @@ class Source(_Counts):
     def __init__(self, fh: Any, block: int) -> None:
         super().__init__(block)
         self.fh = fh
-        self._z: Any = None
+        self._gz: GzipInflater | None = None
         self._started = False
 
     def _raw(self, n: int) -> bytes:
@@ -187,52 +187,21 @@ class Source(_Counts):
         if not self._started:
             self._started = True
             head = self._raw(self.block)
-            if head[:2] == _GZIP_MAGIC:
-                self.gzip = True
-                self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                return self._inflate(head)
-            return self._out(head)
-        if self._z is None:
+            if head[:2] != GZIP_MAGIC:
+                return self._out(head)
+            self.gzip = True
+            self._gz = GzipInflater(self._raw, head, piece=max(self.block // 4, 1 << 16))
+        if self._gz is None:
             return self._out(self._raw(self.block))
-        return self._inflate(b"")
+        out = self._gz.read(self.block)
+        self.gzip_problem = self._gz.problem
+        return self._out(out)
 
     def _out(self, b: bytes) -> bytes:
         if not b:
             self.eof = True
         self.size += len(b)
         return b
-
-    def _inflate(self, data: bytes) -> bytes:
-        while True:
-            z = self._z
-            if not data:
-                if z.eof:
-                    # the member ended: what follows it is unused_data. CPython's zlib also
-                    # leaves the same bytes in unconsumed_tail when the member ended in a call
-                    # after an output-limited one; feeding that tail to the finished member
-                    # returned b"" forever (a fuzz hang), so eof is tested first
-                    rest = z.unused_data or self._raw(1 << 16)
-                    if rest[:2] != _GZIP_MAGIC:
-                        return self._out(b"")
-                    self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
-                    data = rest
-                    continue
-                elif z.unconsumed_tail:
-                    data = z.unconsumed_tail
-                else:
-                    data = self._raw(max(self.block // 4, 1 << 16))
-                    if not data:
-                        # gzip's own words, as the in-memory path reports them
-                        self.gzip_problem = "Compressed file ended before the end-of-stream marker was reached"
-                        return self._out(b"")
-            try:
-                out = z.decompress(data, self.block)
-            except zlib.error as exc:
-                self.gzip_problem = f"corrupt gzip data ({exc})"
-                return self._out(b"")
-            data = b""
-            if out:
-                return self._out(out)
 
 
 class Buffer:
@@ -379,7 +348,7 @@ def mapped(fh: Any, block: int, path: str = "") -> MappedBuffer | None:
         mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError, OverflowError):
         return None
-    if mm[start : start + 2] == _GZIP_MAGIC:
+    if mm[start : start + 2] == GZIP_MAGIC:
         mm.close()
         return None
     slot = _guard(mm, path or getattr(fh, "name", "") or "the trace")

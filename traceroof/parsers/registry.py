@@ -23,7 +23,6 @@ else, e.g. a test). See docs/extending.md.
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import TraceFormatError
+from .gzip_stream import GZIP_MAGIC, GzipInflater
 from .text_head import (
     encoding_problem,
     only_ws_problem,
@@ -42,9 +42,11 @@ if TYPE_CHECKING:
     from ..progress import Progress
     from ..trace import Trace
 
-#: how sure a sniff is (higher wins; a tie goes to the format registered first):
-#: the file's own structure, a file-name suffix, a weak content signature
-CONTENT, SUFFIX, HINT = 3, 2, 1
+#: how sure a sniff is (higher wins; a tie goes to the format registered first): a magic
+#: number at a fixed offset, checked (a tar header's ``ustar`` and checksum: whatever the bytes
+#: before it hold, e.g. a member name starting with ``{``, they are not another format's), the
+#: file's own structure, a file-name suffix, a weak content signature
+MAGIC, CONTENT, SUFFIX, HINT = 4, 3, 2, 1
 #: bytes read from the start of a file (and of its gzip stream) to sniff it
 HEAD_BYTES = 4096
 
@@ -160,46 +162,13 @@ def head_of(path: Path, raw: bytes, more: Callable[[int], bytes], size: int | No
     (``b""`` at the end), called only past a BOM and white space or to inflate a gzip
     stream; ``size``: the file's size in bytes (None: unknown). Never raises on the bytes
     (a corrupt gzip stream sniffs as what inflated before the fault)."""
-    if raw[:2] == b"\x1f\x8b":
-        inflate = _Inflate(raw, more)
+    if raw[:2] == GZIP_MAGIC:
+        inflate = GzipInflater(more, raw).read_full
         data = inflate(HEAD_BYTES)
         text, at, over = skip_to_text(data, inflate, HEAD_BYTES)
         return Head(path, raw, True, data, None, text, at, over)
     text, at, over = skip_to_text(raw, more, HEAD_BYTES)
     return Head(path, raw, False, raw, size, text, at, over)
-
-
-class _Inflate:
-    """``inflate(n)``: up to ``n`` more bytes of a gzip stream's content (member after
-    member, RFC 1952 section 2.2), ``b""`` at its end or at a corrupt or cut block."""
-
-    def __init__(self, raw: bytes, more: Callable[[int], bytes]) -> None:
-        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._pending = raw
-        self._more = more
-        self._done = False
-
-    def __call__(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n and not self._done:
-            z = self._z
-            if z.eof:  # (tested first: a finished member's unconsumed_tail repeats its rest)
-                rest = z.unused_data or self._more(1 << 16)
-                if rest[:2] != b"\x1f\x8b":
-                    self._done = True
-                    break
-                self._z, self._pending = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
-                continue
-            data = z.unconsumed_tail or self._pending or self._more(1 << 16)
-            self._pending = b""
-            if not data:
-                self._done = True
-                break
-            try:
-                out += z.decompress(data, n - len(out))
-            except zlib.error:
-                self._done = True
-        return out
 
 
 def _no_file(head: Head) -> int:
@@ -325,19 +294,21 @@ def detect_head(h: Head) -> InputFormat:
     :mod:`.piped`).
 
     Raises:
-        TraceFormatError: as :func:`detect`; text in UTF-16/32 (asked before any format's
-            sniff, :func:`.text_head.other_encoding`), and more leading white space than
+        TraceFormatError: as :func:`detect`; text in UTF-16/32 (:func:`.text_head.other_encoding`,
+            whose word goes before any sniff's but a :data:`MAGIC` one), and more leading white space than
             :data:`~.text_head.MAX_LEADING_WS_BYTES`, are said as such.
     """
     where = "gzip stream, byte 0" if h.gzip else "byte 0"
-    encoding = other_encoding(h.data)  # first: a UTF-16 text's head may look like another format's
-    if encoding is not None:
-        raise TraceFormatError(h.path, where, encoding_problem(encoding))
     best, score = None, 0
     for fmt in _load().values():
         s = fmt.sniff(h)
         if s > score:
             best, score = fmt, s
+    if best is not None and score >= MAGIC:
+        return best  # (a checked magic number: not a text, in whatever encoding)
+    encoding = other_encoding(h.data)  # before any other sniff's word: a UTF-16 text's head may look like another format's
+    if encoding is not None:
+        raise TraceFormatError(h.path, where, encoding_problem(encoding))
     if best is not None:
         return best
     if h.ws_over:
@@ -372,6 +343,6 @@ def no_trace_in_dir() -> str:
     return _either([n for f in _load().values() for n in f.dir_names])
 
 
-__all__ = ["InputFormat", "FormatFacts", "Head", "CONTENT", "SUFFIX", "HINT", "BUILTIN", "register",
+__all__ = ["InputFormat", "FormatFacts", "Head", "MAGIC", "CONTENT", "SUFFIX", "HINT", "BUILTIN", "register",
            "unregister", "formats", "get", "facts_for", "detect", "unit_format", "folder_suffixes",
            "no_trace_in_dir", "read_head", "head_of", "detect_head"]

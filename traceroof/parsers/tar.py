@@ -14,20 +14,47 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..duplicates import find_copies
-from ..errors import TraceFormatError
+from ..errors import TraceFormatError, path_text
 from ..merge import event_count, merge
-from .registry import CONTENT, HINT, Head, InputFormat
+from .registry import HINT, MAGIC, Head, InputFormat
 
 if TYPE_CHECKING:
     from ..progress import Progress
     from ..trace import Trace
 
 
+#: a tar header block, bytes (POSIX.1-1988 ustar; GNU tar's differs in the magic's last bytes)
+TAR_BLOCK_BYTES = 512
+
+
+def is_tar_header(data: bytes) -> bool:
+    """Whether ``data`` starts with a tar header: the magic ``ustar`` at byte 257 (POSIX
+    ``ustar\\0`` + version ``00``, GNU ``ustar  \\0``) and, when the whole 512-byte block is
+    there, a checksum (bytes 148-155, octal) equal to the sum of the block's bytes with the
+    checksum field taken as spaces (POSIX.1 pax "ustar Interchange Format"; unsigned, or
+    signed as some old writers summed). The name field (bytes 0-99) plays no part: a member
+    named ``{...}`` or ``\\n...`` is still a tar."""
+    if data[257:262] != b"ustar":
+        return False
+    if len(data) < TAR_BLOCK_BYTES:
+        return True  # (a cut head: the magic is all there is to go by)
+    field = data[148:156].replace(b"\0", b" ").strip()
+    try:
+        want = int(field, 8)
+    except ValueError:
+        return False
+    block = data[:TAR_BLOCK_BYTES]
+    unsigned = sum(block[:148]) + 8 * 0x20 + sum(block[156:])
+    signed = unsigned - 256 * sum(1 for c in block[:148] + block[156:] if c >= 0x80)
+    return want in (unsigned, signed)
+
+
 def sniff(head: Head) -> int:
-    """:data:`~.registry.CONTENT` for a POSIX tar header (``ustar`` at byte 257, in the file or
-    its gzip stream); :data:`~.registry.HINT` for a gzip file named ``*.tar.gz``/``*.tgz``."""
-    if len(head.data) > 262 and head.data[257:262] == b"ustar":
-        return CONTENT
+    """:data:`~.registry.MAGIC` for a tar header (:func:`is_tar_header`, in the file or its gzip
+    stream): it wins over every content sniff, whatever the member names; :data:`~.registry.HINT`
+    for a gzip file named ``*.tar.gz``/``*.tgz``."""
+    if is_tar_header(head.data):
+        return MAGIC
     return HINT if head.gzip and head.name.endswith((".tar.gz", ".tgz")) else 0
 
 
@@ -61,7 +88,7 @@ def read(p: Path, progress: Progress | None = None) -> Trace:
             for m in sorted(members, key=lambda m: m.name):
                 fh = tf.extractfile(m)
                 assert fh is not None
-                name = f"{p}!{m.name}"
+                name = f"{path_text(p)}!{m.name}"
                 cb = None if progress is None else _offset_cb(progress, done_bytes, done_events)
                 # streamed: the member is decompressed and parsed chunk by chunk
                 # a plain member's size is its JSON's (the decoder's choice: kineto.NATIVE_MIN_BYTES)

@@ -44,7 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import InputNotFoundError, TraceFormatError
+from ..errors import InputNotFoundError, TraceFormatError, path_text
 from . import protowire as w
 from .registry import CONTENT, HINT, SUFFIX, FormatFacts, Head, InputFormat
 
@@ -66,7 +66,7 @@ def read(path: str | Path) -> Trace:
         return read_dir(p)
     if not p.exists():
         raise InputNotFoundError(f"{p}: no such file")
-    return read_bytes(p.read_bytes(), str(p))
+    return read_bytes(p.read_bytes(), path_text(p))
 
 
 def read_bytes(data: bytes, path: str = "<bytes>", *, rank: int = 0) -> Trace:

@@ -23,11 +23,12 @@ from ..errors import TraceFormatError
 from ..step_markers import marker_name
 from ..trace import DeviceInfo
 from . import xplane_proto as xp
+from .gzip_stream import inflate_partial
 from .hlo_modules import Modules
 from .xplane import file_stem
 from .xplane_host import annotation_rows, assign_steps, device_step_spans, host_rows
 from .xplane_ops import cpu_thunk_ops, device_info, device_ops
-from .xplane_planes import Parts, Plane
+from .xplane_planes import LOST_NAME, Parts, Plane
 from .xplane_source import with_sources
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,9 @@ def read_parts(data: bytes, path: str, rank: int) -> Parts:
             f"{path}: {err}: the XSpace is damaged there; everything from that point on in "
             f"the affected plane(s) is lost"
         )
+    cut_at = None
     if space.cut is not None:
+        cut_at = len(out.warnings)
         out.warnings.append(_cut_warning(path, len(data), space))
     for e in space.errors:
         out.warnings.append(f"profiler error recorded in the trace: {e}")
@@ -114,13 +117,29 @@ def read_parts(data: bytes, path: str, rank: int) -> Parts:
         out.warnings.append(f"profiler warning recorded in the trace: {w}")
     out.hostname = space.hostnames[0] if space.hostnames and space.hostnames[0] else file_stem(
         Path(path)) if path != "<bytes>" else ""
-    _convert(space, path, rank, out)
+    lost = _convert(space, path, rank, out)
+    if lost:
+        if cut_at is not None:
+            out.warnings[cut_at] += "; " + _lost_names(lost, "lost with the cut")
+        else:
+            out.warnings.append(f"{path}: " + _lost_names(lost, "the file is damaged, or its writer is faulty"))
     return out
+
+
+def _lost_names(lost: dict[str, list[int]], why: str) -> str:
+    """What a file's events of undeclared event-metadata ids (plane name → ids) are named,
+    and ``why`` their metadata is missing."""
+    n = sum(len(v) for v in lost.values())
+    where = ", ".join(f"'{p}' ({len(ids)}: {', '.join(map(str, ids[:5]))}{', …' if len(ids) > 5 else ''})"
+                      for p, ids in lost.items())
+    return (f"events of {n} event-metadata id(s) the file does not declare ({why}), in plane(s) "
+            f"{where}, are named '" + LOST_NAME.format("<id>") + "': their names and stats are unknown, "
+            "and no step is inferred from them")
 
 
 def _gunzip(data: bytes, path: str) -> tuple[bytes, str | None]:
     """The content of the gzip stream ``data``, and None; of a cut or corrupt one, what
-    inflates before the fault (RFC 1952 members one after another) and the warning saying so.
+    inflates before the fault (:func:`.gzip_stream.inflate_partial`) and the warning saying so.
 
     Raises:
         TraceFormatError: nothing inflates.
@@ -129,22 +148,7 @@ def _gunzip(data: bytes, path: str) -> tuple[bytes, str | None]:
         return gzip.decompress(data), None
     except (OSError, EOFError, zlib.error) as exc:
         problem = f"{type(exc).__name__}: {exc}"
-    parts: list[bytes] = []
-    z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    pos = 0
-    while pos < len(data):
-        piece = data[pos : pos + (1 << 16)]  # 64 KiB at a time: a corrupt block loses only its piece's output
-        pos += len(piece)
-        try:
-            parts.append(z.decompress(piece))
-        except zlib.error:
-            break
-        if z.eof:  # the member ended: the next one, if its magic follows
-            rest, z = z.unused_data + data[pos:], zlib.decompressobj(16 + zlib.MAX_WBITS)
-            if rest[:2] != b"\x1f\x8b":
-                break
-            data, pos = rest, 0
-    got = b"".join(parts)
+    got = inflate_partial(data)[0]
     if not got:
         raise TraceFormatError(path, "byte 0", f"a gzip stream that decompresses ({problem})")
     return got, (f"{path}: the gzip stream is cut or corrupt ({problem}): read its first {len(got):,} "
@@ -178,7 +182,9 @@ def _cut_warning(path: str, size: int, space: xp.SpaceScan) -> str:
                    f"lost {lost} and every plane after it")
 
 
-def _convert(space: xp.SpaceScan, path: str, rank: int, out: Parts) -> None:
+def _convert(space: xp.SpaceScan, path: str, rank: int, out: Parts) -> dict[str, list[int]]:
+    """Convert ``space``'s planes into ``out``; returns, per plane name, the event-metadata
+    ids its events use that it does not declare (named :data:`LOST_NAME`), sorted."""
     planes = [Plane(p) for p in space.planes]
     by_name = {p.name: p for p in planes}
     meta_plane = by_name.get("/host:metadata")
@@ -228,6 +234,7 @@ def _convert(space: xp.SpaceScan, path: str, rank: int, out: Parts) -> None:
         feed.close()
         for p in planes:  # plane -> feed -> its jobs -> plane: a cycle holding the file's bytes
             p.feed = None
+    return {p.name: sorted(p.lost_ids) for p in planes if p.lost_ids}
 
 
 def _convert_planes(planes, plans, path: str, rank: int, out: Parts, modules: Modules,

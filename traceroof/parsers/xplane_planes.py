@@ -30,6 +30,16 @@ if TYPE_CHECKING:
     from .xplane_convert import LineFeed
 
 
+#: the name given to an event whose event-metadata id the plane does not declare (a cut file
+#: loses a plane's metadata, written after its lines): unknown, never the empty name
+LOST_NAME = "<event metadata {}: not in the file>"
+
+
+def is_lost_name(name: str) -> bool:
+    """Whether ``name`` is a :data:`LOST_NAME` (an event whose metadata is not in the file)."""
+    return name.startswith("<event metadata ") and name.endswith(": not in the file>")
+
+
 def nulls(name: str, n: int, dtype) -> pl.Series:
     """An all-null series of length ``n`` (without building a Python list)."""
     return pl.Series(name, [], dtype=dtype).extend_constant(None, n)
@@ -105,19 +115,23 @@ class Plane:
         self.md_rows: dict[int, tuple] = {}  # _md_frame rows, by metadata id
         self._matches: dict[str, dict[int, bool]] = {}  # name_matches: pattern → metadata id → hit
         self.prefetch_ids: list[int] = []
+        self.lost_ids: set[int] = set()  # event-metadata ids used by events, not declared
         self.feed: LineFeed | None = None
 
     def md(self, mid: int) -> dict[str, Any]:
-        """Event metadata ``mid`` as a dict: ``_name``, ``_display_name`` and its stats."""
+        """Event metadata ``mid`` as a dict: ``_name``, ``_display_name`` and its stats; an id
+        the plane does not declare gets ``_name`` :data:`LOST_NAME` (and joins ``lost_ids``)."""
         got = self._md.get(mid)
         if got is None:
             m = self.scan.meta.event_metadata.get(mid)
-            got = {}
             if m is not None:
                 got = {self.stat_names.get(s.metadata_id, str(s.metadata_id)):
                        _stat_value(s, self.stat_names) for s in m.stats}
                 got["_name"] = text(m.name)
                 got["_display_name"] = text(m.display_name)
+            else:
+                got = {"_name": LOST_NAME.format(mid)}
+                self.lost_ids.add(mid)
             self._md[mid] = got
         return got
 

@@ -17,6 +17,10 @@ Where the executions come from, in this order:
 * else (CPU-only profiles, which have no such line) the host's jax dispatch calls
   ``PjitFunction(<fn>)`` of the program ``jit_<fn>``, the outermost call where they nest.
 
+An execution without a usable program name -- empty, white space, or :data:`LOST_NAME` (a cut
+file loses a plane's event metadata, so its events' names) -- is never a step: when no
+execution has one, nothing is inferred and a warning says why.
+
 The program is the one with the most device time among those executed at least twice on the
 rank (the time of its ``XLA Modules`` events, else of its ops). Dispatch calls are host times:
 on a GPU, where jax dispatches asynchronously, an op that starts after the next call is
@@ -34,7 +38,7 @@ import polars as pl
 
 from ..step_markers import HOST_MARKER_CAT, STEP_MARKER, marker_name, steps_containing
 from ..trace import Trace
-from .xplane_planes import aligned, masked
+from .xplane_planes import LOST_NAME, aligned, masked
 
 #: the thread name of the device line of program executions
 XLA_MODULES = "XLA Modules"
@@ -55,8 +59,14 @@ def infer_steps(trace: Trace) -> Trace:
         return trace
     if host.filter(pl.col("name").str.starts_with(STEP_MARKER)).height:
         return trace
-    execs = _executions(host)
+    found = _executions(host)
+    execs = found.filter(_usable(pl.col("module")))
     if execs.height == 0:
+        if found.height:
+            trace.meta.warn(
+                f"no step annotation in the profile, and none of its {found.height} program executions "
+                "has a usable name (empty, or its event metadata is not in the file: a cut file): "
+                f"no steps inferred; {ADVICE}")
         return trace
     windows, said = [], []
     for (rank,), ex in execs.group_by(["rank"], maintain_order=True):
@@ -83,6 +93,15 @@ def infer_steps(trace: Trace) -> Trace:
     trace.meta.warn(f"no step annotation in the profile: {steps} steps inferred from the "
                     f"{what} (each execution starts a step; the last one ends none); {ADVICE}")
     return trace
+
+
+def _usable(module: pl.Expr) -> pl.Expr:
+    """Whether a program name can mark steps: not empty, not white space, not
+    :data:`LOST_NAME`, and (a dispatch's ``jit_<fn>``) not of an empty function name."""
+    lost_head, lost_tail = LOST_NAME.split("{}")
+    core = module.str.strip_prefix("jit_").str.strip_chars()
+    return (module.is_not_null() & (core.str.len_chars() > 0)
+            & ~(module.str.starts_with(lost_head) & module.str.ends_with(lost_tail)))
 
 
 def _executions(host: pl.DataFrame) -> pl.DataFrame:
