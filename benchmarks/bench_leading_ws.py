@@ -4,7 +4,7 @@ tree and in a before-tree, each in its own process, best of ``--repeat`` runs.
 
     PYTHONPATH=. python benchmarks/bench_leading_ws.py --before /work/main
 
-Prints per tree the CPU seconds (``time.process_time``) of one ``_check_text`` call, the
+Two texts: plain, and behind a UTF-8 byte-order mark. Prints per tree the CPU seconds (``time.process_time``) of one ``_check_text`` call, the
 peak resident memory growth (MiB) and the ratio after/before.
 """
 
@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 _CHILD = r"""
 import json, resource, sys, time
 from traceroof.parsers import kineto
-ws_mib, repeat = int(sys.argv[1]), int(sys.argv[2])
+ws_mib, repeat, bom = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "bom"
 body = b'{"traceEvents": []}'
-data = b" " * (ws_mib << 20) + body
+data = (b"\xef\xbb\xbf" if bom else b"") + b" " * (ws_mib << 20) + body
 best = None
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for _ in range(repeat):
@@ -37,8 +37,8 @@ print(json.dumps({"cpu_s": best, "rss_growth_mib": rss / 1024}))
 """
 
 
-def run(tree: Path, ws_mib: int, repeat: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(ws_mib), str(repeat)], check=True,
+def run(tree: Path, ws_mib: int, repeat: int, bom: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(ws_mib), str(repeat), bom], check=True,
                          capture_output=True, text=True, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
                          cwd=str(tree))
     return json.loads(out.stdout)
@@ -50,10 +50,11 @@ def main() -> int:
     ap.add_argument("--ws-mib", type=int, default=60, help="MiB of leading white space (default 60)")
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    before, after = run(a.before, a.ws_mib, a.repeat), run(REPO, a.ws_mib, a.repeat)
-    for name, r in (("before", before), ("after", after)):
-        print(f"{name:6s} cpu {r['cpu_s'] * 1e3:8.2f} ms  peak RSS growth {r['rss_growth_mib']:6.1f} MiB")
-    print(f"ratio after/before cpu {after['cpu_s'] / before['cpu_s']:.3f}")
+    for bom in ("plain", "bom"):
+        before, after = run(a.before, a.ws_mib, a.repeat, bom), run(REPO, a.ws_mib, a.repeat, bom)
+        for name, r in (("before", before), ("after", after)):
+            print(f"{bom:5s} {name:6s} cpu {r['cpu_s'] * 1e3:8.2f} ms  peak RSS growth {r['rss_growth_mib']:6.1f} MiB")
+        print(f"{bom:5s} ratio after/before cpu {after['cpu_s'] / before['cpu_s']:.3f}")
     return 0
 
 

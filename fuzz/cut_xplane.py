@@ -6,7 +6,10 @@ planes; each cut is read by ``read_trace`` from a temporary file. Prints, per fi
 cuts were rejected whole (``TraceFormatError``) and the first of them, then the totals, the
 rejected ones split by why: ``no_plane`` (the file ends before its first plane's first field
 is complete), ``no_line`` (planes or a plane's name are complete, but no line and no event:
-nothing usable, exit 4 as well), ``other``; any other exception is a crash (exit 1).
+nothing usable, exit 4 as well), ``other``; any other exception is a crash (exit 1). Of the
+cuts read: ``lost_name_cuts`` (ops named ``<event metadata ID: not in the file>``: their names
+were lost with the cut), ``empty_names`` (ops named ``""``) and ``nameless_steps`` (steps
+inferred from an empty or lost name), both 0 since session 11.
 
 Run: ``PYTHONPATH=. python fuzz/cut_xplane.py [--small]`` (``--small``: files under 4 MB).
 """
@@ -40,7 +43,8 @@ def main(argv: list[str]) -> int:
     files = sorted(REAL.rglob("*.xplane.pb")) + sorted(REPO.glob("fixtures/*/*.xplane.pb"))
     if "--small" in argv:
         files = [f for f in files if f.stat().st_size < 4_000_000]
-    totals = {"cuts": 0, "rejected": 0, "no_plane": 0, "no_line": 0, "other": 0, "crashes": 0}
+    totals = {"cuts": 0, "rejected": 0, "no_plane": 0, "no_line": 0, "other": 0, "crashes": 0,
+              "lost_name_cuts": 0, "empty_names": 0, "nameless_steps": 0}
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "cut.xplane.pb"
         for f in files:
@@ -50,7 +54,12 @@ def main(argv: list[str]) -> int:
             for c in cuts:
                 p.write_bytes(data[:c])
                 try:
-                    read_trace(p)
+                    t = read_trace(p)
+                    lost = t.ops["name"].str.starts_with("<event metadata ").sum()
+                    totals["lost_name_cuts"] += bool(lost)
+                    totals["empty_names"] += int((t.ops["name"] == "").sum())  # (session 11: must be 0)
+                    totals["nameless_steps"] += any(" of  (" in w or "executions of <event metadata" in w
+                                                    for w in t.meta.warnings)  # (must be 0)
                 except TraceFormatError as exc:
                     rejected.append((c, str(exc).split(": ", 1)[1]))
                     why = str(exc)

@@ -89,20 +89,28 @@ class GzipInflater:
         return b"".join(parts)
 
 
+def byte_reader(data: bytes, pos: int = 0) -> Callable[[int], memoryview]:
+    """``more(n)``: the next up to ``n`` bytes of ``data`` from ``pos`` on, as a memoryview of
+    ``data`` (empty at its end), a piece at a time: what a reader of a stream (:class:`GzipInflater`,
+    :func:`.text_head.skip_to_text`) is given for bytes already in memory, never a copy of
+    the whole."""
+    view = memoryview(data)
+
+    def more(n: int) -> bytes:
+        nonlocal pos
+        piece = view[pos : pos + n]  # (a view: no copy of the piece either)
+        pos += len(piece)
+        return piece
+
+    return more
+
+
 def inflate_partial(data: bytes, piece: int = 1 << 12) -> tuple[bytes, str | None]:
     """All that inflates of the gzip stream ``data`` (member after member) before its end, a
     cut or a corrupt block, and :attr:`GzipInflater.problem` (None when it is whole). For a
     stream ``gzip.decompress`` refused: ``piece`` (4 KiB) raw bytes at a time, so a corrupt
     block loses little of what inflated before it."""
-    pos = 0
-
-    def more(k: int) -> bytes:
-        nonlocal pos
-        b = data[pos : pos + k]
-        pos += len(b)
-        return b
-
-    z = GzipInflater(more, piece=piece)
+    z = GzipInflater(byte_reader(data), piece=piece)
     parts = []
     while True:
         b = z.read(1 << 20)
@@ -111,4 +119,4 @@ def inflate_partial(data: bytes, piece: int = 1 << 12) -> tuple[bytes, str | Non
         parts.append(b)
 
 
-__all__ = ["GZIP_MAGIC", "CUT_PROBLEM", "GzipInflater", "inflate_partial"]
+__all__ = ["GZIP_MAGIC", "CUT_PROBLEM", "GzipInflater", "byte_reader", "inflate_partial"]

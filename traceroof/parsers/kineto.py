@@ -31,7 +31,7 @@ from ..host import no_device_ops_reason
 from ..step_markers import WINDOW_CAT, WINDOW_END, WINDOW_START
 from ..trace import DeviceInfo, Trace, TraceMeta
 from . import kineto_vocab as V
-from .gzip_stream import inflate_partial
+from .gzip_stream import byte_reader, inflate_partial
 from .kineto_columns import as_int, device_frame, host_frame
 from .kineto_decode import decode
 from .kineto_events import Event
@@ -189,7 +189,7 @@ def _check_text(data: bytes, path: str) -> bytes:
     encoding = other_encoding(data)  # first, on the bytes as they are (a UTF-16 "{" is "{" then a zero)
     if encoding is not None:
         raise TraceFormatError(path, "byte 0", encoding_problem(encoding))
-    text, at, over = skip_to_text(data[:_HEAD_BYTES], _reader(data, _HEAD_BYTES), 1)
+    text, at, over = skip_to_text(data[:_HEAD_BYTES], byte_reader(data, _HEAD_BYTES), 1)
     if over or not text:
         raise TraceFormatError(path, f"byte {at if over else 0}", only_ws_problem() if over else
                                "a Kineto JSON trace, found an empty file")
@@ -200,18 +200,6 @@ def _check_text(data: bytes, path: str) -> bytes:
 
 #: the bytes of a file's head looked at first for its first byte of text
 _HEAD_BYTES = 4096
-
-
-def _reader(data: bytes, pos: int) -> Callable[[int], bytes]:
-    """``more(n)``: the next up to ``n`` bytes of ``data`` from ``pos`` on (``b""`` at its end):
-    one pass over leading white space, a piece at a time, never a copy of the whole file."""
-    def more(n: int) -> bytes:
-        nonlocal pos
-        piece = data[pos : pos + n]
-        pos += len(piece)
-        return piece
-
-    return more
 
 
 def _use_native(json_bytes: int | None, path: str) -> bool:
