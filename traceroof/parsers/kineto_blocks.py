@@ -28,7 +28,6 @@ from typing import Any
 
 from .gzip_stream import GZIP_MAGIC, GzipInflater
 
-
 #: ``TRACEROOF_READ_AHEAD=0`` reads every block in the decoding thread (comparisons,
 #: benchmarks; the result is the same either way)
 ENV_READ_AHEAD = "TRACEROOF_READ_AHEAD"
