@@ -115,8 +115,12 @@ def prepare(trace: Trace, chip: ChipArg = None) -> Prepared | None:
     segmentation (:func:`_segment`), which needs the roofline's ``bound``."""
     if not preparable(trace):
         return None
+    from .frames import engine_for
+
     try:
-        return _segment(_prepare(trace), trace, chip)
+        # the polars engine analyze picks for a table this size (a rank is small: in-memory)
+        with engine_for(trace.ops.height + trace.host.height):
+            return _segment(_prepare(trace), trace, chip)
     except Exception:  # noqa: BLE001 - the parent redoes the stage and reports its error
         return None
 
