@@ -76,9 +76,11 @@ def run(folder: Path, jobs: int, src: Path = REPO) -> dict[str, float]:
     (``tail_cpu_s``, :data:`DRIVER`)."""
     cmd = [sys.executable, "-c", DRIVER, "analyze", str(folder), "--chip", "h100", "--format", "json",
            "-q", "--jobs", str(jobs)]
-    env = dict(os.environ, PYTHONPATH=str(src))
+    env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # run outside any checkout: ``python -c`` puts the working directory first on sys.path, so
+    # run from a repository root it would import that tree's traceroof, not the one in ``src``
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=folder.parent)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     err = p.stderr.read().decode() if p.stderr else ""
