@@ -47,7 +47,6 @@ from .sections import (
     RanksInfo,
     SpeedOfLightInfo,
     Summary,
-    TimelineInfo,
     TraceInfo,
     TraceSays,
     UnlaunchedInfo,

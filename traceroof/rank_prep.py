@@ -44,7 +44,7 @@ from .sections import UnlaunchedInfo
 from .steps import RankSegments
 from .trace import StoredCosts, Trace
 
-ChipArg = Union[str, "os.PathLike[str]", ChipSpec, None]
+ChipArg = Union[str, os.PathLike, ChipSpec, None]
 
 
 @dataclass(frozen=True)
