@@ -19,8 +19,9 @@ from typing import Any, ContextManager
 
 import polars as pl
 
-from . import frames, graph_replay, timeline, units, unlaunched
+from . import frames, graph_replay, units, unlaunched
 from . import steps as steps_mod
+from .steps import Segments
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs, apply_costs_to
 from .errors import UnknownChipError, UsageError
@@ -36,6 +37,7 @@ from .roofline import (
     group_label_expr,
     rank_ops,
 )
+from .rank_prep import segments_of
 from .sections import (
     ChipInfo,
     CoverageInfo,
@@ -45,7 +47,6 @@ from .sections import (
     RanksInfo,
     SpeedOfLightInfo,
     Summary,
-    TimelineInfo,
     TraceInfo,
     TraceSays,
     UnlaunchedInfo,
@@ -173,42 +174,19 @@ def apply_roofline(ops: pl.DataFrame, spec: ChipSpec) -> pl.DataFrame:
     return add_roofline(ops, spec)
 
 
-@dataclass(frozen=True)
-class Segments:
-    """What :func:`segment_steps` gives: the ops (``step`` and ``bucket`` from the partitioned
-    timeline), the per-step table (``steps.STEP_SCHEMA``), the timeline section (buckets and
-    windows), the per-device step table (``steps.DEVICE_STEP_SCHEMA``), and the graph-capture
-    windows of the whole trace (:func:`traceroof.graph_capture.windows`, for the detectors)."""
-
-    ops: pl.DataFrame
-    steps: pl.DataFrame
-    timeline: TimelineInfo
-    device_steps: pl.DataFrame
-    captures: pl.DataFrame
-
-
-def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, step: int | None) -> Segments:
+def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, step: int | None,
+                  prepared: list[steps_mod.RankSegments] | None = None) -> Segments:
     """Partition the timeline (:func:`traceroof.timeline.partition`) and build the step
-    tables; ops, both tables and the buckets limited to ``step`` when it is given.
+    tables; ops, both tables and the buckets limited to ``step`` when it is given. Done per
+    rank (:func:`traceroof.steps.segment_rank`) by the processes that read the ranks when
+    ``prepared`` holds their results (:func:`traceroof.rank_prep.segments_of`), else here
+    on the whole table; joined by :func:`traceroof.steps.join_segments`.
 
     Raises:
         UsageError: ``step`` is not in the trace.
     """
-    tl = timeline.partition(ops, host, meta)
-    ops, captures = tl.ops, tl.captures
-    steps, dev_steps = steps_mod.step_tables(tl, host, meta)
-    if step is not None:
-        have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
-        if step not in have:
-            raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
-        tl = timeline.only_step(tl, step)  # the buckets of that step, not of the whole trace
-    info = TimelineInfo(buckets=timeline.bucket_rows(tl), windows=timeline.window_rows(tl),
-                        outside_recording=dict(sorted(tl.outside.items())), capture_windows=tl.captures.height)
-    if step is not None:
-        ops = ops.filter(pl.col("step") == step)
-        steps = steps.filter(pl.col("step") == step)
-        dev_steps = dev_steps.filter(pl.col("step") == step)
-    return Segments(ops, steps, info, dev_steps, captures)
+    parts = prepared if prepared is not None and step is None else [steps_mod.segment_rank(ops, host, meta, step)]
+    return steps_mod.join_segments(ops, parts, meta, step)
 
 
 def rank_groups(ops: pl.DataFrame, group_by: str) -> pl.DataFrame:
@@ -315,7 +293,7 @@ def light_speed(ops: pl.DataFrame, seg: Segments, steps: pl.DataFrame, summary: 
     if m and m.model_flops_per_step and m.devices and h and h.peak_flops_per_s:
         floor = m.model_flops_per_step / (m.devices * h.peak_flops_per_s) * 1e9
     kind_of = dict(zip(ranking["label"].to_list(), ranking["kind"].cast(pl.String).to_list())) if ranking.height else {}
-    ds = speed_of_light.device_steps(ops, seg.device_steps, steps)
+    ds = speed_of_light.device_steps(ops, seg.device_steps, steps, seg.terms)
     return waterfall.build(ds, found, steps, kind_of, floor)
 
 
@@ -482,7 +460,7 @@ def analyze(
         replays = attribute_replays(trace, capture_traces)
         costed = cost_ops(trace, rank, replays)
         ops = apply_roofline(costed.ops, spec)
-        seg = segment_steps(ops, costed.host, meta, step)
+        seg = segment_steps(ops, costed.host, meta, step, segments_of(trace, spec, rank, ops))
         ops, steps = seg.ops, seg.steps
         group_by = group_by or facts_for(meta.format).default_group_by
         ranking = rank_groups(ops, group_by)
@@ -558,7 +536,7 @@ def load_report(
             return report
         # the detectors' modules (~0.03 s of imports) loaded while the workers read their last files
         trace = read_trace(paths[0] if len(paths) == 1 else paths, jobs=jobs, progress=progress, prepare=True,
-                           while_waiting=_load_builtin)
+                           while_waiting=_load_builtin, chip=None if isinstance(chip, ChipSpec) else chip)
     with analyzing(trace) if analyzing else contextlib.nullcontext():
         return analyze(trace, chip, **options)
 

@@ -18,7 +18,7 @@ import re
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import polars as pl
 
@@ -154,7 +154,7 @@ def _expand(p: Path, skipped: list[str] | None = None) -> list[str]:
 
 def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
                progress: Progress | None = None, prepare: bool = False,
-               while_waiting: Callable[[], None] | None = None) -> Trace:
+               while_waiting: Callable[[], None] | None = None, chip: Any = None) -> Trace:
     """Read a trace file, a ``.tar.gz`` of traces, a directory, a glob, or several of them.
 
     Args:
@@ -175,6 +175,10 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
         prepare: with several inputs, also do the per-rank stages of the analysis in the
             processes that read them (:mod:`traceroof.rank_prep`; ``Trace.prepared``), so
             that :func:`traceroof.analysis.analyze` need not do them in this one.
+        chip: with ``prepare``, the chip the analysis will be given (as ``analyze``'s
+            ``chip``: a name, a TOML path, a :class:`~traceroof.chips.ChipSpec`; None: the
+            trace's devices say), for the per-rank segmentation, which needs its roofline
+            (used only if the analysis resolves the same chip).
         while_waiting: with several inputs read in parallel, called once in this process when
             it has no file left to read and waits for the workers' last ones
             (:func:`traceroof.parallel.run_parallel`): the caller's next work (imports, ...)
@@ -203,7 +207,7 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             if progress is not None:
                 progress.file_done(units[0], sizes[0], event_count(trace))
         else:
-            worker = functools.partial(_read_worker, prepare=prepare, identify=True)
+            worker = functools.partial(_read_worker, prepare=prepare, identify=True, chip=chip)
             read = run_parallel(worker, units, jobs=jobs, progress=progress, sizes=sizes,
                                 events_of=lambda r: event_count(r.trace), while_waiting=while_waiting)
             trace = merge_inputs([r.trace for r in read], [r.identities for r in read])
@@ -281,10 +285,11 @@ class _Read(NamedTuple):
     identities: pl.DataFrame | None
 
 
-def _read_worker(path: str, prepare: bool = False, identify: bool = False) -> _Read:
+def _read_worker(path: str, prepare: bool = False, identify: bool = False, chip: Any = None) -> _Read:
     """What a worker process runs: one file → its Trace (pickled back to the parent, with
     each column in one chunk: compact to send, and what the merged table is made of), with
-    ``prepare`` its per-rank analysis stages done too (:func:`traceroof.rank_prep.prepare`),
+    ``prepare`` its per-rank analysis stages done too (:func:`traceroof.rank_prep.prepare`,
+    its segmentation under ``chip``),
     with ``identify`` its op identities, which the parent's search for copies among the
     inputs needs (:func:`merge_inputs`): so the parent, which then analyses the merge alone,
     need not compute them.
@@ -298,7 +303,7 @@ def _read_worker(path: str, prepare: bool = False, identify: bool = False) -> _R
         if prepare:
             from .rank_prep import prepare as prepare_rank
 
-            t.prepared = prepare_rank(t)
+            t.prepared = prepare_rank(t, chip)
         return _Read(t, op_identities(t, 0).rechunk() if identify else None)
     except TraceroofError:
         raise
@@ -313,7 +318,8 @@ def warm_worker() -> None:
     import importlib
 
     registry.folder_suffixes()  # loads every registered format's module
-    for name in ("parsers.kineto", "parsers.kineto_native", "rank_prep", "costing", "unlaunched", "graph_replay"):
+    for name in ("parsers.kineto", "parsers.kineto_native", "rank_prep", "costing", "unlaunched", "graph_replay",
+                 "roofline", "steps", "chip_detect"):
         importlib.import_module(f"{__package__}.{name}")
 
 

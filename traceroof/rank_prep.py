@@ -31,14 +31,20 @@ table's count would have put them, so the op table is the same to the id.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Union
 
 import polars as pl
 
+from .chip_table import ChipSpec
 from .merge import merge_meta, renumber
 from .sections import UnlaunchedInfo
+from .steps import RankSegments
 from .trace import StoredCosts, Trace
+
+ChipArg = Union[str, os.PathLike, ChipSpec, None]
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,12 @@ class Prepared:
         world_size: the world size the costing used (``meta.world_size``), None if unknown.
         base_id: the first id the eager match gave (below the table's smallest id and 0).
         lent_ids: how many ids it gave.
+        chip: which chip the segmentation's roofline used (:func:`prepare`'s ``chip``, or the
+            one the rank's devices name), as :func:`chip_id` words it (a spec itself does not
+            pickle); None when it could not be resolved (then no ``segments``).
+        segments: the segmentation of the costed op table under ``chip``'s roofline
+            (:func:`traceroof.steps.segment_rank`), one per rank in the merge's order;
+            empty when not done.
     """
 
     lent: pl.DataFrame
@@ -71,6 +83,8 @@ class Prepared:
     world_size: int | None
     base_id: int
     lent_ids: int
+    chip: str | None = None
+    segments: tuple[RankSegments, ...] = ()
 
 
 def _base_id(ops: pl.DataFrame) -> int:
@@ -92,17 +106,65 @@ def preparable(trace: Trace) -> bool:
     return not bool(ops["graph"].fill_null(False).any()) if ops.height else True
 
 
-def prepare(trace: Trace) -> Prepared | None:
+def prepare(trace: Trace, chip: ChipArg = None) -> Prepared | None:
     """The per-rank stages of one rank's trace (module docstring); None when it is not
     :func:`preparable`, or when a stage fails: never raises, so that a reader's errors and
     the merge's checks (:class:`~traceroof.errors.MixedInputsError`) come first, as without
-    it; the parent then runs the stage itself, and raises what it raises there."""
+    it; the parent then runs the stage itself, and raises what it raises there. ``chip``:
+    the analysis's (a name, a TOML path, a spec; None: the rank's devices say), for the
+    segmentation (:func:`_segment`), which needs the roofline's ``bound``."""
     if not preparable(trace):
         return None
+    from .frames import engine_for
+
     try:
-        return _prepare(trace)
+        # the polars engine analyze picks for a table this size (a rank is small: in-memory)
+        with engine_for(trace.ops.height + trace.host.height):
+            return _segment(_prepare(trace), trace, chip)
     except Exception:  # noqa: BLE001 - the parent redoes the stage and reports its error
         return None
+
+
+def _resolve(trace: Trace, chip: ChipArg) -> ChipSpec | None:
+    """The chip ``analysis.resolve_chip`` would take for this rank alone: ``chip`` when given,
+    else the one its devices name; None when that fails (the parent then segments itself,
+    and says why the chip is unknown)."""
+    from .chip_table import get_chip
+
+    try:
+        if chip is not None:
+            return get_chip(chip)
+        if not trace.meta.devices:
+            return None
+        from .chip_detect import detect_chip
+        from .parsers.registry import facts_for
+
+        return detect_chip(trace.meta.devices, allow_property_match=facts_for(trace.meta.format).chip_from_properties)[0]
+    except Exception:  # noqa: BLE001 - unknown here: the parent's resolve_chip raises what it raises
+        return None
+
+
+def _segment(p: Prepared, trace: Trace, chip: ChipArg) -> Prepared:
+    """``p`` with the segmentation of the rank (:func:`traceroof.steps.segment_rank`) of its
+    costed op table under the roofline of ``chip`` (:func:`_resolve`), as
+    :func:`traceroof.analysis.analyze` builds that table (``cost_ops``, ``apply_roofline``)."""
+    spec = _resolve(trace, chip)
+    if spec is None:
+        return p
+    from .costing import apply_costs_to
+    from .roofline import add_roofline
+    from .steps import segment_rank
+
+    ops = _with_lent(trace.ops, p.lent)
+    costed, _ = apply_costs_to(ops, trace.host, trace.meta, p.costs, p.shape_rows)
+    seg = segment_rank(add_roofline(costed, spec), trace.host, trace.meta)
+    return dataclasses.replace(p, chip=chip_id(spec), segments=(seg,))
+
+
+def chip_id(spec: ChipSpec) -> str:
+    """What tells two chip specs apart (every field, as ``repr`` writes it): the segmentation
+    a worker did is used only under the chip the analysis resolves."""
+    return repr(spec)
 
 
 def _prepare(trace: Trace) -> Prepared:
@@ -209,7 +271,17 @@ def merge_prepared(traces: Sequence[Trace], merged: Trace) -> Prepared | None:
         lent=pl.concat([preps[i].lent for i in order]), ops=pl.concat(ops, how="vertical_relaxed"), shape_rows=pl.concat(shape_rows, how="vertical_relaxed"),
         unlaunched=_merge_unlaunched([preps[i].unlaunched for i in order]), costs=costs,
         world_size=merged.meta.world_size, base_id=max(p.base_id for p in preps), lent_ids=sum(p.lent_ids for p in preps),
+        chip=preps[order[0]].chip, segments=_merged_segments([preps[i] for i in order], [remaps[i] for i in order]),
     )
+
+
+def _merged_segments(preps: list[Prepared], remaps: list[dict[int, int]]) -> tuple[RankSegments, ...]:
+    """The ranks' segmentations in the merge's order (:func:`merge_prepared`), when every rank
+    has one, under one chip, and no rank was renumbered (their tables name the rank read);
+    else none (the parent segments the merged table)."""
+    if any(remaps) or any(len(p.segments) != 1 or p.chip is None or p.chip != preps[0].chip for p in preps):
+        return ()
+    return tuple(p.segments[0] for p in preps)
 
 
 def replays_of(trace: Trace) -> object | None:
@@ -234,6 +306,19 @@ def costs_of(trace: Trace, replays: object) -> StoredCosts | None:
     return p.costs
 
 
+def segments_of(trace: Trace, spec: ChipSpec, rank: int | None, ops: pl.DataFrame) -> list[RankSegments] | None:
+    """The segmentations the workers did for ``trace`` (:attr:`Prepared.segments`), when they
+    apply to the analysis of ``ops`` (its op table, costed and under ``spec``'s roofline):
+    no ``rank`` filter, the costs and lent ops the workers gave (:func:`replays_of`), the
+    same chip, one tag per op; else None (:func:`traceroof.analysis.segment_steps` then
+    segments ``ops`` itself)."""
+    p = trace.prepared
+    if (rank is not None or not isinstance(p, Prepared) or not p.segments or p.chip != chip_id(spec)
+            or replays_of(trace) is None or sum(s.tags.height for s in p.segments) != ops.height):
+        return None
+    return list(p.segments)
+
+
 def attach(merged: Trace, traces: Sequence[Trace]) -> Trace:
     """``merged`` with ``prepared`` set from ``traces`` (:func:`merge_prepared`); as it is
     when that gives None."""
@@ -243,4 +328,4 @@ def attach(merged: Trace, traces: Sequence[Trace]) -> Trace:
     return merged
 
 
-__all__ = ["Prepared", "preparable", "prepare", "merge_prepared", "replays_of", "costs_of", "attach"]
+__all__ = ["Prepared", "preparable", "prepare", "merge_prepared", "replays_of", "costs_of", "segments_of", "attach"]

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-#: the kind of ops that may hide behind compute
-COMM_KIND = "collective"
+from .steps import COMM_KIND, STEP_TERM_SUMS, step_terms
+from .steps import _overlapped as _overlapped  # noqa: F401 - where the overlap test was (tests/test_speed_of_light.py)
 
 #: the overlap convention, as printed in every output
 CONVENTION = ("every op at its roofline time (an op with no cost model at its measured time); a collective that "
@@ -50,36 +50,8 @@ class DeviceSteps:
     kinds: tuple[str, ...]
 
 
-def _overlapped(stepped: pl.DataFrame, keys: list[str]) -> pl.Series:
-    """Per row of ``stepped``, whether it is a collective that ran beside a non-collective op
-    of its own ``keys`` group (one (rank, step, device)): some non-collective op there starts
-    before it ends and ends after it starts (both strict; times in int ns).
-
-    One query for every group (no per-group loop, no numpy): per group the non-collective
-    ops' ends, cumulative max in start order; each collective takes the last non-collective
-    start strictly before its end (as-of join) and is overlapped when that running max end is
-    after its start. A row with a null time is not overlapped.
-
-    Returns:
-        A Boolean series, one per row of ``stepped`` in order (never null).
-    """
-    t = stepped.select(
-        pl.struct(keys).rank("dense").alias("_g"),  # one id per group, null keys included
-        (pl.col("kind") == COMM_KIND).fill_null(False).alias("_c"),
-        "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("_e"),
-    ).with_row_index("_r").filter(pl.col("start_ns").is_not_null(), pl.col("_e").is_not_null())
-    compute = (t.filter(~pl.col("_c")).group_by("_g", "start_ns").agg(pl.col("_e").max())
-               .sort("_g", "start_ns").select("_g", pl.col("start_ns").alias("_cs"),
-                                              pl.col("_e").cum_max().over("_g").alias("_ce"))
-               .sort("_cs"))
-    hit = (t.filter(pl.col("_c")).sort("_e")
-           .join_asof(compute, left_on="_e", right_on="_cs", by="_g", strategy="backward",
-                      allow_exact_matches=False, check_sortedness=False)
-           .filter(pl.col("_ce") > pl.col("start_ns")))
-    return pl.repeat(False, stepped.height, dtype=pl.Boolean, eager=True).alias("_ov").scatter(hit["_r"], True)
-
-
-def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.DataFrame) -> DeviceSteps:
+def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.DataFrame,
+                 terms: pl.DataFrame | None = None) -> DeviceSteps:
     """The per-device-step terms of the speed of light (see the module docstring).
 
     Args:
@@ -87,6 +59,9 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
             ``dur_ns`` and ``expected_ns`` (:func:`traceroof.analysis.segment_steps`).
         device_steps_table: ``steps.DEVICE_STEP_SCHEMA`` rows (``wall_ns``, ``busy_ns``, int ns).
         steps: the per-step table (``partial``): partial steps are left out, as in the summary.
+        terms: the sums of every device-step, when already computed
+            (:func:`traceroof.steps.step_terms`, per rank by the processes that read the
+            ranks: ``Segments.terms``); else computed here from ``ops``.
 
     Returns:
         :class:`DeviceSteps` (an empty table when no complete step has a device window).
@@ -97,7 +72,9 @@ def device_steps(ops: pl.DataFrame, device_steps_table: pl.DataFrame, steps: pl.
         *keys, "wall_ns", "busy_ns")
     if dev.height == 0:  # no complete step with a device window: the empty table, without a query
         return DeviceSteps(empty_table(dev), ())
-    return _terms(ops, dev, keys)
+    if terms is None:
+        terms = step_terms(ops, device_steps_table)
+    return _finish(terms.join(dev.select(keys), on=keys, how="semi", nulls_equal=True), keys)
 
 
 #: the columns :func:`device_steps` adds to the device-step rows when no op kind has a gap
@@ -115,30 +92,17 @@ def empty_table(dev: pl.DataFrame) -> pl.DataFrame:
 
 def _terms(ops: pl.DataFrame, dev: pl.DataFrame, keys: list[str]) -> DeviceSteps:
     """:func:`device_steps` of the device-step rows ``dev`` (``keys``, ``wall_ns``, ``busy_ns``)."""
-    # one lazy query over the six columns read (an eager filter copied every column first)
-    stepped = (ops.lazy().filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.lazy().clear())
-    stepped = (stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")
-               .join(dev.lazy().select(keys), on=keys, how="semi", nulls_equal=True).collect())
-    # the overlap test is per (rank, step, device), one query for all of them; without any
-    # collective it is false on every row
-    has_comm = stepped.height > 0 and bool((stepped["kind"] == COMM_KIND).any())
-    stepped = stepped.with_columns(_overlapped(stepped, keys) if has_comm else pl.lit(False).alias("_ov"))
-    exp = pl.col("expected_ns").round(0).cast(pl.Int64)
-    stepped = stepped.with_columns(
-        pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(exp).alias("_exp"),
-        pl.col("expected_ns").is_null().alias("_unc"),
-        (pl.col("kind") == COMM_KIND).alias("_comm"))
-    kinds = tuple(sorted(stepped["kind"].drop_nulls().unique().to_list())) if stepped.height else ()
-    agg = [pl.col("dur_ns").sum().alias("ops_dur_ns"),
-           pl.col("_exp").filter(~pl.col("_comm")).sum().alias("compute_ns"),
-           pl.col("_exp").filter(pl.col("_comm") & pl.col("_ov")).sum().alias("comm_overlapped_ns"),
-           pl.col("_exp").filter(pl.col("_comm") & ~pl.col("_ov")).sum().alias("comm_alone_ns"),
-           pl.col("dur_ns").filter(pl.col("_unc")).sum().alias("uncosted_ns")]
-    agg += [(pl.col("dur_ns") - pl.col("_exp")).filter(pl.col("kind") == k).sum().alias(f"gap_{k}_ns") for k in kinds]
-    sums = stepped.group_by(keys).agg(agg)
-    cols = ["ops_dur_ns", "compute_ns", "comm_overlapped_ns", "comm_alone_ns", "uncosted_ns", *(f"gap_{k}_ns" for k in kinds)]
-    t = dev.join(sums, on=keys, how="left", nulls_equal=True).with_columns(
-        pl.col(c).fill_null(0).cast(pl.Int64) for c in cols)
+    return _finish(step_terms(ops, dev), keys)
+
+
+def _finish(t: pl.DataFrame, keys: list[str]) -> DeviceSteps:
+    """:func:`device_steps` of the :func:`~traceroof.steps.step_terms` rows ``t`` of the
+    complete device-steps: the gap columns of the kinds their ops hold, the idle and the
+    speed of light."""
+    kinds = tuple(sorted({k for ks in t["_kinds"].to_list() if ks is not None for k in ks}))
+    gap = [(pl.col(f"gap_{k}_ns").fill_null(0) if f"gap_{k}_ns" in t.columns else pl.lit(0)).cast(pl.Int64).alias(f"gap_{k}_ns")
+           for k in kinds]
+    t = t.select(*keys, "wall_ns", "busy_ns", *STEP_TERM_SUMS, *gap)
     c, o, e = pl.col("compute_ns"), pl.col("comm_overlapped_ns"), pl.col("comm_alone_ns")
     t = t.with_columns((pl.col("wall_ns") - pl.col("busy_ns")).alias("idle_ns"),
                        (c + e + pl.max_horizontal(o - c, pl.lit(0))).alias("sol_raw_ns"))

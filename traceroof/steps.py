@@ -12,13 +12,16 @@ Without markers the whole trace is one step per rank (``step`` null), with a war
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from . import graph_capture
+from . import graph_capture, timeline
+from .errors import UsageError
 from .frames import done, smalls
-from .timeline import Timeline, piece_unions
+from .sections import TimelineInfo
+from .timeline import Notes, Timeline, piece_unions
 from .trace import TraceMeta
 
 #: the breakdown of a step on one device (ns), the same columns in the step table (as the
@@ -77,14 +80,44 @@ def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.D
 
     ``tl``: :func:`traceroof.timeline.partition` of the op table (its ops carry the roofline
     column ``bound``). Steps with no markers: one row per rank with ``step`` null, spanning
-    the rank's recorded device time. Rule 3 holds per device: busy + idle = wall.
+    the rank's recorded device time. Rule 3 holds per device: busy + idle = wall. Warns in
+    ``meta`` (no step markers; partial steps): :func:`rank_steps` then :func:`finish_steps`.
     """
+    rs = rank_steps(tl, host)
+    return finish_steps(rs.steps, [rs], meta), rs.device_steps
+
+
+@dataclass(frozen=True)
+class RankSteps:
+    """:func:`rank_steps`: the step tables of a timeline before the partial steps are known.
+
+    Attributes:
+        steps: STEP_SCHEMA rows, ``partial`` False throughout.
+        device_steps: DEVICE_STEP_SCHEMA rows.
+        step_segments, unnumbered: step segments of the timeline, and those without a step
+            number (all of them: no step markers).
+        has_ops: whether the timeline has ops.
+        last_steps: each rank's last step that has a host window: (rank, step, launches in
+            it without a device op).
+    """
+
+    steps: pl.DataFrame
+    device_steps: pl.DataFrame
+    step_segments: int
+    unnumbered: int
+    has_ops: bool
+    last_steps: tuple[tuple[Any, Any, int], ...]
+
+
+def rank_steps(tl: Timeline, host: pl.DataFrame) -> RankSteps:
+    """The step tables of ``tl`` (:func:`step_tables`) without its warnings and partial steps,
+    which :func:`finish_steps` adds (they depend on every rank: a truncated input makes each
+    rank's last step partial). Each rank's rows depend on that rank alone: the tables of a
+    trace are its ranks' concatenated, in rank order."""
     seg = tl.segments.filter(pl.col("bucket") == "step")
     if seg.height == 0:
-        return pl.DataFrame(schema=STEP_SCHEMA), pl.DataFrame(schema=DEVICE_STEP_SCHEMA)
-    if seg["step"].null_count() == seg.height and tl.ops.height:
-        meta.warn("no step markers (torch ProfilerStep#N, jax StepTraceAnnotation): the whole trace is analysed "
-                  "as one unsegmented step")
+        return RankSteps(pl.DataFrame(schema=STEP_SCHEMA), pl.DataFrame(schema=DEVICE_STEP_SCHEMA), 0, 0,
+                         bool(tl.ops.height), ())
     key = pl.col("step").fill_null(_NO_STEP).alias("_sk")
     walls = seg.lazy().with_columns(key).group_by("rank", "_sk", "device").agg(
         pl.col("start_ns").min().alias("s"), pl.col("end_ns").max().alias("e"),
@@ -114,13 +147,35 @@ def step_tables(tl: Timeline, host: pl.DataFrame, meta: TraceMeta) -> tuple[pl.D
                      wall - busy, count, flops, False, n, qlag, dlag))
     out = pl.DataFrame(rows, schema=STEP_SCHEMA, orient="row").sort("rank", "start_ns")
     dev = pl.DataFrame(dev_rows, schema=DEVICE_STEP_SCHEMA, orient="row")
-    partial = _partial_steps(tl.ops, host, out, tl.host_steps, tl.captures, meta)
+    lasts = _last_steps(tl.ops, host, out, tl.host_steps, tl.captures)
+    return RankSteps(out, dev, seg.height, seg["step"].null_count(), bool(tl.ops.height), tuple(lasts))
+
+
+def finish_steps(steps: pl.DataFrame, parts: list[RankSteps], meta: TraceMeta) -> pl.DataFrame:
+    """``steps`` (the concatenated :attr:`RankSteps.steps` of ``parts``, disjoint ranks, in
+    rank order) with ``partial`` set, and the warnings said in ``meta``: no step markers
+    (when no part has a numbered step segment), then each partial step (BC-14: a launch in
+    a rank's last step without a device op, or any input truncated)."""
+    segs = sum(p.step_segments for p in parts)
+    if segs and sum(p.unnumbered for p in parts) == segs and any(p.has_ops for p in parts):
+        meta.warn("no step markers (torch ProfilerStep#N, jax StepTraceAnnotation): the whole trace is analysed "
+                  "as one unsegmented step")
+    truncated = any("truncated" in x for x in meta.warnings)
+    partial = set()
+    for rank, step, n in (x for p in parts for x in p.last_steps):
+        if n or truncated:
+            partial.add((rank, step))
+            meta.warn(
+                f"rank {rank} step {step} is partial ({n} launches without a device op in the "
+                "trace window" + (", trace truncated" if truncated else "")
+                + "): it is excluded from per-step averages"
+            )
     if partial:
         marks = pl.DataFrame([(r, st, True) for r, st in partial], orient="row",
                              schema={"rank": pl.Int32, "step": pl.Int32, "_p": pl.Boolean})
-        out = (out.join(marks, on=["rank", "step"], how="left", nulls_equal=True)
-               .with_columns(pl.col("_p").fill_null(False).alias("partial")).drop("_p"))
-    return out, dev
+        steps = (steps.join(marks, on=["rank", "step"], how="left", nulls_equal=True)
+                 .with_columns(pl.col("_p").fill_null(False).alias("partial")).drop("_p"))
+    return steps
 
 
 def _device_op_stats(ops: pl.DataFrame) -> dict[tuple[Any, Any, Any], tuple[int, float | None]]:
@@ -163,18 +218,18 @@ def _device_breakdowns(unions: pl.DataFrame) -> dict[tuple[Any, ...], tuple[int,
     return out
 
 
-def _partial_steps(
-    ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, cpu: pl.DataFrame, caps: pl.DataFrame, meta: TraceMeta
-) -> set:
-    """The last step of a rank is partial when a launch in it has no device op (BC-14);
-    launches inside a graph-capture window (``caps``) have none by design and do not count.
+def _last_steps(
+    ops: pl.DataFrame, host: pl.DataFrame, w: pl.DataFrame, cpu: pl.DataFrame, caps: pl.DataFrame
+) -> list[tuple[Any, Any, int]]:
+    """Each rank's last step with a host window, and its launches without a device op: the
+    last step of a rank is partial when it has one (BC-14, :func:`finish_steps`); launches
+    inside a graph-capture window (``caps``) have none by design and do not count.
 
-    ``cpu``: the host-side step windows (:func:`~traceroof.step_markers.step_windows`). Returns the partial (rank, step).
+    ``cpu``: the host-side step windows (:func:`~traceroof.step_markers.step_windows`).
+    Returns (rank, step, lost launches), in the order of ``w``'s ranks.
     """
-    out: set = set()
     if w.height == 0 or w["step"].null_count() == w.height:
-        return out
-    truncated = any("truncated" in x for x in meta.warnings)
+        return []
     # each rank's last step: the latest start (of equal starts, the later row, as a stable
     # sort's tail); then its first host window. Python over the step rows (a few per rank):
     # three queries per rank before (session 10)
@@ -191,16 +246,7 @@ def _partial_steps(
         if rank is not None and step is not None and (rank, step) in host_win:
             lasts.append((rank, step, *host_win[(rank, step)]))
     lost = _lost_launches(ops, host, [(r, s, e) for r, _, s, e in lasts], caps)
-    for rank, step, _, _ in lasts:
-        n = lost.get(rank, 0)
-        if n or truncated:
-            out.add((rank, step))
-            meta.warn(
-                f"rank {rank} step {step} is partial ({n} launches without a device op in the "
-                "trace window" + (", trace truncated" if truncated else "")
-                + "): it is excluded from per-step averages"
-            )
-    return out
+    return [(rank, step, lost.get(rank, 0)) for rank, step, _, _ in lasts]
 
 
 def _lost_launches(ops: pl.DataFrame, host: pl.DataFrame, windows: list[tuple[Any, int, int]],
@@ -280,3 +326,182 @@ def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
         "queue_lag_ns": mean("queue_lag_ns"),
         "device_lag_ns": mean("device_lag_ns"),
     }
+
+
+# --------------------------------------------------------------------------- one rank's segmentation
+
+
+@dataclass(frozen=True)
+class Segments:
+    """What :func:`traceroof.analysis.segment_steps` gives: the ops (``step`` and ``bucket``
+    from the partitioned timeline), the per-step table (:data:`STEP_SCHEMA`), the timeline
+    section (buckets and windows), the per-device step table (:data:`DEVICE_STEP_SCHEMA`),
+    the graph-capture windows of the whole trace (:func:`traceroof.graph_capture.windows`,
+    for the detectors), and the speed of light's sums of every device-step
+    (:func:`step_terms`, of the whole trace, before any ``step`` filter)."""
+
+    ops: pl.DataFrame
+    steps: pl.DataFrame
+    timeline: TimelineInfo
+    device_steps: pl.DataFrame
+    captures: pl.DataFrame
+    terms: pl.DataFrame | None = None
+
+
+@dataclass(frozen=True)
+class RankSegments:
+    """:func:`segment_rank` of one rank's ops (or of a whole trace's): everything
+    :func:`join_segments` needs, small enough to send from the process that read the rank.
+
+    Attributes:
+        tags: ``bucket`` (String) and ``step`` (Int32), one row per op of the table given,
+            in its order.
+        steps: the step tables (:func:`rank_steps`).
+        buckets, windows: the timeline section's rows (:func:`~traceroof.timeline.bucket_rows`,
+            :func:`~traceroof.timeline.window_rows`; of ``step`` alone when it is given).
+        outside: ops outside the recording per reason (empty with ``step``).
+        capture_windows: graph-capture windows reported (0 with ``step``).
+        captures: the graph-capture windows (every one).
+        notes: what the partition says (:class:`~traceroof.timeline.Notes`).
+        terms: :func:`step_terms` of every device-step.
+    """
+
+    tags: pl.DataFrame
+    steps: RankSteps
+    buckets: list[dict[str, Any]]
+    windows: list[dict[str, Any]]
+    outside: dict[str, int]
+    capture_windows: int
+    captures: pl.DataFrame
+    notes: Notes
+    terms: pl.DataFrame
+
+
+def segment_rank(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, step: int | None = None) -> RankSegments:
+    """Partition the timeline of ``ops`` (:func:`traceroof.timeline.partition`; the roofline's
+    ``bound`` and the costing's ``flops`` columns filled) and build its step tables and
+    timeline rows, ``meta`` only read. Every row depends on its own rank alone, so the
+    segmentation of several ranks is that of each, joined (:func:`join_segments`): the
+    processes that read a folder's ranks run it on each (:mod:`traceroof.rank_prep`)."""
+    tl = timeline.partition(ops, host, meta, warn=False)
+    rs = rank_steps(tl, host)
+    view = timeline.only_step(tl, step) if step is not None else tl
+    assert tl.notes is not None
+    return RankSegments(tags=tl.ops.select("bucket", "step"), steps=rs, buckets=timeline.bucket_rows(view),
+                        windows=timeline.window_rows(view), outside=dict(view.outside),
+                        capture_windows=view.captures.height, captures=tl.captures, notes=tl.notes,
+                        terms=step_terms(tl.ops, rs.device_steps))
+
+
+def join_segments(ops: pl.DataFrame, parts: list[RankSegments], meta: TraceMeta, step: int | None) -> Segments:
+    """The :class:`Segments` of ``ops`` from the :func:`segment_rank` of its ranks (``parts``:
+    disjoint ranks, in the order of their rows in ``ops``, which is rank order): tables and
+    rows concatenated, counts added, and the warnings said in ``meta`` as one partition of
+    the whole table says them (:func:`~traceroof.timeline.say`, :func:`finish_steps`); then
+    limited to ``step`` when given.
+
+    Raises:
+        UsageError: ``step`` is not in the trace.
+    """
+    one = len(parts) == 1
+
+    def cat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+        return frames[0] if one else pl.concat(frames, how="vertical_relaxed")
+
+    tags = cat([p.tags for p in parts])
+    ops = ops.with_columns(tags.get_columns())
+    timeline.say(parts[0].notes if one else Notes.add([p.notes for p in parts]), meta)
+    steps = finish_steps(cat([p.steps.steps for p in parts]), [p.steps for p in parts], meta)
+    dev_steps = cat([p.steps.device_steps for p in parts])
+    if step is not None:
+        have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
+        if step not in have:
+            raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
+    outside: dict[str, int] = {}
+    for p in parts:
+        for k, v in p.outside.items():
+            outside[k] = outside.get(k, 0) + v
+    info = TimelineInfo(buckets=[r for p in parts for r in p.buckets], windows=[r for p in parts for r in p.windows],
+                        outside_recording=dict(sorted(outside.items())),
+                        capture_windows=sum(p.capture_windows for p in parts))
+    if step is not None:
+        ops = ops.filter(pl.col("step") == step)
+        steps = steps.filter(pl.col("step") == step)
+        dev_steps = dev_steps.filter(pl.col("step") == step)
+    terms = parts[0].terms if one else pl.concat([p.terms for p in parts], how="diagonal_relaxed")
+    return Segments(ops, steps, info, dev_steps, cat([p.captures for p in parts]), terms)
+
+
+# --------------------------------------------------------------------------- the speed of light's sums
+
+#: the kind of ops that may hide behind compute (:mod:`traceroof.speed_of_light`)
+COMM_KIND = "collective"
+#: the sums :func:`step_terms` gives every device-step (Int64 ns), before its ``gap_<kind>_ns``
+STEP_TERM_SUMS = ("ops_dur_ns", "compute_ns", "comm_overlapped_ns", "comm_alone_ns", "uncosted_ns")
+
+
+def _overlapped(stepped: pl.DataFrame, keys: list[str]) -> pl.Series:
+    """Per row of ``stepped``, whether it is a collective that ran beside a non-collective op
+    of its own ``keys`` group (one (rank, step, device)): some non-collective op there starts
+    before it ends and ends after it starts (both strict; times in int ns).
+
+    One query for every group (no per-group loop, no numpy): per group the non-collective
+    ops' ends, cumulative max in start order; each collective takes the last non-collective
+    start strictly before its end (as-of join) and is overlapped when that running max end is
+    after its start. A row with a null time is not overlapped.
+
+    Returns:
+        A Boolean series, one per row of ``stepped`` in order (never null).
+    """
+    t = stepped.select(
+        pl.struct(keys).rank("dense").alias("_g"),  # one id per group, null keys included
+        (pl.col("kind") == COMM_KIND).fill_null(False).alias("_c"),
+        "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("_e"),
+    ).with_row_index("_r").filter(pl.col("start_ns").is_not_null(), pl.col("_e").is_not_null())
+    compute = (t.filter(~pl.col("_c")).group_by("_g", "start_ns").agg(pl.col("_e").max())
+               .sort("_g", "start_ns").select("_g", pl.col("start_ns").alias("_cs"),
+                                              pl.col("_e").cum_max().over("_g").alias("_ce"))
+               .sort("_cs"))
+    hit = (t.filter(pl.col("_c")).sort("_e")
+           .join_asof(compute, left_on="_e", right_on="_cs", by="_g", strategy="backward",
+                      allow_exact_matches=False, check_sortedness=False)
+           .filter(pl.col("_ce") > pl.col("start_ns")))
+    return pl.repeat(False, stepped.height, dtype=pl.Boolean, eager=True).alias("_ov").scatter(hit["_r"], True)
+
+
+def step_terms(ops: pl.DataFrame, device_steps_table: pl.DataFrame) -> pl.DataFrame:
+    """Per row of ``device_steps_table`` (DEVICE_STEP_SCHEMA; every step, partial or not):
+    ``rank``, ``step``, ``device``, ``wall_ns``, ``busy_ns``, the :data:`STEP_TERM_SUMS` and a
+    ``gap_<kind>_ns`` per op kind of the table (Int64 ns; 0 where the device-step has none of
+    that kind), and ``_kinds`` (the kinds its ops hold, sorted; null when it holds none): the
+    per-rank half of :func:`traceroof.speed_of_light.device_steps` (docs/speed-of-light.md),
+    each row from its own device-step's ops alone, so the rows of several ranks are each
+    rank's, concatenated. ``ops``: with ``bucket``, ``step``, ``kind``, ``start_ns``,
+    ``dur_ns``, ``expected_ns``."""
+    keys = ["rank", "step", "device"]
+    dev = device_steps_table.select(*keys, "wall_ns", "busy_ns")
+    # one lazy query over the six columns read (an eager filter copied every column first)
+    stepped = (ops.lazy().filter(pl.col("bucket") == "step") if "bucket" in ops.columns else ops.lazy().clear())
+    stepped = (stepped.select(*keys, pl.col("kind").cast(pl.String), "start_ns", "dur_ns", "expected_ns")
+               .join(dev.lazy().select(keys), on=keys, how="semi", nulls_equal=True).collect())
+    # the overlap test is per (rank, step, device), one query for all of them; without any
+    # collective it is false on every row
+    has_comm = stepped.height > 0 and bool((stepped["kind"] == COMM_KIND).any())
+    stepped = stepped.with_columns(_overlapped(stepped, keys) if has_comm else pl.lit(False).alias("_ov"))
+    exp = pl.col("expected_ns").round(0).cast(pl.Int64)
+    stepped = stepped.with_columns(
+        pl.when(pl.col("expected_ns").is_null()).then(pl.col("dur_ns")).otherwise(exp).alias("_exp"),
+        pl.col("expected_ns").is_null().alias("_unc"),
+        (pl.col("kind") == COMM_KIND).alias("_comm"))
+    kinds = tuple(sorted(stepped["kind"].drop_nulls().unique().to_list())) if stepped.height else ()
+    agg = [pl.col("dur_ns").sum().alias("ops_dur_ns"),
+           pl.col("_exp").filter(~pl.col("_comm")).sum().alias("compute_ns"),
+           pl.col("_exp").filter(pl.col("_comm") & pl.col("_ov")).sum().alias("comm_overlapped_ns"),
+           pl.col("_exp").filter(pl.col("_comm") & ~pl.col("_ov")).sum().alias("comm_alone_ns"),
+           pl.col("dur_ns").filter(pl.col("_unc")).sum().alias("uncosted_ns"),
+           pl.col("kind").drop_nulls().unique().sort().alias("_kinds")]
+    agg += [(pl.col("dur_ns") - pl.col("_exp")).filter(pl.col("kind") == k).sum().alias(f"gap_{k}_ns") for k in kinds]
+    sums = stepped.group_by(keys).agg(agg)
+    cols = [*STEP_TERM_SUMS, *(f"gap_{k}_ns" for k in kinds)]
+    return dev.join(sums, on=keys, how="left", nulls_equal=True).with_columns(
+        pl.col(c).fill_null(0).cast(pl.Int64) for c in cols)

@@ -27,6 +27,7 @@ buckets equals the plain interval union.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,7 @@ class Timeline:
         outside: per reason (``before_recording``, ``after_recording``, ``before_launch``,
             ``ts_zero``), the ops put in ``outside_recording``.
         unions: :func:`piece_unions` once computed (None until then).
+        notes: what the partition has to say (:class:`Notes`; :func:`say` words it).
     """
 
     ops: pl.DataFrame
@@ -87,6 +89,47 @@ class Timeline:
     host_steps: pl.DataFrame
     outside: dict[str, int]
     unions: pl.DataFrame | None = None
+    notes: Notes | None = None
+
+
+@dataclass(frozen=True)
+class Notes:
+    """What :func:`partition` says, kept as counts and per-rank lines, so that the notes of
+    ranks partitioned apart (:mod:`traceroof.rank_prep`) add up (:meth:`add`) to the whole
+    trace's, and :func:`say` words them as the whole trace's partition would.
+
+    Attributes:
+        outside_ops, outside_ns: device ops put in ``outside_recording``, and their device
+            time (ns, summed durations).
+        outside: those ops per reason (:func:`outside_reasons`).
+        capture_windows, capture_launches, capture_ns: graph-capture windows, the launch
+            calls inside them, and the device time under them (ns).
+        unclosed, clock: the per-rank warnings (capture begun and never ended; a device clock
+            offset suspected), in rank order.
+    """
+
+    outside_ops: int = 0
+    outside_ns: int = 0
+    outside: dict[str, int] = dataclasses.field(default_factory=dict)
+    capture_windows: int = 0
+    capture_launches: int = 0
+    capture_ns: int = 0
+    unclosed: tuple[str, ...] = ()
+    clock: tuple[str, ...] = ()
+
+    @staticmethod
+    def add(parts: list[Notes]) -> Notes:
+        """The notes of disjoint ranks together (counts summed, lines concatenated in the
+        order of ``parts``)."""
+        outside: dict[str, int] = {}
+        for p in parts:
+            for k, v in p.outside.items():
+                outside[k] = outside.get(k, 0) + v
+        return Notes(outside_ops=sum(p.outside_ops for p in parts), outside_ns=sum(p.outside_ns for p in parts),
+                     outside=outside, capture_windows=sum(p.capture_windows for p in parts),
+                     capture_launches=sum(p.capture_launches for p in parts),
+                     capture_ns=sum(p.capture_ns for p in parts),
+                     unclosed=tuple(w for p in parts for w in p.unclosed), clock=tuple(w for p in parts for w in p.clock))
 
 
 def recording_windows(host: pl.DataFrame) -> dict[Any, tuple[int | None, int | None]]:
@@ -133,12 +176,15 @@ def outside_reasons(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> p
     return ops.select(reason.alias("outside"))["outside"]
 
 
-def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timeline:
+def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, *, warn: bool = True) -> Timeline:
     """Partition every (rank, device) timeline of ``ops`` into buckets (module docstring).
 
     ``ops``: the op table, ``step`` filled by the parser (launch attribution); ``host``: its
-    host table. Says once, in ``meta.warnings``, how many ops (and ns) went to
-    ``outside_recording``, and how much device time lay under capture windows. Never raises.
+    host table. With ``warn``, says once, in ``meta.warnings``, how many ops (and ns) went to
+    ``outside_recording``, and how much device time lay under capture windows (:func:`say`);
+    without, ``meta`` is only read, and ``Timeline.notes`` holds what would be said. Every
+    (rank, device) is partitioned on its own: the partition of a trace is the concatenation
+    of its ranks' (their notes added, :meth:`Notes.add`). Never raises.
     """
     gpu, cpu = _device_markers(host), device_and_host_windows(host)[1]
     every = graph_capture.windows(host, unclosed=True)
@@ -160,32 +206,51 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta) -> Timelin
     ops = ops.with_columns(tags.get_columns())
     outside = {} if everything_placed else {
         k: int(v) for k, v in narrow.filter(pl.col("_why").is_not_null()).group_by("_why").len().iter_rows()}
-    _warn(narrow, segments, caps, outside, meta)
-    _warn_unclosed(unclosed, meta)
-    _warn_clock(placed, meta)
-    return Timeline(ops=ops, segments=segments, pieces=pieces, captures=caps, host_steps=cpu, outside=outside)
+    notes = _notes(narrow, segments, caps, outside, unclosed, placed)
+    if warn:
+        say(notes, meta)
+    return Timeline(ops=ops, segments=segments, pieces=pieces, captures=caps, host_steps=cpu, outside=outside,
+                    notes=notes)
 
 
 #: the op-table columns :func:`partition` reads (its segments, pieces and warnings)
 _PLACED_COLUMNS = ("rank", "device", "step", "start_ns", "dur_ns", "launch_start_ns", *PIECE_COLUMNS)
 
 
-def _warn(ops: pl.DataFrame, seg: pl.DataFrame, caps: pl.DataFrame, outside: dict[str, int], meta: TraceMeta) -> None:
-    """One warning for the ops outside the recording, one for capture time."""
+def _notes(ops: pl.DataFrame, seg: pl.DataFrame, caps: pl.DataFrame, outside: dict[str, int],
+           unclosed: pl.DataFrame, placed: pl.DataFrame) -> Notes:
+    """The :class:`Notes` of a partition: the ops outside the recording, the capture time,
+    the unclosed captures and the clock offsets suspected."""
+    n_out = ns_out = 0
     if outside:
         out = ops.filter(pl.col("_why").is_not_null())
-        meta.stats["ops_outside_recording"] = out.height
-        what = ", ".join(f"{n:,} {_REASON_WORDS.get(k, k)}" for k, n in sorted(outside.items()))
-        meta.warn(f"{units.plural(out.height, 'device op')} ({units.ns(int(out['dur_ns'].sum()))} of device time) "
-                  f"lie outside the recorded timeline ({what}): they are in no step and not counted as idle "
-                  "(accounting rule 2)")
+        n_out, ns_out = out.height, int(out["dur_ns"].sum())
+    cap_ns = launches = 0
     if caps.height:
         cap = seg.filter(pl.col("bucket") == "graph_capture")
-        ns = int((cap["end_ns"] - cap["start_ns"]).sum()) if cap.height else 0
-        meta.warn(f"{units.plural(caps.height, 'graph-capture window')} "
-                  f"({units.plural(int(caps['launches'].sum()), 'launch call')} inside, recorded into graphs: no "
-                  f"device op by design): {units.ns(ns)} of device time under them is graph capture, not idle "
-                  "and not a partial step")
+        cap_ns = int((cap["end_ns"] - cap["start_ns"]).sum()) if cap.height else 0
+        launches = int(caps["launches"].sum())
+    return Notes(outside_ops=n_out, outside_ns=ns_out, outside=dict(outside), capture_windows=caps.height,
+                 capture_launches=launches, capture_ns=cap_ns, unclosed=tuple(_unclosed_lines(unclosed)),
+                 clock=tuple(_clock_lines(placed)))
+
+
+def say(notes: Notes, meta: TraceMeta) -> None:
+    """Word ``notes`` into ``meta``: one warning for the ops outside the recording (and
+    ``meta.stats['ops_outside_recording']``), one for capture time, then the per-rank lines."""
+    if notes.outside:
+        meta.stats["ops_outside_recording"] = notes.outside_ops
+        what = ", ".join(f"{n:,} {_REASON_WORDS.get(k, k)}" for k, n in sorted(notes.outside.items()))
+        meta.warn(f"{units.plural(notes.outside_ops, 'device op')} ({units.ns(notes.outside_ns)} of device time) "
+                  f"lie outside the recorded timeline ({what}): they are in no step and not counted as idle "
+                  "(accounting rule 2)")
+    if notes.capture_windows:
+        meta.warn(f"{units.plural(notes.capture_windows, 'graph-capture window')} "
+                  f"({units.plural(notes.capture_launches, 'launch call')} inside, recorded into graphs: no "
+                  f"device op by design): {units.ns(notes.capture_ns)} of device time under them is graph capture, "
+                  "not idle and not a partial step")
+    for w in (*notes.unclosed, *notes.clock):
+        meta.warn(w)
 
 
 #: how the warning words each reason of :func:`outside_reasons`
@@ -202,26 +267,27 @@ _REASON_WORDS = {
 CLOCK_OFFSET_SUSPECT_NS = 1_000_000_000
 
 
-def _warn_clock(ops: pl.DataFrame, meta: TraceMeta) -> None:
+def _clock_lines(ops: pl.DataFrame) -> list[str]:
     """A warning per rank whose device ops start a median over :data:`CLOCK_OFFSET_SUSPECT_NS`
-    after their launches."""
+    after their launches, in rank order."""
     lag = (ops.lazy().filter(pl.col("launch_start_ns").is_not_null())
            .group_by("rank").agg((pl.col("start_ns") - pl.col("launch_start_ns")).median().alias("lag")))
-    for rank, v in lag.sort("rank").collect().iter_rows():
-        if v is not None and v > CLOCK_OFFSET_SUSPECT_NS:
-            meta.warn(f"rank {rank}: device ops start a median {units.ns(v)} after their launches: more likely "
-                      "a device clock offset from the host's than queued work (step windows and idle use device "
-                      "time; the queue lag includes the offset)")
+    return [f"rank {rank}: device ops start a median {units.ns(v)} after their launches: more likely "
+            "a device clock offset from the host's than queued work (step windows and idle use device "
+            "time; the queue lag includes the offset)"
+            for rank, v in lag.sort("rank").collect().iter_rows() if v is not None and v > CLOCK_OFFSET_SUSPECT_NS]
 
 
-def _warn_unclosed(unclosed: pl.DataFrame, meta: TraceMeta) -> None:
+def _unclosed_lines(unclosed: pl.DataFrame) -> list[str]:
     """One warning per rank for capture Begins the trace never closes (not windows)."""
+    out: list[str] = []
     if unclosed.height == 0:
-        return
+        return out
     for (rank,), g in unclosed.group_by(["rank"], maintain_order=True):
         at = ", ".join(units.ns(int(x)) for x in g["start_ns"].head(3).to_list())
-        meta.warn(f"rank {rank}: {units.plural(g.height, 'graph capture')} begun (at {at}) and never ended in "
-                  "the trace: not treated as capture windows; the launches after them are judged as any other")
+        out.append(f"rank {rank}: {units.plural(g.height, 'graph capture')} begun (at {at}) and never ended in "
+                   "the trace: not treated as capture windows; the launches after them are judged as any other")
+    return out
 
 
 # --------------------------------------------------------------------------- segments
@@ -411,7 +477,7 @@ def _cut(placed: pl.DataFrame, seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
     return pieces.drop("_i"), head
 
 
-__all__ = ["BUCKETS", "BEFORE_LAUNCH_TOL_NS", "SEGMENT_SCHEMA", "Timeline", "recording_windows",
+__all__ = ["BUCKETS", "BEFORE_LAUNCH_TOL_NS", "SEGMENT_SCHEMA", "Timeline", "Notes", "say", "recording_windows",
            "outside_reasons", "partition", "bucket_rows", "window_rows", "only_step", "PIECE_SETS", "piece_unions"]
 
 
@@ -425,7 +491,7 @@ def only_step(tl: Timeline, step: int) -> Timeline:
         return df.filter((pl.col("bucket") == "step") & (pl.col("step") == step))
     return Timeline(ops=keep(tl.ops), segments=keep(tl.segments), pieces=keep(tl.pieces),
                     captures=tl.captures.clear(), host_steps=tl.host_steps.filter(pl.col("step") == step),
-                    outside={}, unions=keep(tl.unions) if tl.unions is not None else None)
+                    outside={}, unions=keep(tl.unions) if tl.unions is not None else None, notes=tl.notes)
 
 
 def _piece_sets() -> dict[str, pl.Expr]:

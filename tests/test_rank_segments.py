@@ -1,0 +1,111 @@
+"""The timeline partition, the step tables and the speed of light's sums done per rank by the
+processes that read the ranks (issue 19 item 4, session 11: ``traceroof.steps.segment_rank``
+in ``traceroof.rank_prep``; the parent joins them, ``traceroof.steps.join_segments``).
+
+The oracle is the analysis segmenting the merged trace itself (``read_trace(...,
+prepare=False)``: the path of a single file holding every rank): the report must be equal
+whole, and ``--jobs 1`` must equal ``--jobs 2``. The ranks here differ in what the partition
+says about them (steps per rank, a partial last step on one rank, ops outside the recording on
+two), so a join that lost a rank's rows, kept the first rank's, or said a warning per rank
+instead of once for all would differ; the figures are counted by hand from the layout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from make_multirank import OPS, write_doc
+from test_rank_prep import cli_json, report_json
+from tracegen import Kernel, TraceBuilder
+
+from traceroof import read_trace
+from traceroof.rank_prep import Prepared
+
+#: steps per rank (rank r issues 3 + r ops per step, :data:`make_multirank.OPS`)
+STEPS = {0: 2, 1: 3, 2: 4}
+#: ranks with one warm-up kernel (5 µs, no launch) before their recording window
+STRAY = (0, 2)
+STRAY_NS = 5_000
+
+
+def _rank_doc(r: int) -> dict:
+    b = TraceBuilder(pid=5000 + r, tid=5000 + r, rank=r)
+    b.host_t = 1_000_000  # the recording window opens at 0.5 ms, the steps start at 1 ms
+    for s in range(STEPS[r]):
+        b.begin_step(s)
+        for i in range(3 + r):
+            name, dims, types, kname, dur = OPS[i % len(OPS)]
+            b.op(name, dims, types, [Kernel(kname, dur)])
+        b.end_step()
+    b.recording_window(500_000, b.host_t + 1_000_000)
+    if r in STRAY:
+        b.stray_kernel("warmup_kernel", 100_000, STRAY_NS)  # launched (started) before the window
+    doc = b.to_json()
+    if r == 1:  # the last step's last kernel lost: its launch has no device op (a partial step)
+        last = max(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
+        del doc["traceEvents"][last]
+    return doc
+
+
+@pytest.fixture(scope="module")
+def ranks_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("segments") / "run"
+    d.mkdir()
+    for r in STEPS:
+        write_doc(_rank_doc(r), d / f"rank-{r}.json.gz")
+    return d
+
+
+def test_ranks_segmented_apart_give_the_report_of_the_merged_trace(ranks_dir):
+    prepared = read_trace(ranks_dir, jobs=1, prepare=True, chip="h100")
+    assert isinstance(prepared.prepared, Prepared)
+    # the segmentation was done per rank, by the readers: one part per rank, in rank order
+    parts = prepared.prepared.segments
+    assert [p.steps.steps["rank"].unique().to_list() for p in parts] == [[0], [1], [2]]
+    fresh = read_trace(ranks_dir, jobs=1)
+    assert fresh.prepared is None
+    want = report_json(fresh)
+    assert report_json(prepared) == want
+    one = cli_json(ranks_dir, 1)
+    assert cli_json(ranks_dir, 2) == one
+    assert one == want
+    # by hand: 2 + 3 + 4 step rows, each rank's own count; only rank 1's last step is partial
+    steps = [(s["rank"], s["step"], s["partial"]) for s in want["steps"]]
+    assert [(r, st) for r, st, _ in steps] == [(r, s) for r in STEPS for s in range(STEPS[r])]
+    assert [(r, st) for r, st, p in steps if p] == [(1, 2)]
+    partial = [w for w in want["warnings"] if "is partial" in w]
+    assert partial == ["rank 1 step 2 is partial (1 launches without a device op in the trace window): "
+                       "it is excluded from per-step averages"]
+    # the ops outside the recording of ranks 0 and 2 are said once, counted together
+    outside = [w for w in want["warnings"] if "outside the recorded timeline" in w]
+    assert len(outside) == 1 and outside[0].startswith("2 device ops (10 µs of device time)"), outside
+    assert want["trace"]["stats"]["ops_outside_recording"] == 2
+    buckets = {(b["rank"], b["bucket"]): b["ops"] for b in want["summary"]["timeline"]["buckets"]}
+    assert [r for (r, b) in buckets if b == "outside_recording"] == list(STRAY)
+
+
+def test_the_per_rank_sums_of_the_speed_of_light_are_the_merged_ones(ranks_dir):
+    prepared = read_trace(ranks_dir, jobs=2, prepare=True, chip="h100")
+    fresh = read_trace(ranks_dir, jobs=1)
+    a, b = report_json(prepared), report_json(fresh)
+    assert a["speed_of_light"] == b["speed_of_light"] and a["speed_of_light"] is not None
+    # every rank's complete steps are in it: 2 + 2 (rank 1's last is partial) + 4
+    assert a["speed_of_light"]["device_steps"] == 2 + 2 + 4
+
+
+def test_another_chip_than_the_workers_makes_the_parent_segment(ranks_dir):
+    # segmented under h100's roofline by the readers, analysed under a100's: not used
+    from traceroof import analyze
+    from traceroof.rank_prep import segments_of
+
+    t = read_trace(ranks_dir, jobs=1, prepare=True, chip="h100")
+    from traceroof.chips import get_chip
+
+    assert segments_of(t, get_chip("a100"), None, t.ops) is None
+    assert segments_of(t, get_chip("a100"), None, t.ops) is None
+    assert segments_of(t, get_chip("h100"), 0, t.ops) is None  # --rank: the parent segments its rank
+    fresh = read_trace(ranks_dir, jobs=1)
+    assert json.loads(analyze(t, "a100").to_json(include_ops=True)).get("steps") == \
+        json.loads(analyze(fresh, "a100").to_json(include_ops=True)).get("steps")
