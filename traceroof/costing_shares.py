@@ -11,7 +11,6 @@ from __future__ import annotations
 import polars as pl
 
 from . import frames
-from .costing_shapes import join_columns
 
 
 def split_shares(grp: list[str], is_kern: pl.Expr, is_mover: pl.Expr,
@@ -63,14 +62,16 @@ def op_shares(ops: pl.DataFrame, grp: list[str], is_kern: pl.Expr, is_mover: pl.
     :data:`traceroof.frames.SMALL_ROWS` rows the per-op sums are one ``group_by`` joined back
     (nulls grouped as the windows group them): four windows in one query took ~10 ms of CPU
     on polars' in-memory engine on 15,632 ops, and 30–180 ms of wall on a loaded machine,
-    the group sums and their join ~1.5 ms. A larger table keeps the windows, as session 9
+    the group sums joined back in the same plan ~2 ms. A larger table keeps the windows, as session 9
     measured them on the 1 GB trace. The same integers either way, so the same shares."""
     if ops.height > frames.SMALL_ROWS:
         byte_share, flop_share = split_shares(grp, is_kern, is_mover)
         return ops, byte_share, flop_share, is_kern.cast(pl.Int64).sum().over(grp)
-    sums = ops.lazy().group_by(grp).agg(
-        e.alias(n) for e, n in zip(_group_sums(is_kern, is_mover), SUM_COLUMNS)).collect()
-    ops = join_columns(ops, sums, grp, nulls_equal=True)
+    # one query: the sums and their join in one plan (a join of the collected sums by
+    # join_columns was three queries, 0.9 against 0.6 ms of CPU on bert's 61 ops)
+    lf = ops.lazy()
+    sums = lf.group_by(grp).agg(e.alias(n) for e, n in zip(_group_sums(is_kern, is_mover), SUM_COLUMNS))
+    ops = lf.join(sums, on=grp, how="left", nulls_equal=True, maintain_order="left").collect()
     cols = tuple(pl.col(c) for c in SUM_COLUMNS)
     byte_share, flop_share = split_shares(grp, is_kern, is_mover, cols)  # type: ignore[arg-type]
     return ops, byte_share, flop_share, cols[0]
