@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the op and host tables, and putting several of them together
     ("tables", ("schema", "trace", "merge", "duplicates", "parallel")),
     # what an op costs on a chip: chips, cost formulas, roofline, model FLOPs, MFU/HFU, estimate
-    ("cost model", ("chip_table", "chip_detect", "chips", "costs.", "costing", "costing_tbe", "costing_copies", "costing_shapes", "costing_tensorlist",
+    ("cost model", ("chip_table", "chip_detect", "chips", "costs.", "costing", "costing_tbe", "costing_copies", "costing_shapes", "costing_shares", "costing_tensorlist",
                     "costing_why", "roofline", "mfu", "model_config", "model", "estimate", "estimate_train",
                     "estimate_memory", "estimate_parallel", "estimate_serve", "estimate_plan", "estimate_floor")),
     # one module per input format behind the registry, and the cache they can be stored in

@@ -33,10 +33,10 @@ from .costing_shapes import (  # noqa: F401  (re-exported)
     shape_keys,
     shapes_by_external_id,
 )
+from .costing_shares import SUM_COLUMNS, op_shares, split_shares  # noqa: F401  (split_shares re-exported)
 from .costing_tbe import pair_tbe
 from .costing_tensorlist import element_dtype_of_kernel, tensorlist_bytes  # noqa: F401  (re-exported)
 from .costing_why import why as _why
-from .host import innermost_cpu_ops
 from .schema import KIND
 from .trace import StoredCosts, Trace, TraceMeta
 
@@ -328,33 +328,6 @@ def _formula_costs(uniq: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def split_shares(grp: list[str], is_kern: pl.Expr, is_mover: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    """The shares of its framework op's bytes and FLOPs each kernel gets (fractions; the
-    shares of one op's kernels sum to 1), grouped by ``grp`` (``rank, external_id``).
-
-    Bytes: every kernel of the op (copies and fills are not its kernels, ``is_kern``) by its
-    duration. FLOPs: only the kernels that do the op's arithmetic, by their duration; a
-    data-movement kernel (``is_mover``: a layout transpose, memset, fill, copy or cast of a
-    cuDNN/MIOpen convolution or a GEMM, :func:`traceroof.costs.is_data_movement_kernel`)
-    gets 0 FLOPs. An op whose kernels are all movers (a copy op) spreads its FLOPs over all
-    of them, by duration. An equal split where the durations sum to 0.
-    """
-    kdur = pl.when(is_kern).then(pl.col("dur_ns")).otherwise(0)
-    n_k = is_kern.cast(pl.Int64).sum().over(grp)
-    byte_share = pl.when(n_k == 1).then(pl.lit(1.0)).otherwise(
-        (pl.col("dur_ns") / kdur.sum().over(grp)).fill_nan(1.0 / n_k))
-    doer = is_kern & ~is_mover
-    n_d = doer.cast(pl.Int64).sum().over(grp)
-    ddur = pl.when(doer).then(pl.col("dur_ns")).otherwise(0)
-    flop_share = (
-        pl.when(n_d == 0).then(byte_share)
-        .when(~doer).then(pl.lit(0.0))
-        .when(n_d == 1).then(pl.lit(1.0))
-        .otherwise((pl.col("dur_ns") / ddur.sum().over(grp)).fill_nan(1.0 / n_d))
-    )
-    return byte_share, flop_share
-
-
 def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     """Fill ``flops, bytes, cost_source, dtype, kind`` from the formula columns: a framework
     op's cost is spread over its kernels (:func:`split_shares`; copies/fills are not its
@@ -372,8 +345,7 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
     names = ops["name"].fill_null("").unique().to_list()
     movers = [n for n in names if costs.is_data_movement_kernel(n)]
     is_mover = pl.col("name").is_in(movers).fill_null(False) if movers else pl.lit(False)
-    byte_share, flop_share = split_shares(grp, is_kern, is_mover)
-    n_k = is_kern.cast(pl.Int64).sum().over(grp)
+    ops, byte_share, flop_share, n_k = op_shares(ops, grp, is_kern, is_mover)
     # a cost needs bytes (a memory-bound op's roofline time); FLOPs may be unknown (null)
     lf = ops.lazy().with_columns(
         pl.when(pl.col("_b").is_not_null() & pl.col("external_id").is_not_null() & is_kern)
@@ -411,6 +383,7 @@ def _fill_from_formulas(ops: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(pl.col("dtype"), pl.col("_dtype")).alias("dtype"),
         new_kind.cast(KIND).alias("kind"),
     )
+    lf = lf.drop(SUM_COLUMNS, strict=False)  # the per-op sums of a small table (:func:`op_shares`)
     # 'name' means: a kind from the kernel name, but no numbers; 'unknown' when even that failed
     return lf.with_columns(
         pl.when((pl.col("cost_source") == "name") & (pl.col("kind") == "other"))
@@ -431,9 +404,12 @@ def comm_annotation_bytes(host: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFram
     thread). An op holding annotations of different sizes has no size (ambiguous: null,
     never a guess).
     """
+    empty = pl.DataFrame(schema={"rank": pl.Int32, "external_id": pl.Int64, "_cb": pl.Float64})
+    if keys.height == 0:  # no collective to size: the host table is not looked at
+        return empty
     ann = host.filter(pl.col("input_dims").is_not_null()).filter(pl.col("name").str.contains(costs.COMM_ANNOTATION_RE))
-    if ann.height == 0 or keys.height == 0:
-        return pl.DataFrame(schema={"rank": pl.Int32, "external_id": pl.Int64, "_cb": pl.Float64})
+    if ann.height == 0:
+        return empty
     # the formula runs once per distinct recorded buffer
     uniq = ann.select("input_dims", "input_types").unique()
     uniq = uniq.with_columns(pl.Series("_ab", [costs.message_bytes(d, t) for d, t in uniq.iter_rows()],
@@ -441,8 +417,10 @@ def comm_annotation_bytes(host: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFram
     ann = ann.join(uniq, on=["input_dims", "input_types"], how="left", nulls_equal=True).select(
         "rank", "pid", "thread", pl.col("start_ns").alias("_as"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("_ae"), "_ab")
+    # the innermost op of the wanted External ids only (:func:`innermost_of`: each key gets the
+    # row it gets among all keys; the semi join below keeps the wanted (rank, id) pairs)
     ops = host.select("rank", "pid", "thread", "external_id", "start_ns", "dur_ns")[
-        innermost_cpu_ops(host, ["rank", "external_id"])]
+        innermost_of(host, keys["external_id"])]
     ops = ops.join(keys.unique(), on=["rank", "external_id"], how="semi").select(
         "rank", "pid", "thread", "external_id", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("_oe"))
     nested = ops.join(ann, on=["rank", "pid", "thread"]).filter(
