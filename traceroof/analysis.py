@@ -21,7 +21,6 @@ import polars as pl
 
 from . import frames, graph_replay, units, unlaunched
 from . import steps as steps_mod
-from .steps import Segments
 from .chips import ChipSpec, detect_chip, get_chip
 from .costing import Coverage, apply_costs, apply_costs_to
 from .errors import UnknownChipError, UsageError
@@ -30,6 +29,7 @@ from .graph_replay import Replays
 from .host import device_launches, no_device_ops_reason
 from .parsers.kineto_vocab import device_family
 from .parsers.registry import facts_for
+from .rank_prep import segments_of
 from .report import Report
 from .roofline import (
     above_roof,
@@ -37,7 +37,6 @@ from .roofline import (
     group_label_expr,
     rank_ops,
 )
-from .rank_prep import segments_of
 from .sections import (
     ChipInfo,
     CoverageInfo,
@@ -52,6 +51,7 @@ from .sections import (
     UnlaunchedInfo,
     section_from_dict,
 )
+from .steps import Segments
 from .trace import Trace, TraceMeta
 from .utilization import summarize
 
