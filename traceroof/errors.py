@@ -26,11 +26,12 @@ class InputNotFoundError(TraceroofError, FileNotFoundError):
 
 
 def path_text(path: object) -> str:
-    """How a file's path is named in messages and ``meta.sources``: ``str(path)``, but ``./-``
-    for a file named ``-`` (``Path("./-")`` prints as ``-``, the name of stdin, which the
-    readers name ``<stdin>``)."""
+    """How a file's path is named in messages and ``meta.sources``: ``str(path)``, but with
+    ``./`` in front of a relative path that starts with ``-`` (``Path("./-")`` prints as
+    ``-``, the name of stdin, which the readers name ``<stdin>``; ``Path("./-x")`` as ``-x``,
+    which reads as an option)."""
     s = str(path)
-    return "./-" if s == "-" else s
+    return "./" + s if s.startswith("-") else s
 
 
 class TraceFormatError(TraceroofError, ValueError):

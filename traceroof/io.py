@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 import polars as pl
 
 from .duplicates import find_copies, op_identities
-from .errors import InputNotFoundError, TraceFormatError, TraceroofError, UsageError
+from .errors import (
+    InputNotFoundError,
+    TraceFormatError,
+    TraceroofError,
+    UsageError,
+    path_text,
+)
 from .merge import event_count, merge
 from .parallel import drop_early, input_size, run_parallel
 from .parsers import piped, registry
@@ -106,7 +112,7 @@ def resolve(path: PathArg | Sequence[PathArg]) -> tuple[list[str], list[str]]:
                 raise InputNotFoundError(f"{s}: matches only CUDA-graph capture traces ({skipped[0]}, …); "
                                          "name their folder in the pattern to analyse them")
         else:
-            raise InputNotFoundError(f"{p}: no such file or directory")
+            raise InputNotFoundError(f"{path_text(p)}: no such file or directory")
     units = list(dict.fromkeys(out))
     return units, sorted(set(skipped) - set(units))
 
@@ -350,7 +356,7 @@ def _is_fifo(p: Path) -> bool:
     try:
         mode = p.stat().st_mode
     except FileNotFoundError:
-        raise InputNotFoundError(f"{p}: no such file or directory") from None
+        raise InputNotFoundError(f"{path_text(p)}: no such file or directory") from None
     if stat.S_ISFIFO(mode):
         return True
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):

@@ -66,6 +66,8 @@ def _report(path: str, chip: str | None = None, *, rank: int | None = None, step
     except OSError:
         st = None
     _refuse_stream(str(path), st)
+    if st is None or stat.S_ISDIR(st.st_mode):
+        _refuse_streams_inside(p)
     mtime = st.st_mtime_ns if st is not None else None
     key = (str(p.resolve()), chip, rank, step, group_by, mtime)
     if key in _CACHE:
@@ -101,6 +103,26 @@ def _refuse_stream(path: str, st: os.stat_result | None) -> None:
                 or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
         raise UsageError(f"{path}: {kind}: the MCP server reads trace files, folders, caches or saved reports, "
                          "not streams (pipe a stream into `traceroof analyze -` instead)")
+
+
+def _refuse_streams_inside(p: Path) -> None:
+    """Refuse a folder or a glob that reaches a stream (a FIFO, device or socket, also behind
+    a symlink): read as one of its ranks it would block the server as the path itself would.
+
+    Raises:
+        UsageError: naming the first such file (the expansion's order).
+        InputNotFoundError: the folder holds no trace, the glob matches nothing
+            (:func:`traceroof.io.resolve_inputs`).
+    """
+    from .io import resolve_inputs
+
+    for f in resolve_inputs(str(p)):
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue  # (gone since: the read says so)
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            _refuse_stream(f, st)
 
 
 def analyze_trace(path: str, chip: str | None = None, top: int = 20, rank: int | None = None,

@@ -56,8 +56,15 @@ class GzipInflater:
                 # the same bytes in unconsumed_tail when the member ended in a call after an
                 # output-limited one; feeding that tail to the finished member returned b""
                 # forever (a fuzz hang), so eof is tested first
-                rest = z.unused_data or self._pending or self._more(self._piece)
+                rest = bytes(z.unused_data) + bytes(self._pending)
                 self._pending = b""
+                while len(rest) < len(GZIP_MAGIC):
+                    # the member may end one byte before a piece's end: the magic's second
+                    # byte is then in the next piece (one byte alone is no verdict)
+                    more = self._more(self._piece)
+                    if not more:
+                        break
+                    rest += bytes(more)
                 if rest[:2] != GZIP_MAGIC:
                     self.done = True
                     break

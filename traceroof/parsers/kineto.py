@@ -98,7 +98,7 @@ def read(path: str | os.PathLike[str], *, rank: int | None = None, progress: Pro
     """
     p = Path(path)
     if not p.is_file():
-        raise InputNotFoundError(f"{p}: no such file")
+        raise InputNotFoundError(f"{path_text(p)}: no such file")
     with open(p, "rb") as fh:
         size = _json_size_bytes(fh, p.stat().st_size)
         return read_fileobj(fh, path=path_text(p), rank=rank, progress=progress, json_bytes=size)

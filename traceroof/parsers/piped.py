@@ -19,7 +19,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ..errors import InputNotFoundError, TraceFormatError, TraceroofError, UsageError
+from ..errors import (
+    InputNotFoundError,
+    TraceFormatError,
+    TraceroofError,
+    UsageError,
+    path_text,
+)
 from . import registry
 
 if TYPE_CHECKING:
@@ -240,7 +246,7 @@ def read_fifo(path: Path, progress: Progress | None = None) -> Trace:
         OSError: it cannot be opened or read.
     """
     with open(path, "rb") as fh:
-        return read_stream(fh, str(path), progress)
+        return read_stream(fh, path_text(path), progress)
 
 
 __all__ = ["STDIN", "STDIN_NAME", "check_read_once", "read_stream", "read_stdin", "read_fifo"]

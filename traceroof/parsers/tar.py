@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..duplicates import find_copies
 from ..errors import TraceFormatError, path_text
 from ..merge import event_count, merge
-from .registry import HINT, MAGIC, Head, InputFormat
+from .registry import CONTENT, HINT, MAGIC, Head, InputFormat
 
 if TYPE_CHECKING:
     from ..progress import Progress
@@ -27,17 +27,31 @@ if TYPE_CHECKING:
 TAR_BLOCK_BYTES = 512
 
 
-def is_tar_header(data: bytes) -> bool:
+#: a header's numeric fields (mode, uid, gid, size, mtime), byte ranges: octal digits padded
+#: with spaces or NULs (POSIX ustar), or GNU's base-256 (first byte 0x80 or 0xff) for uid,
+#: gid, size and mtime
+_NUMERIC_FIELDS = ((100, 108), (108, 116), (116, 124), (124, 136), (136, 148))
+_OCTAL_OR_PAD = frozenset(b"01234567 \0")
+
+
+def _numeric(field: bytes) -> bool:
+    """Whether a header's numeric field holds a number (octal, or GNU base-256)."""
+    return field[:1] in (b"\x80", b"\xff") or all(c in _OCTAL_OR_PAD for c in field)
+
+
+def is_tar_header(data: bytes, *, magic: bool = True) -> bool:
     """Whether ``data`` starts with a tar header: the magic ``ustar`` at byte 257 (POSIX
-    ``ustar\\0`` + version ``00``, GNU ``ustar  \\0``) and, when the whole 512-byte block is
-    there, a checksum (bytes 148-155, octal) equal to the sum of the block's bytes with the
-    checksum field taken as spaces (POSIX.1 pax "ustar Interchange Format"; unsigned, or
+    ``ustar\\0`` + version ``00``, GNU ``ustar  \\0``), in a whole 512-byte block (a file
+    shorter than one header block is no tar), whose numeric fields (mode, uid, gid, size,
+    mtime) hold numbers and whose checksum (bytes 148-155, octal) equals the sum of the
+    block's bytes with the checksum field taken as spaces (POSIX.1 pax "ustar Interchange Format"; unsigned, or
     signed as some old writers summed). The name field (bytes 0-99) plays no part: a member
-    named ``{...}`` or ``\\n...`` is still a tar."""
-    if data[257:262] != b"ustar":
+    named ``{...}`` or ``\\n...`` is still a tar. ``magic=False``: an old (Unix V7) header,
+    which has no magic: the rest of the test alone, and a name that is not empty."""
+    if (magic and data[257:262] != b"ustar") or len(data) < TAR_BLOCK_BYTES:
+        return False  # (a tar is at least one whole header block: a shorter file is none)
+    if not all(_numeric(data[a:b]) for a, b in _NUMERIC_FIELDS):
         return False
-    if len(data) < TAR_BLOCK_BYTES:
-        return True  # (a cut head: the magic is all there is to go by)
     field = data[148:156].replace(b"\0", b" ").strip()
     try:
         want = int(field, 8)
@@ -46,15 +60,18 @@ def is_tar_header(data: bytes) -> bool:
     block = data[:TAR_BLOCK_BYTES]
     unsigned = sum(block[:148]) + 8 * 0x20 + sum(block[156:])
     signed = unsigned - 256 * sum(1 for c in block[:148] + block[156:] if c >= 0x80)
-    return want in (unsigned, signed)
+    return want in (unsigned, signed) and (magic or data[:1] not in (b"", b"\0"))
 
 
 def sniff(head: Head) -> int:
     """:data:`~.registry.MAGIC` for a tar header (:func:`is_tar_header`, in the file or its gzip
-    stream): it wins over every content sniff, whatever the member names; :data:`~.registry.HINT`
+    stream): it wins over every content sniff, whatever the member names; :data:`~.registry.CONTENT`
+    for an old V7 header (no magic); :data:`~.registry.HINT`
     for a gzip file named ``*.tar.gz``/``*.tgz``."""
     if is_tar_header(head.data):
         return MAGIC
+    if is_tar_header(head.data, magic=False):
+        return CONTENT  # (a V7 tar: numbers and a checksum, but no magic to rank it above)
     return HINT if head.gzip and head.name.endswith((".tar.gz", ".tgz")) else 0
 
 

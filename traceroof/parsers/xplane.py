@@ -65,7 +65,7 @@ def read(path: str | Path) -> Trace:
     if p.is_dir():
         return read_dir(p)
     if not p.exists():
-        raise InputNotFoundError(f"{p}: no such file")
+        raise InputNotFoundError(f"{path_text(p)}: no such file")
     return read_bytes(p.read_bytes(), path_text(p))
 
 
