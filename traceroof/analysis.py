@@ -179,8 +179,9 @@ def segment_steps(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, step: 
     """Partition the timeline (:func:`traceroof.timeline.partition`) and build the step
     tables; ops, both tables and the buckets limited to ``step`` when it is given. Done per
     rank (:func:`traceroof.steps.segment_rank`) by the processes that read the ranks when
-    ``prepared`` holds their results (:func:`traceroof.rank_prep.segments_of`), else here
-    on the whole table; joined by :func:`traceroof.steps.join_segments`.
+    ``prepared`` holds their results (:func:`traceroof.rank_prep.segments_of`: only when
+    they are the whole table's, :func:`traceroof.steps.segments_agree`), else here on the
+    whole table; joined by :func:`traceroof.steps.join_segments`.
 
     Raises:
         UsageError: ``step`` is not in the trace.

@@ -19,7 +19,10 @@ result is the same, only slower): a file that holds several ranks, or whose ops 
 another rank than its own; any CUDA/HIP graph replay (``graph`` kernels: their attribution
 looks across ranks and at capture traces); a rank whose world size differs from the merged
 trace's (collectives' group size); a trace whose tables were replaced after reading
-(:class:`~traceroof.trace.Trace` drops ``prepared`` then).
+(:class:`~traceroof.trace.Trace` drops ``prepared`` then). The segmentation alone
+(:func:`segments_of`) is also not used when a rank decided alone what the merged table
+decides otherwise (:func:`traceroof.steps.segments_agree`: a rank without step markers
+beside ranks with some).
 
 **Cost-group ids.** The eager match gives every matched op instance a negative External id
 (:class:`~traceroof.graph_replay.Lending`), counting down from below the smallest id of the
@@ -72,7 +75,8 @@ class Prepared:
             pickle); None when it could not be resolved (then no ``segments``).
         segments: the segmentation of the costed op table under ``chip``'s roofline
             (:func:`traceroof.steps.segment_rank`), one per rank in the merge's order;
-            empty when not done.
+            empty when not done, or when they are not the merged table's
+            (:func:`_merged_segments`).
     """
 
     lent: pl.DataFrame
@@ -277,11 +281,16 @@ def merge_prepared(traces: Sequence[Trace], merged: Trace) -> Prepared | None:
 
 def _merged_segments(preps: list[Prepared], remaps: list[dict[int, int]]) -> tuple[RankSegments, ...]:
     """The ranks' segmentations in the merge's order (:func:`merge_prepared`), when every rank
-    has one, under one chip, and no rank was renumbered (their tables name the rank read);
-    else none (the parent segments the merged table)."""
+    has one, under one chip, no rank was renumbered (their tables name the rank read), and
+    what each rank decided alone is what the merged table decides
+    (:func:`traceroof.steps.segments_agree`: not so for a rank without step markers beside
+    ranks with some); else none (the parent segments the merged table)."""
+    from .steps import segments_agree
+
     if any(remaps) or any(len(p.segments) != 1 or p.chip is None or p.chip != preps[0].chip for p in preps):
         return ()
-    return tuple(p.segments[0] for p in preps)
+    segs = [p.segments[0] for p in preps]
+    return tuple(segs) if segments_agree(segs) else ()
 
 
 def replays_of(trace: Trace) -> object | None:

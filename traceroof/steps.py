@@ -364,6 +364,8 @@ class RankSegments:
         captures: the graph-capture windows (every one).
         notes: what the partition says (:class:`~traceroof.timeline.Notes`).
         terms: :func:`step_terms` of every device-step.
+        marked, windowless: the partition's ``Timeline.marked`` / ``Timeline.windowless``
+            (:func:`segments_agree`).
     """
 
     tags: pl.DataFrame
@@ -375,14 +377,18 @@ class RankSegments:
     captures: pl.DataFrame
     notes: Notes
     terms: pl.DataFrame
+    marked: bool = False
+    windowless: bool = False
 
 
 def segment_rank(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, step: int | None = None) -> RankSegments:
     """Partition the timeline of ``ops`` (:func:`traceroof.timeline.partition`; the roofline's
     ``bound`` and the costing's ``flops`` columns filled) and build its step tables and
-    timeline rows, ``meta`` only read. Every row depends on its own rank alone, so the
-    segmentation of several ranks is that of each, joined (:func:`join_segments`): the
-    processes that read a folder's ranks run it on each (:mod:`traceroof.rank_prep`)."""
+    timeline rows, ``meta`` only read. Every row depends on its own rank alone but for one
+    decision taken over the whole table (whether it has a step marker at all), so the
+    segmentation of several ranks is that of each, joined (:func:`join_segments`), when
+    :func:`segments_agree` says their decisions do not matter: the processes that read a
+    folder's ranks run it on each (:mod:`traceroof.rank_prep`)."""
     tl = timeline.partition(ops, host, meta, warn=False)
     rs = rank_steps(tl, host)
     view = timeline.only_step(tl, step) if step is not None else tl
@@ -390,7 +396,26 @@ def segment_rank(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, step: i
     return RankSegments(tags=tl.ops.select("bucket", "step"), steps=rs, buckets=timeline.bucket_rows(view),
                         windows=timeline.window_rows(view), outside=dict(view.outside),
                         capture_windows=view.captures.height, captures=tl.captures, notes=tl.notes,
-                        terms=step_terms(tl.ops, rs.device_steps))
+                        terms=step_terms(tl.ops, rs.device_steps), marked=tl.marked, windowless=tl.windowless)
+
+
+def segments_agree(parts: list[RankSegments]) -> bool:
+    """Whether the :func:`segment_rank` of disjoint ranks, each done alone, are together the
+    segmentation of the table of all of them (:func:`join_segments` may join them).
+
+    The partition (:func:`traceroof.timeline.partition`) decides one input over the whole
+    table: whether it has a step marker at all (device- or host-side); without any, a device
+    with no step window is one unsegmented step, with some (on any rank) its time is before
+    the first step. A rank without markers beside ranks with some decided it otherwise alone;
+    its segmentation differs when one of its devices had no step window (``windowless``), and
+    then the whole table must be segmented at once. Every other input is the rank's own: its
+    device- and host-side markers and which of them its devices take, the step numbers, the
+    steps its ops were launched in (the parser's), its recording window and clock origin
+    (``meta.stats['origin_ns[rank]']``), its capture windows, its last step's lost launches;
+    the rest (the partial steps of a truncated input, the "no step markers" warning, the
+    notes' wording) is decided in :func:`join_segments` from all the parts."""
+    marked = any(p.marked for p in parts)
+    return all(p.marked == marked or not p.windowless for p in parts)
 
 
 def join_segments(ops: pl.DataFrame, parts: list[RankSegments], meta: TraceMeta, step: int | None) -> Segments:
@@ -398,7 +423,7 @@ def join_segments(ops: pl.DataFrame, parts: list[RankSegments], meta: TraceMeta,
     disjoint ranks, in the order of their rows in ``ops``, which is rank order): tables and
     rows concatenated, counts added, and the warnings said in ``meta`` as one partition of
     the whole table says them (:func:`~traceroof.timeline.say`, :func:`finish_steps`); then
-    limited to ``step`` when given.
+    limited to ``step`` when given. The parts must agree (:func:`segments_agree`).
 
     Raises:
         UsageError: ``step`` is not in the trace.

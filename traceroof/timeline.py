@@ -80,6 +80,10 @@ class Timeline:
             ``ts_zero``), the ops put in ``outside_recording``.
         unions: :func:`piece_unions` once computed (None until then).
         notes: what the partition has to say (:class:`Notes`; :func:`say` words it).
+        marked: whether the host table has a step marker (device- or host-side, any rank):
+            what decides how a device without a step window is segmented (:func:`partition`).
+        windowless: whether some (rank, device) had no step window, so that its segments
+            depend on that decision (:func:`traceroof.steps.segments_agree`).
     """
 
     ops: pl.DataFrame
@@ -90,6 +94,8 @@ class Timeline:
     outside: dict[str, int]
     unions: pl.DataFrame | None = None
     notes: Notes | None = None
+    marked: bool = False
+    windowless: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,11 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, *, warn: b
     ``outside_recording``, and how much device time lay under capture windows (:func:`say`);
     without, ``meta`` is only read, and ``Timeline.notes`` holds what would be said. Every
     (rank, device) is partitioned on its own: the partition of a trace is the concatenation
-    of its ranks' (their notes added, :meth:`Notes.add`). Never raises.
+    of its ranks' (their notes added, :meth:`Notes.add`) but for one input decided over the
+    whole table: whether it has a step marker at all (``Timeline.marked``: without any, a
+    device with no step window is one unsegmented step, else it is outside the steps; a rank
+    partitioned alone decides it from its own, :func:`traceroof.steps.segments_agree`).
+    Never raises.
     """
     gpu, cpu = _device_markers(host), device_and_host_windows(host)[1]
     every = graph_capture.windows(host, unclosed=True)
@@ -197,7 +207,8 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, *, warn: b
     narrow = ops.select(*_PLACED_COLUMNS).with_columns(
         why.alias("_why"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"))
     placed = narrow if everything_placed else narrow.filter(pl.col("_why").is_null())
-    segments = _segments(placed, gpu, cpu, caps)
+    marked = bool(gpu.height or cpu.height)
+    segments, windowless = _segments(placed, gpu, cpu, caps, marked)
     pieces, head = _cut(placed, segments)
     tags = narrow.select("_i", "_why").join(head, on="_i", how="left", maintain_order="left").select(
         pl.when(pl.col("_why").is_not_null()).then(pl.lit("outside_recording")).otherwise(pl.col("_bucket")).alias("bucket"),
@@ -210,7 +221,7 @@ def partition(ops: pl.DataFrame, host: pl.DataFrame, meta: TraceMeta, *, warn: b
     if warn:
         say(notes, meta)
     return Timeline(ops=ops, segments=segments, pieces=pieces, captures=caps, host_steps=cpu, outside=outside,
-                    notes=notes)
+                    notes=notes, marked=marked, windowless=windowless)
 
 
 #: the op-table columns :func:`partition` reads (its segments, pieces and warnings)
@@ -307,12 +318,14 @@ def _device_markers(host: pl.DataFrame) -> pl.DataFrame:
         .unique(["rank", "device", "step"], keep="first", maintain_order=True))
 
 
-def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: pl.DataFrame) -> pl.DataFrame:
+def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: pl.DataFrame,
+              segmented: bool) -> tuple[pl.DataFrame, bool]:
     """:data:`SEGMENT_SCHEMA` rows covering, on each device of a rank, the rank's recorded
     span (first device-op start to last end over all its devices, widened by capture
-    windows and step windows)."""
+    windows and step windows); and whether a device had no step window (its segments are
+    then one unsegmented step when not ``segmented``, else outside the steps)."""
     starts = step_starts(placed, gpu, cpu)
-    segmented = bool(gpu.height or cpu.height)
+    windowless = False
     # every device of a rank covers the rank's recorded span: a process drives its devices
     # together, so a chip that starts late was idle (or outside the steps) meanwhile
     p = small(placed)  # (one lazy plan on a small table, :mod:`traceroof.frames`)
@@ -331,11 +344,12 @@ def _segments(placed: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, caps: 
         w = starts_of.get((rank, device), empty)
         c = caps_of.get((rank,))
         cap = _device_captures(c, ops_of.get((rank, device))) if c is not None else []
+        windowless |= w.height == 0
         base = _base(w, lo, hi, segmented)
         lo = min([lo, *(s for s, _ in cap)] + [b[2] for b in base])
         hi = max([hi, *(e for _, e in cap)] + [b[3] for b in base])
         rows += [(rank, device, *x) for x in _carve(_close(base, lo, hi), cap)]
-    return pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
+    return pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row"), windowless
 
 
 def _device_captures(caps: pl.DataFrame, ops: pl.DataFrame | None) -> list[tuple[int, int]]:
@@ -491,7 +505,8 @@ def only_step(tl: Timeline, step: int) -> Timeline:
         return df.filter((pl.col("bucket") == "step") & (pl.col("step") == step))
     return Timeline(ops=keep(tl.ops), segments=keep(tl.segments), pieces=keep(tl.pieces),
                     captures=tl.captures.clear(), host_steps=tl.host_steps.filter(pl.col("step") == step),
-                    outside={}, unions=keep(tl.unions) if tl.unions is not None else None, notes=tl.notes)
+                    outside={}, unions=keep(tl.unions) if tl.unions is not None else None, notes=tl.notes,
+                    marked=tl.marked, windowless=tl.windowless)
 
 
 def _piece_sets() -> dict[str, pl.Expr]:
