@@ -84,7 +84,7 @@ def ranks_dir(tmp_path_factory) -> Path:
 
 
 def test_ranks_segmented_apart_give_the_report_of_the_merged_trace(ranks_dir, joined):
-    prepared = read_trace(ranks_dir, jobs=1, prepare=True, chip="h100")
+    prepared = read_trace(ranks_dir, jobs=2, prepare=True, chip="h100")
     assert isinstance(prepared.prepared, Prepared)
     # the segmentation was done per rank, by the readers: one part per rank, in rank order
     parts = prepared.prepared.segments
@@ -97,7 +97,9 @@ def test_ranks_segmented_apart_give_the_report_of_the_merged_trace(ranks_dir, jo
     one = cli_json(ranks_dir, 1)
     assert cli_json(ranks_dir, 2) == one
     assert one == want
-    assert joined == [1, 3, 3, 3]  # the readers' per-rank segmentations, joined
+    # the readers' per-rank segmentations, joined; with --jobs 1 (one process reads every
+    # rank) the readers do not segment: the parent segments the merged table once
+    assert joined == [1, 3, 1, 3]
     # by hand: 2 + 3 + 4 step rows, each rank's own count; only rank 1's last step is partial
     steps = [(s["rank"], s["step"], s["partial"]) for s in want["steps"]]
     assert [(r, st) for r, st, _ in steps] == [(r, s) for r in STEPS for s in range(STEPS[r])]
@@ -128,7 +130,7 @@ def test_another_chip_than_the_workers_makes_the_parent_segment(ranks_dir, joine
     from traceroof import analyze
     from traceroof.rank_prep import segments_of
 
-    t = read_trace(ranks_dir, jobs=1, prepare=True, chip="h100")
+    t = read_trace(ranks_dir, jobs=2, prepare=True, chip="h100")
     from traceroof.chips import get_chip
 
     assert segments_of(t, get_chip("a100"), None, t.ops) is None
@@ -204,7 +206,7 @@ def test_ranks_with_other_markers_give_the_report_of_the_merged_trace(tmp_path, 
     assert cli_json(folder, 1) == want
     assert cli_json(folder, 2) == want
     # the readers' per-rank segmentations joined only where they are the whole table's
-    assert joined == [1, 1, 1] + [len(kinds) if per_rank else 1] * 2
+    assert joined == [1, 1, 1, 1] + [len(kinds) if per_rank else 1]
     # by hand: a rank with markers has its own two steps; one without is before the first
     # step when another rank has markers, else one unsegmented step
     any_marks = any(k != "none" for k in kinds.values())
@@ -215,3 +217,14 @@ def test_ranks_with_other_markers_give_the_report_of_the_merged_trace(tmp_path, 
     for r, k in kinds.items():
         if k == "none":
             assert {b for rr, b in buckets if rr == r} == ({"before_first_step"} if any_marks else {"step"})
+
+
+def test_one_reading_process_leaves_the_segmentation_to_the_parent(ranks_dir):
+    # with --jobs 1 every rank is read here: segmenting them one by one would be the merged
+    # table's segmentation again, rank by rank (more queries, the same result), so the
+    # readers leave it to analyze; with two processes they segment (the parts are used)
+    one = read_trace(ranks_dir, jobs=1, prepare=True, chip="h100")
+    two = read_trace(ranks_dir, jobs=2, prepare=True, chip="h100")
+    assert isinstance(one.prepared, Prepared) and one.prepared.segments == ()
+    assert len(two.prepared.segments) == len(STEPS)
+    assert report_json(one) == report_json(two)

@@ -31,7 +31,7 @@ from .errors import (
     path_text,
 )
 from .merge import event_count, merge
-from .parallel import drop_early, input_size, run_parallel
+from .parallel import default_jobs, drop_early, input_size, run_parallel
 from .parsers import piped, registry
 from .parsers.piped import STDIN
 from .trace import Trace
@@ -213,7 +213,11 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             if progress is not None:
                 progress.file_done(units[0], sizes[0], event_count(trace))
         else:
-            worker = functools.partial(_read_worker, prepare=prepare, identify=True, chip=chip)
+            # the per-rank segmentation pays only where other processes share the reading: in
+            # one process it is the whole table's segmentation again, rank by rank (16 ranks
+            # of bench_ranks.py: ~0.3 s more CPU with --jobs 1), so there it is left to analyze
+            segment = prepare and min(jobs or default_jobs(), len(units)) > 1
+            worker = functools.partial(_read_worker, prepare=prepare, identify=True, chip=chip, segment=segment)
             read = run_parallel(worker, units, jobs=jobs, progress=progress, sizes=sizes,
                                 events_of=lambda r: event_count(r.trace), while_waiting=while_waiting)
             trace = merge_inputs([r.trace for r in read], [r.identities for r in read])
@@ -291,11 +295,12 @@ class _Read(NamedTuple):
     identities: pl.DataFrame | None
 
 
-def _read_worker(path: str, prepare: bool = False, identify: bool = False, chip: Any = None) -> _Read:
+def _read_worker(path: str, prepare: bool = False, identify: bool = False, chip: Any = None,
+                 segment: bool = True) -> _Read:
     """What a worker process runs: one file → its Trace (pickled back to the parent, with
     each column in one chunk: compact to send, and what the merged table is made of), with
     ``prepare`` its per-rank analysis stages done too (:func:`traceroof.rank_prep.prepare`,
-    its segmentation under ``chip``),
+    with ``segment`` its segmentation under ``chip``),
     with ``identify`` its op identities, which the parent's search for copies among the
     inputs needs (:func:`merge_inputs`): so the parent, which then analyses the merge alone,
     need not compute them.
@@ -309,7 +314,7 @@ def _read_worker(path: str, prepare: bool = False, identify: bool = False, chip:
         if prepare:
             from .rank_prep import prepare as prepare_rank
 
-            t.prepared = prepare_rank(t, chip)
+            t.prepared = prepare_rank(t, chip, segment=segment)
         return _Read(t, op_identities(t, 0).rechunk() if identify else None)
     except TraceroofError:
         raise

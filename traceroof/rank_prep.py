@@ -110,13 +110,14 @@ def preparable(trace: Trace) -> bool:
     return not bool(ops["graph"].fill_null(False).any()) if ops.height else True
 
 
-def prepare(trace: Trace, chip: ChipArg = None) -> Prepared | None:
+def prepare(trace: Trace, chip: ChipArg = None, *, segment: bool = True) -> Prepared | None:
     """The per-rank stages of one rank's trace (module docstring); None when it is not
     :func:`preparable`, or when a stage fails: never raises, so that a reader's errors and
     the merge's checks (:class:`~traceroof.errors.MixedInputsError`) come first, as without
     it; the parent then runs the stage itself, and raises what it raises there. ``chip``:
     the analysis's (a name, a TOML path, a spec; None: the rank's devices say), for the
-    segmentation (:func:`_segment`), which needs the roofline's ``bound``."""
+    segmentation (:func:`_segment`), which needs the roofline's ``bound``; ``segment=False``:
+    no segmentation (the parent segments the merged table)."""
     if not preparable(trace):
         return None
     from .frames import engine_for
@@ -124,7 +125,8 @@ def prepare(trace: Trace, chip: ChipArg = None) -> Prepared | None:
     try:
         # the polars engine analyze picks for a table this size (a rank is small: in-memory)
         with engine_for(trace.ops.height + trace.host.height):
-            return _segment(_prepare(trace), trace, chip)
+            p = _prepare(trace)
+            return _segment(p, trace, chip) if segment else p
     except Exception:  # noqa: BLE001 - the parent redoes the stage and reports its error
         return None
 
