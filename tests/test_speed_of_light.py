@@ -152,13 +152,13 @@ def test_model_floor_beside_it(tmp_path):
 
 
 def test_overlap_query_equals_a_pairwise_check_on_random_groups():
-    """The one-query overlap test (``speed_of_light._overlapped``) against the definition
+    """The one-query overlap test (``steps._overlapped``) against the definition
     checked pair by pair: a collective is overlapped when some non-collective op of its own
     (rank, step, device) starts before it ends and ends after it starts (both strict).
     Random groups with touching intervals, equal starts and a null device key."""
     import random
 
-    from traceroof.speed_of_light import _overlapped
+    from traceroof.steps import _overlapped
 
     rng = random.Random(19)
     rows = []
@@ -181,10 +181,11 @@ def test_no_complete_step_gives_the_empty_table_the_terms_give():
     from polars.testing import assert_frame_equal
 
     from traceroof import speed_of_light as sol
+    from traceroof.steps import step_terms
 
     ds = device_steps(_ops(BASIC), _dev([(0, 1, 0, 1000, 900)]), _steps([(0, 1, 1000, True)]))  # partial
     assert ds.kinds == () and ds.table.height == 0
-    full = sol._terms(_ops(BASIC), _dev([]), ["rank", "step", "device"])
+    full = sol._finish(step_terms(_ops(BASIC), _dev([])), ["rank", "step", "device"])
     assert full.kinds == ()
     assert_frame_equal(ds.table, full.table)
     assert ds.table.columns[:5] == ["rank", "step", "device", "wall_ns", "busy_ns"] and "sol_ns" in ds.table.columns

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import polars as pl
 
 from .steps import COMM_KIND, STEP_TERM_SUMS, step_terms
-from .steps import _overlapped as _overlapped  # noqa: F401 - where the overlap test was (tests/test_speed_of_light.py)
 
 #: the overlap convention, as printed in every output
 CONVENTION = ("every op at its roofline time (an op with no cost model at its measured time); a collective that "
@@ -86,13 +85,9 @@ _TERMS = ("ops_dur_ns", "compute_ns", "comm_overlapped_ns", "comm_alone_ns", "un
 def empty_table(dev: pl.DataFrame) -> pl.DataFrame:
     """The table of :func:`device_steps` with no row: the ``rank``/``step``/``device``,
     ``wall_ns``, ``busy_ns`` columns of ``dev`` (no row) and the :data:`_TERMS` (Int64 ns), as
-    :func:`_terms` gives them for no device-step (tests/test_speed_of_light.py)."""
+    :func:`_finish` of :func:`~traceroof.steps.step_terms` gives them for no device-step
+    (tests/test_speed_of_light.py)."""
     return pl.DataFrame(schema={**dev.schema, **{c: pl.Int64 for c in _TERMS}})
-
-
-def _terms(ops: pl.DataFrame, dev: pl.DataFrame, keys: list[str]) -> DeviceSteps:
-    """:func:`device_steps` of the device-step rows ``dev`` (``keys``, ``wall_ns``, ``busy_ns``)."""
-    return _finish(step_terms(ops, dev), keys)
 
 
 def _finish(t: pl.DataFrame, keys: list[str]) -> DeviceSteps:
