@@ -442,10 +442,7 @@ def join_segments(ops: pl.DataFrame, parts: list[RankSegments], meta: TraceMeta,
         have = sorted(x for x in steps["step"].unique().to_list() if x is not None)
         if step not in have:
             raise UsageError(f"--step {step}: the trace has steps {have or 'none (unsegmented)'}")
-    outside: dict[str, int] = {}
-    for p in parts:
-        for k, v in p.outside.items():
-            outside[k] = outside.get(k, 0) + v
+    outside = timeline.add_counts(p.outside for p in parts)
     info = TimelineInfo(buckets=[r for p in parts for r in p.buckets], windows=[r for p in parts for r in p.windows],
                         outside_recording=dict(sorted(outside.items())),
                         capture_windows=sum(p.capture_windows for p in parts))

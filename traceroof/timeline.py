@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,15 +128,21 @@ class Notes:
     def add(parts: list[Notes]) -> Notes:
         """The notes of disjoint ranks together (counts summed, lines concatenated in the
         order of ``parts``)."""
-        outside: dict[str, int] = {}
-        for p in parts:
-            for k, v in p.outside.items():
-                outside[k] = outside.get(k, 0) + v
         return Notes(outside_ops=sum(p.outside_ops for p in parts), outside_ns=sum(p.outside_ns for p in parts),
-                     outside=outside, capture_windows=sum(p.capture_windows for p in parts),
+                     outside=add_counts(p.outside for p in parts), capture_windows=sum(p.capture_windows for p in parts),
                      capture_launches=sum(p.capture_launches for p in parts),
                      capture_ns=sum(p.capture_ns for p in parts),
                      unclosed=tuple(w for p in parts for w in p.unclosed), clock=tuple(w for p in parts for w in p.clock))
+
+
+def add_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Per-reason op counts (:attr:`Timeline.outside`, :attr:`Notes.outside`) of disjoint
+    ranks, summed per reason (keys in first-seen order)."""
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def recording_windows(host: pl.DataFrame) -> dict[Any, tuple[int | None, int | None]]:
@@ -491,7 +498,7 @@ def _cut(placed: pl.DataFrame, seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
     return pieces.drop("_i"), head
 
 
-__all__ = ["BUCKETS", "BEFORE_LAUNCH_TOL_NS", "SEGMENT_SCHEMA", "Timeline", "Notes", "say", "recording_windows",
+__all__ = ["BUCKETS", "BEFORE_LAUNCH_TOL_NS", "SEGMENT_SCHEMA", "Timeline", "Notes", "say", "add_counts", "recording_windows",
            "outside_reasons", "partition", "bucket_rows", "window_rows", "only_step", "PIECE_SETS", "piece_unions"]
 
 
