@@ -13,6 +13,7 @@ No traceroof imports: the registry imports it before any reader.
 
 from __future__ import annotations
 
+import gzip
 import zlib
 from collections.abc import Callable
 
@@ -126,4 +127,15 @@ def inflate_partial(data: bytes, piece: int = 1 << 12) -> tuple[bytes, str | Non
         parts.append(b)
 
 
-__all__ = ["GZIP_MAGIC", "CUT_PROBLEM", "GzipInflater", "byte_reader", "inflate_partial"]
+def gunzip(data: bytes) -> tuple[bytes, Exception | None]:
+    """The content of the gzip stream ``data`` (:func:`gzip.decompress`) and None; of a stream
+    that refuses (cut, corrupt, trailing bytes that are not a member), what
+    :func:`inflate_partial` keeps of it (maybe ``b""``) and the exception the stdlib raised:
+    the in-memory readers' one way to a damaged ``.gz`` (BC-35). Never raises."""
+    try:
+        return gzip.decompress(data), None
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged deflate block
+        return inflate_partial(data)[0], exc
+
+
+__all__ = ["GZIP_MAGIC", "CUT_PROBLEM", "GzipInflater", "byte_reader", "inflate_partial", "gunzip"]

@@ -14,12 +14,10 @@ damaged trace keeps every event that can be read; what was lost is in ``meta.war
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 import re
 import sys
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -31,7 +29,7 @@ from ..host import no_device_ops_reason
 from ..step_markers import WINDOW_CAT, WINDOW_END, WINDOW_START
 from ..trace import DeviceInfo, Trace, TraceMeta
 from . import kineto_vocab as V
-from .gzip_stream import byte_reader, inflate_partial
+from .gzip_stream import GZIP_MAGIC, byte_reader, gunzip
 from .kineto_columns import as_int, device_frame, host_frame
 from .kineto_decode import decode
 from .kineto_events import Event
@@ -113,7 +111,7 @@ def _json_size_bytes(fh: BinaryIO, file_bytes: int) -> int:
     by ``file_bytes``; the decoder reports what is wrong with it)."""
     try:
         magic = fh.read(2)
-        if magic != b"\x1f\x8b" or file_bytes < 18:  # 10-byte header + 8-byte trailer
+        if magic != GZIP_MAGIC or file_bytes < 18:  # 10-byte header + 8-byte trailer
             return file_bytes
         fh.seek(file_bytes - 4)
         return max(file_bytes, int.from_bytes(fh.read(4), "little"))
@@ -161,13 +159,10 @@ def read_bytes(data: bytes, *, path: str = "<bytes>", rank: int | None = None) -
     The whole (decompressed) content is held while it is decoded; :func:`read` and
     :func:`read_fileobj` stream instead, with the same result. Raises as :func:`read`.
     """
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged deflate block
-            data = inflate_partial(data)[0]  # (what inflates before the cut or the corrupt block: BC-35)
-            if not data:
-                raise TraceFormatError(path, "byte 0", f"a readable gzip stream ({exc})") from exc
+    if data[:2] == GZIP_MAGIC:
+        data, exc = gunzip(data)  # (of a cut or corrupt stream, what inflates before the fault)
+        if exc is not None and not data:
+            raise TraceFormatError(path, "byte 0", f"a readable gzip stream ({exc})") from exc
     data = _check_text(data, path)
     builder = _Builder(path)
     try:

@@ -7,11 +7,9 @@ become op rows and why.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 import re
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from ..errors import TraceFormatError
 from ..step_markers import marker_name
 from ..trace import DeviceInfo
 from . import xplane_proto as xp
-from .gzip_stream import inflate_partial
+from .gzip_stream import GZIP_MAGIC, gunzip
 from .hlo_modules import Modules
 from .xplane import file_stem
 from .xplane_host import annotation_rows, assign_steps, device_step_spans, host_rows
@@ -92,7 +90,7 @@ def read_parts(data: bytes, path: str, rank: int) -> Parts:
             a cut file of which no line and no event is complete (names where it ends).
     """
     gz_problem = None
-    if data[:2] == b"\x1f\x8b":
+    if data[:2] == GZIP_MAGIC:
         data, gz_problem = _gunzip(data, path)
     if not data:
         raise _format_error(path, data, None)
@@ -139,16 +137,15 @@ def _lost_names(lost: dict[str, list[int]], why: str) -> str:
 
 def _gunzip(data: bytes, path: str) -> tuple[bytes, str | None]:
     """The content of the gzip stream ``data``, and None; of a cut or corrupt one, what
-    inflates before the fault (:func:`.gzip_stream.inflate_partial`) and the warning saying so.
+    inflates before the fault (:func:`.gzip_stream.gunzip`) and the warning saying so.
 
     Raises:
         TraceFormatError: nothing inflates.
     """
-    try:
-        return gzip.decompress(data), None
-    except (OSError, EOFError, zlib.error) as exc:
-        problem = f"{type(exc).__name__}: {exc}"
-    got = inflate_partial(data)[0]
+    got, exc = gunzip(data)
+    if exc is None:
+        return got, None
+    problem = f"{type(exc).__name__}: {exc}"
     if not got:
         raise TraceFormatError(path, "byte 0", f"a gzip stream that decompresses ({problem})")
     return got, (f"{path}: the gzip stream is cut or corrupt ({problem}): read its first {len(got):,} "
