@@ -33,11 +33,13 @@ if TYPE_CHECKING:
 #: the name given to an event whose event-metadata id the plane does not declare (a cut file
 #: loses a plane's metadata, written after its lines): unknown, never the empty name
 LOST_NAME = "<event metadata {}: not in the file>"
+#: what every :data:`LOST_NAME` starts and ends with (around the id)
+LOST_HEAD, LOST_TAIL = LOST_NAME.split("{}")
 
 
 def is_lost_name(name: str) -> bool:
     """Whether ``name`` is a :data:`LOST_NAME` (an event whose metadata is not in the file)."""
-    return name.startswith("<event metadata ") and name.endswith(": not in the file>")
+    return name.startswith(LOST_HEAD) and name.endswith(LOST_TAIL)
 
 
 def nulls(name: str, n: int, dtype) -> pl.Series:

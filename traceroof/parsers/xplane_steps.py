@@ -17,7 +17,7 @@ Where the executions come from, in this order:
 * else (CPU-only profiles, which have no such line) the host's jax dispatch calls
   ``PjitFunction(<fn>)`` of the program ``jit_<fn>``, the outermost call where they nest.
 
-An execution without a usable program name -- empty, white space, or :data:`LOST_NAME` (a cut
+An execution without a usable program name -- empty, white space, or :data:`.xplane_planes.LOST_NAME` (a cut
 file loses a plane's event metadata, so its events' names) -- is never a step: when no
 execution has one, nothing is inferred and a warning says why.
 
@@ -38,7 +38,7 @@ import polars as pl
 
 from ..step_markers import HOST_MARKER_CAT, STEP_MARKER, marker_name, steps_containing
 from ..trace import Trace
-from .xplane_planes import LOST_NAME, aligned, masked
+from .xplane_planes import LOST_HEAD, LOST_TAIL, aligned, masked
 
 #: the thread name of the device line of program executions
 XLA_MODULES = "XLA Modules"
@@ -97,11 +97,10 @@ def infer_steps(trace: Trace) -> Trace:
 
 def _usable(module: pl.Expr) -> pl.Expr:
     """Whether a program name can mark steps: not empty, not white space, not
-    :data:`LOST_NAME`, and (a dispatch's ``jit_<fn>``) not of an empty function name."""
-    lost_head, lost_tail = LOST_NAME.split("{}")
+    :data:`.xplane_planes.LOST_NAME`, and (a dispatch's ``jit_<fn>``) not of an empty function name."""
     core = module.str.strip_prefix("jit_").str.strip_chars()
     return (module.is_not_null() & (core.str.len_chars() > 0)
-            & ~(module.str.starts_with(lost_head) & module.str.ends_with(lost_tail)))
+            & ~(module.str.starts_with(LOST_HEAD) & module.str.ends_with(LOST_TAIL)))  # (is_lost_name)
 
 
 def _executions(host: pl.DataFrame) -> pl.DataFrame:
