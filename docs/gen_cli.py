@@ -24,16 +24,20 @@ on stderr (`traceroof: error: …`); `--debug` shows the traceback.
 
 Inputs (every command that reads a TRACE): a file, a folder, a glob, or `-`, the trace piped
 into stdin (`ssh host cat trace.json.gz | traceroof analyze -`, read alone and once), or a FIFO
-(named pipe). A file named `-` is `./-`. A stream's format is sniffed from its first bytes
-(gzip or not, as a file's); a Kineto trace is streamed from it as from a file, any other format
-(an `.xplane.pb`, a tar) is first copied to a temporary file in `$TMPDIR`, read, and removed (on
-Linux a file without a name, read through `/proc/self/fd`: nothing is left behind however the
-command ends, `kill -9` included; elsewhere a `traceroof-stream-*` folder, removed on exit and
-on SIGTERM or SIGHUP); messages name `<stdin>` or the FIFO. stdin has no folder: the CUDA-graph
-capture traces beside a trace (`capture_traces/`) are not looked for in the current directory;
-give them with `--capture-trace` (a FIFO's folder is looked in, as a file's). `-` given twice in
-one command (`diff - -`, `analyze - --capture-trace -`, `gate - --baseline -`,
-`serve - --compare -`) is a usage error, exit 2, before anything is read.
+(named pipe). A file named `-` is `./-`. A file's format is told by its first bytes, not its
+name: a tar by its header (`ustar` at byte 257 with the header's checksum, or an old V7 header),
+whatever its member names; gzip by its magic, then the format inside it; a JSON or protobuf
+trace by its structure; a name's suffix weighs less than any of these. A stream's format is
+sniffed from its first bytes (gzip or not, as a file's); a Kineto trace is streamed from it as
+from a file, any other format (an `.xplane.pb`, a tar) is first copied to a temporary file in
+`$TMPDIR`, read, and removed (on Linux a file without a name, read through `/proc/self/fd`:
+nothing is left behind however the command ends, `kill -9` included; elsewhere a
+`traceroof-stream-*` folder, removed on exit and on SIGTERM or SIGHUP); messages name `<stdin>`
+or the FIFO. stdin has no folder: the CUDA-graph capture traces beside a trace
+(`capture_traces/`) are not looked for in the current directory; give them with
+`--capture-trace` (a FIFO's folder is looked in, as a file's). `-` given twice in one command
+(`diff - -`, `analyze - --capture-trace -`, `gate - --baseline -`, `serve - --compare -`) is a
+usage error, exit 2, before anything is read.
 A Kineto JSON text may start with a UTF-8 byte-order mark and up to 64 MiB (67,108,864 bytes)
 of white space, on every path (plain, `.gz`, in a tar, in a rank folder, piped); text in UTF-16
 or UTF-32, LE or BE, with a byte-order mark or without one (then told by the zero bytes of its
