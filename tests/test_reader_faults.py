@@ -173,7 +173,7 @@ def test_mcp_refuses_a_fifo_without_blocking(tmp_path):
 
 def test_mcp_refuses_a_device():
     r = _mcp_call("/dev/null", b"")
-    assert r.returncode == 2 and b"/dev/null: a device" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 2 and b"/dev/null: a character device" in r.stdout, r.stdout + r.stderr
 
 
 def test_mcp_reads_a_file_named_dash(tmp_path):

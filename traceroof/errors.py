@@ -34,6 +34,16 @@ def path_text(path: object) -> str:
     return "./" + s if s.startswith("-") else s
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is neither a regular file nor a directory is, in messages: ``mode`` is
+    ``os.stat_result.st_mode``; e.g. ``"a character device"`` (``/dev/zero``, a terminal)."""
+    import stat
+
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+
+
 class TraceFormatError(TraceroofError, ValueError):
     """The input is not a trace we can read, or nothing in it can be recovered.
 

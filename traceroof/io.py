@@ -28,6 +28,7 @@ from .errors import (
     TraceFormatError,
     TraceroofError,
     UsageError,
+    file_kind,
     path_text,
 )
 from .merge import event_count, merge
@@ -366,9 +367,7 @@ def _is_fifo(p: Path) -> bool:
         return True
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return False
-    kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-    raise TraceFormatError(p, "file", f"a trace file, a folder, a FIFO or '{STDIN}' (stdin), found {kind}")
+    raise TraceFormatError(p, "file", f"a trace file, a folder, a FIFO or '{STDIN}' (stdin), found {file_kind(mode)}")
 
 
 __all__ = ["read_trace", "read_one", "resolve_inputs", "resolve", "merge_inputs", "detect_format", "CAPTURE_DIRS"]

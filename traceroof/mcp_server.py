@@ -93,15 +93,13 @@ def _refuse_stream(path: str, st: os.stat_result | None) -> None:
     Raises:
         UsageError: with the one line naming the path and what is expected.
     """
-    from .errors import UsageError
+    from .errors import UsageError, file_kind
 
     if path == "-":
         raise UsageError("path '-': stdin is the MCP protocol stream here, not a trace; give a trace "
                          "file, folder, cache or saved report (a file named '-': './-')")
     if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-        raise UsageError(f"{path}: {kind}: the MCP server reads trace files, folders, caches or saved reports, "
+        raise UsageError(f"{path}: {file_kind(st.st_mode)}: the MCP server reads trace files, folders, caches or saved reports, "
                          "not streams (pipe a stream into `traceroof analyze -` instead)")
 
 
