@@ -8,7 +8,8 @@ reports the modules in ``sys.modules``. The heavy ones are all importable in the
   parses, prints, exits.
 * ``analyze`` of a Kineto trace to JSON imports no XPlane decoder, no XLA cost model, no
   dashboard, no renderer but ``render.json``, no numpy (under 15 MB of JSON), and none of
-  jax, torch, pandas, scipy, plotly, dash, rich, IPython, protobuf, tomllib.
+  jax, torch, pandas, scipy, plotly, dash, rich, IPython, protobuf, tomllib; and, for one
+  file, nothing to start worker processes with (``multiprocessing``, the process pool: ~5 ms).
 * ``analyze`` of an XPlane trace imports no Kineto decoder (msgspec events, the native
   scanner), no dashboard, no jax or torch.
 """
@@ -33,6 +34,9 @@ THIRD_PARTY = ("jax", "jaxlib", "torch", "pandas", "scipy", "plotly", "dash", "r
 OURS = ("traceroof.web", "traceroof.render.html", "traceroof.render.plots", "traceroof.render.table",
         "traceroof.render.terminal", "traceroof.capture", "traceroof.mcp_server", "traceroof.ingest",
         "traceroof.cache", "traceroof.diff", "traceroof.gate", "traceroof.estimate_plan")
+#: what only a read of several files in worker processes needs (traceroof.parallel imports
+#: them where it starts a pool)
+PROCESSES = ("multiprocessing", "concurrent.futures.process")
 #: what only an XPlane needs
 XPLANE_ONLY = ("numpy", "google.protobuf", "traceroof.parsers.xplane_proto", "traceroof.parsers.xplane_assemble",
                "traceroof.costs.hlo", "traceroof.costs.hlo_model")
@@ -69,7 +73,7 @@ def _loaded(got: dict, names: tuple[str, ...]) -> list[str]:
 
 def test_the_modules_named_here_exist():
     """Each name is importable here: an absence below is the code's doing, not the venv's."""
-    for n in THIRD_PARTY + OURS + XPLANE_ONLY + KINETO_ONLY:
+    for n in THIRD_PARTY + OURS + XPLANE_ONLY + KINETO_ONLY + PROCESSES:
         assert importlib.util.find_spec(n) is not None, n
 
 
@@ -96,6 +100,7 @@ def test_a_kineto_analyze_imports_nothing_of_xplane_dashboards_or_frameworks():
     assert _loaded(got, THIRD_PARTY) == []
     assert _loaded(got, OURS) == []
     assert _loaded(got, XPLANE_ONLY) == []
+    assert _loaded(got, PROCESSES) == []
     assert _loaded(got, KINETO_ONLY) == list(KINETO_ONLY)  # the probe sees what was imported
     assert "traceroof.render.json" in got["modules"]
 
@@ -106,4 +111,5 @@ def test_an_xplane_analyze_imports_no_kineto_decoder():
     assert _loaded(got, ("jax", "jaxlib", "torch", "pandas", "scipy", "plotly", "dash", "rich", "IPython")) == []
     assert _loaded(got, OURS) == []
     assert _loaded(got, KINETO_ONLY) == []
+    assert _loaded(got, PROCESSES) == []
     assert _loaded(got, ("numpy", "traceroof.parsers.xplane_proto")) == ["numpy", "traceroof.parsers.xplane_proto"]

@@ -7,19 +7,18 @@ ingesting them into a dataset share one pool runner and one progress protocol.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import UsageError
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
     from .progress import Progress
 
 T = TypeVar("T")
@@ -84,7 +83,7 @@ def run_parallel(fn: Callable[[str], T], items: list[str], *, jobs: int | None =
         for i, item in enumerate(items):
             done(i, fn(item))
         return out
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
+    if _inheriting():
         _refuse_in_bootstrap()
     workers = min(jobs, len(items)) - 1
     early = _take_early(workers)
@@ -123,6 +122,10 @@ class _Pool:
     def __init__(self, workers: int, warm_up: str = WARM_UP, *, main: bool = True, fork: bool = False) -> None:
         # spawn, not fork, unless asked for and safe (:func:`fork_is_safe`): forking a process
         # whose polars/Rayon threads hold locks can deadlock
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
         self.forked = fork and fork_is_safe()
         ctx = multiprocessing.get_context("fork" if self.forked else "spawn")
         self.guard = _GuardFile()
@@ -243,7 +246,7 @@ def early_workers(workers: int, warm_up: str = WARM_UP) -> Iterator[None]:
             workers at import time.
     """
     global _EARLY
-    if workers < 1 or _EARLY is not None or getattr(multiprocessing.current_process(), "_inheriting", False):
+    if workers < 1 or _EARLY is not None or _inheriting():
         yield
         return
     _EARLY = _Pool(workers, warm_up, main=False, fork=True)
@@ -366,6 +369,8 @@ class _Share:
         self.mine: set[int] = set()
 
     def submit_all(self, pool: ProcessPoolExecutor, fn: Callable[[str], Any]) -> None:
+        from concurrent.futures.process import BrokenProcessPool
+
         for i, item in enumerate(self.items):
             try:
                 self.pending[i] = pool.submit(_claimed_call, fn, i, item)
@@ -375,6 +380,9 @@ class _Share:
     def collect(self, done: Callable[[int, Any], None], *, block: bool) -> None:
         """Hand the workers' finished results to ``done`` (every one when ``block``), in
         input order among those finished together; the first error is raised as it was."""
+        from concurrent.futures import FIRST_EXCEPTION, wait
+        from concurrent.futures.process import BrokenProcessPool
+
         while self.pending:
             finished, _ = wait(list(self.pending.values()), timeout=None if block else 0,
                                return_when=FIRST_EXCEPTION)
@@ -472,6 +480,15 @@ class _GuardFile:
     def remove(self) -> None:
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+
+
+def _inheriting() -> bool:
+    """Whether this is a spawned worker still importing its parent's main module
+    (multiprocessing's ``current_process()._inheriting``). Without ``multiprocessing``
+    imported it is not one (a spawned child imports it first), and it is not imported here:
+    one file's read starts no process and pays no ~5 ms for it."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and bool(getattr(mp.current_process(), "_inheriting", False))
 
 
 def _refuse_in_bootstrap() -> None:
