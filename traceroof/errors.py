@@ -12,6 +12,8 @@ errors of :mod:`traceroof.capture`), 9 an output that cannot be written (:class:
 
 from __future__ import annotations
 
+import stat
+
 
 class TraceroofError(Exception):
     """Base class of every error traceroof raises on purpose."""
@@ -37,8 +39,6 @@ def path_text(path: object) -> str:
 def file_kind(mode: int) -> str:
     """What a file that is neither a regular file nor a directory is, in messages: ``mode`` is
     ``os.stat_result.st_mode``; e.g. ``"a character device"`` (``/dev/zero``, a terminal)."""
-    import stat
-
     return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
             else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
             else "not a regular file")

@@ -99,8 +99,8 @@ def _refuse_stream(path: str, st: os.stat_result | None) -> None:
         raise UsageError("path '-': stdin is the MCP protocol stream here, not a trace; give a trace "
                          "file, folder, cache or saved report (a file named '-': './-')")
     if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-        raise UsageError(f"{path}: {file_kind(st.st_mode)}: the MCP server reads trace files, folders, caches or saved reports, "
-                         "not streams (pipe a stream into `traceroof analyze -` instead)")
+        raise UsageError(f"{path}: {file_kind(st.st_mode)}: the MCP server reads trace files, folders, caches or "
+                         "saved reports, not streams (pipe a stream into `traceroof analyze -` instead)")
 
 
 def _refuse_streams_inside(p: Path) -> None:
