@@ -3,6 +3,7 @@
 
     python benchmarks/count_queries.py TRACE [CHIP] [--repeat 3] [--top 40] [--lines]
     PYTHONPATH=/path/to/other/checkout python benchmarks/count_queries.py TRACE   # another checkout
+    python benchmarks/count_queries.py RANKS_DIR h100 --jobs 2   # the parent's analysis of ranks read as the CLI does
 
 A query is a call of ``polars.LazyFrame.collect`` or ``LazyFrame._collect_eager`` (every eager
 ``DataFrame`` operation — ``filter``, ``select``, ``with_columns``, ``sort``, ``join``,
@@ -35,13 +36,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--top", type=int, default=40, help="functions listed")
     ap.add_argument("--lines", action="store_true", help="attribute to the line, not the function")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="read as the CLI reads with --jobs N (read_trace(..., jobs=N, prepare=True)): the "
+                         "per-rank stages done by the readers, as the parent's analysis then runs")
     a = ap.parse_args()
     import polars as pl
 
     from traceroof import analysis
     from traceroof.io import read_trace
 
-    tr = read_trace(a.trace)
+    tr = (read_trace(a.trace) if a.jobs is None else
+          read_trace(a.trace, jobs=a.jobs, prepare=True, chip=a.chip))
     analysis.analyze(tr, a.chip)  # untimed: imports and first-use costs
     n_stage: collections.Counter[str] = collections.Counter()
     s_stage: collections.Counter[str] = collections.Counter()

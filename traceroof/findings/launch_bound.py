@@ -25,6 +25,7 @@ import polars as pl
 
 from . import Finding, FindingContext, register
 from ._common import (
+    by_rank,
     claim,
     fmt_ns,
     scope_evidence,
@@ -66,17 +67,22 @@ def detect(ctx: FindingContext) -> list[Finding]:
     tl = timeline(ctx)
     st = stretches(ctx)
     out: list[Finding] = []
+    # the qualifying stretches and the graph kernels of every rank, split once (one filter per
+    # rank over the whole timeline grew with ranks × ops)
+    qualifying = dict(by_rank(st.filter(pl.col("qualifies"))))
+    graph_rows = dict(by_rank(tl.filter(pl.col("graph"))))
     for rank in sorted(tl["rank"].unique().to_list()):
-        q = st.filter(pl.col("rank") == rank, pl.col("qualifies"))
-        if q.height and several_devices(ctx, rank):
+        q = qualifying.get(int(rank))
+        if q is not None and several_devices(ctx, rank):
             parts = sorted(q.partition_by("device", as_dict=True).items(), key=lambda kv: kv[0][0] or 0)
             found = [_launch_finding(ctx, int(rank), g, tl, None if d is None else int(d)) for (d,), g in parts]
             out.extend(f for f in found if f is not None)
-        elif q.height:
+        elif q is not None:
             f = _launch_finding(ctx, int(rank), q, tl)
             if f is not None:
                 out.append(f)
-        f = _incomplete_capture(ctx, int(rank), tl)
+        gk = graph_rows.get(int(rank))
+        f = _incomplete_capture(ctx, int(rank), gk) if gk is not None else None
         if f is not None:
             out.append(f)
     return out
@@ -163,9 +169,9 @@ def _top_kernels(ctx: FindingContext, rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _incomplete_capture(ctx: FindingContext, rank: int, tl: pl.DataFrame) -> Finding | None:
-    """Graph launches whose recorded kernels cover too little of their span (BC-13)."""
-    gk = tl.filter(pl.col("rank") == rank, pl.col("graph"))
+def _incomplete_capture(ctx: FindingContext, rank: int, gk: pl.DataFrame) -> Finding | None:
+    """Graph launches whose recorded kernels cover too little of their span (BC-13); ``gk``: the
+    timeline rows of rank ``rank``'s graph kernels (in timeline order)."""
     if gk.height == 0:
         return None
     bad = []
