@@ -50,6 +50,8 @@ _DIRECTIONS = (
     ("HtoD", r"(?i)HtoD|Host\s*->\s*Device|Pageable\s*->\s*Device|Pinned\s*->\s*Device"),
     ("DtoH", r"(?i)DtoH|Device\s*->\s*Host|Device\s*->\s*Pageable|Device\s*->\s*Pinned"),
 )
+#: the memcpy rows' columns that say whether their name matches each of :data:`_DIRECTIONS`
+_DIRECTION_COLS = ("_is_HtoD", "_is_DtoH")
 
 
 @register("host_device_copies")
@@ -57,8 +59,13 @@ def detect(ctx: FindingContext) -> list[Finding]:
     """Findings for exposed host↔device copies (per direction) and sync stalls, per rank (per
     (rank, device) for a rank driving several devices, :func:`~._common.scopes`)."""
     out: list[Finding] = []
-    # the copies are a few rows of the op table: select them before splitting by rank
-    mem = {(r, d): g for r, d, g in scopes(ctx, ctx.ops.filter(pl.col("kind") == "memcpy").with_columns(end_expr()))}
+    # the copies are a few rows of the op table: select them before splitting by rank, and
+    # name their direction there, once for every rank (:data:`_DIRECTION_COLS`)
+    copies = ctx.ops.filter(pl.col("kind") == "memcpy")
+    if copies.height:
+        copies = copies.with_columns(end_expr(), *(pl.col("name").str.contains(rx).alias(c)
+                                                   for c, (_, rx) in zip(_DIRECTION_COLS, _DIRECTIONS)))
+    mem = {(r, d): g for r, d, g in scopes(ctx, copies)}
     # what a copy cannot claim, per (rank, device): built once, for every rank holding copies
     kernels = _kernel_unions(ctx) if mem else {}
     # the sync-owned gaps of every rank (device), split once
@@ -75,29 +82,39 @@ def detect(ctx: FindingContext) -> list[Finding]:
 
 def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
                    kernels: dict[tuple[int, int], tuple[pl.Series, pl.Series]], on: int | None = None) -> list[Finding]:
-    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns``, all on its
-    device ``on`` when it drives several; ``kernels``: :func:`_kernel_unions`)."""
+    """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns`` and the
+    :data:`_DIRECTION_COLS`, all on its device ``on`` when it drives several; ``kernels``:
+    :func:`_kernel_unions`).
+
+    The exposed time of each direction is worked out on the copies' rows as Python lists
+    (a rank holds few copies); the copies of a direction become a table of their own only
+    when they make a finding."""
     wall = scope_wall_ns(ctx, rank, on)
     if mem.height == 0:
         return []
     out = []
+    rows = mem.select("device", "start_ns", "end_ns", *_DIRECTION_COLS).rows()
     # per device: kernels and collectives (not claimable), plus what an earlier direction claimed
     # (HtoD and DtoH copy engines can run at once: an instant is claimed once):
     # mine = copies − kernels − claimed, as disjoint sorted interval lists
     claimed: dict[int, list[tuple[int, int]]] = {}
-    for direction, rx in _DIRECTIONS:
-        cp = mem.filter(pl.col("name").str.contains(rx))
-        if cp.height == 0:
+    for at, ((direction, _), col) in enumerate(zip(_DIRECTIONS, _DIRECTION_COLS)):
+        on_dev: dict[int | None, list[tuple[int, int]]] = {}
+        for r in rows:
+            if r[3 + at]:  # a null name matches no direction
+                on_dev.setdefault(r[0], []).append((r[1], r[2]))
+        if not on_dev:
             continue
         exposed = 0
-        for (dev,), c in sorted(cp.partition_by("device", as_dict=True).items(), key=lambda kv: str(kv[0])):
-            u_cp = union(c.select("start_ns", "end_ns").rows())
+        for dev, spans in sorted(on_dev.items(), key=lambda kv: str((kv[0],))):  # (as the partitions' keys sorted)
+            u_cp = union(spans)
             mine = subtract(subtract_sorted(u_cp, *_blockers_near(kernels.get((rank, dev)), u_cp)), claimed.get(dev, []))
             exposed += total(mine)
             if mine:
                 claimed[dev] = union(claimed.get(dev, []) + mine)
         if exposed < max(MIN_NS, MIN_SHARE * wall):
             continue
+        cp = mem.filter(pl.col(col))
         measured = int(cp["dur_ns"].sum())
         nbytes = cp["bytes"].sum() if cp["bytes"].null_count() < cp.height else None
         pageable = cp.filter(pl.col("name").str.contains("(?i)pageable")).height
@@ -186,13 +203,14 @@ def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None, dev: i
     """The sync-stall finding of rank ``rank`` (``g``: its sync-owned timeline rows, all on its
     device ``dev`` when it drives several; None: none)."""
     wall = scope_wall_ns(ctx, rank, dev)
-    if g is None:
+    if g is None or g.height == 0:
         return None
-    rec = float(g["gap_ns"].sum()) if g.height else 0.0
-    if g.height == 0 or rec < max(MIN_NS, MIN_SHARE * wall):
+    gaps, sync_names, stepped = (c.to_list() for c in g.select("gap_ns", "sync_name", "step").get_columns())
+    rec = float(sum(v for v in gaps if v is not None))
+    if rec < max(MIN_NS, MIN_SHARE * wall):
         return None
-    names = Counter(g["sync_name"].to_list())
-    steps = sorted(s for s in g["step"].unique().to_list() if s is not None)
+    names = Counter(sync_names)
+    steps = sorted({s for s in stepped if s is not None})
     big = g.sort("gap_ns", descending=True).row(0, named=True)
     what = ", ".join(f"{n} ×{c}" for n, c in names.most_common(4))
     title = ("" if dev is None else f"device {dev}: ") + f"host synchronizations stall the device: {g.height:,} stalls after {what} ({fmt_ns(rec)} idle)"
