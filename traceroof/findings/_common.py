@@ -129,6 +129,26 @@ def scopes(ctx: FindingContext, df: pl.DataFrame) -> list[tuple[int, int | None,
     return out
 
 
+def scope_devices(ctx: FindingContext, df: pl.DataFrame) -> list[tuple[int, int | None, list[int | None]]]:
+    """The scopes of :func:`scopes` without their rows: ``(rank, device, devices)`` in the same
+    order, ``devices`` being the sorted devices of the scope's rows of ``df`` (the rank's, or
+    ``[device]`` for one device of a rank driving several); one ``unique`` of ``(rank,
+    device)`` over ``df``, not a partition of it."""
+    per: dict[int, set[int | None]] = {}
+    for r, d in df.select("rank", "device").unique().iter_rows():
+        if r is not None:
+            per.setdefault(int(r), set()).add(d)
+    out: list[tuple[int, int | None, list[int | None]]] = []
+    for rank in sorted(per):
+        devs = per[rank]
+        if not several_devices(ctx, rank):
+            out.append((rank, None, sorted(devs)))  # type: ignore[type-var]
+            continue
+        for dev in sorted(devs, key=lambda v: (v is None, v or 0)):
+            out.append((rank, None if dev is None else int(dev), [dev]))
+    return out
+
+
 def scope_wall_ns(ctx: FindingContext, rank: int, device: int | None) -> int:
     """The device-time (ns) a claim of scope ``(rank, device)`` is a share of: the rank's window
     on that one device (its length) when ``device`` is given, else :func:`wall_ns` (the window

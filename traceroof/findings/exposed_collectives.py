@@ -26,9 +26,9 @@ from ._common import (
     fmt_ns,
     kind_str,
     overlap_with,
+    scope_devices,
     scope_evidence,
     scope_wall_ns,
-    scopes,
     short,
     subtract,
     total,
@@ -105,9 +105,9 @@ def detect(ctx: FindingContext) -> list[Finding]:
     _warn_no_device(ctx, coll)
     have = set(coll["rank"].unique().to_list())
     devices = _DeviceParts(ops, coll, claimed_waits_of(ctx))
-    for rank, dev, r in scopes(ctx, ops.select("rank", "device")):
+    for rank, dev, devs in scope_devices(ctx, ops):
         if rank in have:
-            out.extend(_rank_findings(ctx, r, rank, dev, devices))
+            out.extend(_rank_findings(ctx, devs, rank, dev, devices))
     return out
 
 
@@ -155,29 +155,56 @@ class _DeviceParts:
 
         key = ["rank", "device"]
         c = coll.sort(*key, "start_ns", maintain_order=True)
-        self.coll = {(k[0], k[1]): v for k, v in c.partition_by(key, as_dict=True, maintain_order=True).items()}
+        narrow = c.select(*key, *_ROW_COLS)
+        self.coll = {(k[0], k[1]): v for k, v in narrow.partition_by(key, as_dict=True, maintain_order=True).items()}
         span = c.group_by(key).agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
-        comp = (ops.filter(~kind_str().is_in(list(NON_COMPUTE))).select(*key, "start_ns", "end_ns")
+        # the four columns read, filtered in one lazy query (an eager filter copied every column)
+        comp = (ops.lazy().filter(~kind_str().is_in(list(NON_COMPUTE))).select(*key, "start_ns", "end_ns").collect()
                 .join(span.select(key), on=key, how="semi"))
         u = iv.union(comp, by=key)
         self.compute_ns = {(r, d): int(v) for r, d, v in u.group_by(key).agg(
             (pl.col("end_ns") - pl.col("start_ns")).sum().alias("_n")).iter_rows()}
-        near = u.join(span, on=key).filter(pl.col("end_ns") > pl.col("_lo"), pl.col("start_ns") < pl.col("_hi"))
         self.compute_near = {(k[0], k[1]): list(zip(v["start_ns"].to_list(), v["end_ns"].to_list()))
-                             for k, v in near.partition_by(key, as_dict=True, maintain_order=True).items()}
+                             for k, v in _near(u, c, key).partition_by(key, as_dict=True, maintain_order=True).items()}
         self.waits = waits
 
 
-def _rank_findings(ctx: FindingContext, ops: pl.DataFrame, rank: int, dev_of: int | None,
+#: the columns of a collective that :func:`_device_groups` reads
+_ROW_COLS = ("collective", "op", "name", "comm_bytes", "group_size", "dur_ns", "comm_ns", "stream", "step",
+             "start_ns", "end_ns")
+
+
+def _near(u: pl.DataFrame, c: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+    """The intervals of the compute union ``u`` (disjoint, sorted by ``(*key, start_ns)``) that
+    overlap a collective of ``c`` on their ``key`` (rank, device), in ``u``'s order.
+
+    What the exposed time and its shares read of the union is its overlap with the
+    collectives (:func:`~._common.subtract_sorted`, :func:`~._common.overlap_with` skip the
+    rest, and an interval that overlaps no collective adds nothing), so they are the same
+    with these intervals as with the whole union; a device with one collective per step
+    overlaps a few of its thousands. An interval ``[s, e)`` overlaps one when the collectives
+    starting before ``e`` reach past ``s`` (their running maximum end, in start order): one
+    as-of join for every device.
+    """
+    reach = (c.select(*key, "start_ns", pl.col("end_ns").cum_max().over(key).alias("_reach"))
+             .sort("start_ns", maintain_order=True))
+    j = (u.with_row_index("_i").sort("end_ns", maintain_order=True)
+         .join_asof(reach, left_on="end_ns", right_on="start_ns", by=key, strategy="backward",
+                    allow_exact_matches=False, check_sortedness=False, suffix="_c"))
+    keep = j.filter(pl.col("_reach") > pl.col("start_ns"))["_i"].sort()
+    return u[keep]
+
+
+def _rank_findings(ctx: FindingContext, devs: list, rank: int, dev_of: int | None,
                    parts: _DeviceParts) -> list[Finding]:
-    """The findings of rank ``rank`` (``ops``: the ``rank``/``device`` of its ops, all on its
-    device ``dev_of`` when it drives several devices: then the findings are that device's, a
-    share of its window; ``parts``: its devices' collectives and compute unions)."""
+    """The findings of rank ``rank`` (``devs``: the devices of its ops, sorted; only ``dev_of``
+    when it drives several devices: then the findings are that device's, a share of its
+    window; ``parts``: its devices' collectives and compute unions)."""
     wall = scope_wall_ns(ctx, rank, dev_of)
     groups: dict[tuple, dict] = defaultdict(lambda: defaultdict(float))
     sums = {"comm": 0, "exposed": 0, "compute": 0, "waiting": 0}
     waits = parts.waits.get(int(rank))
-    for dev in sorted(ops["device"].unique().to_list()):
+    for dev in devs:
         c = parts.coll.get((rank, dev))
         if c is None or dev is None:  # ops without a device: never compared equal to one (as before)
             continue
