@@ -1,0 +1,106 @@
+"""The detectors' whole-table passes (session 13): what they compute for every rank at once
+equals what the per-rank code computed.
+
+* ``exposed_collectives._near``: the compute-union intervals that overlap a collective, by one
+  as-of join, against a brute-force overlap test; and the detector's findings with them
+  against its findings with every union interval inside the collectives' span (what it read
+  before), on a 4-rank set with a straggler (waits inside the collectives) and exposed
+  all-reduces.
+* ``_common.scope_devices`` against ``_common.scopes`` (a rank driving two devices, a null device).
+* ``fp32_matmul._best_per_rank``: the best label sum per rank, a NaN rank left out.
+"""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+from test_ranks import LATE_NS, _build, _read
+from tracegen import write_ranks
+
+from traceroof.analysis import analyze
+from traceroof.chips import get_chip
+from traceroof.findings import FindingContext, exposed_collectives, fp32_matmul
+from traceroof.findings._common import scope_devices, scopes
+from traceroof.trace import TraceMeta
+
+KEY = ["rank", "device"]
+
+
+def _union_rows(rng: random.Random, n: int) -> list[tuple[int, int]]:
+    out, t = [], 0
+    for _ in range(n):
+        t += rng.randint(1, 50)
+        e = t + rng.randint(1, 40)
+        out.append((t, e))
+        t = e
+    return out
+
+
+def test_near_is_the_overlapping_intervals():
+    rng = random.Random(13)
+    u_rows, c_rows = [], []
+    for rank in range(3):
+        for dev in (0, 1):
+            u_rows += [(rank, dev, s, e) for s, e in _union_rows(rng, 60)]
+            for _ in range(rng.randint(0, 6)):  # collectives overlapping each other, some empty
+                s = rng.randint(0, 3000)
+                c_rows.append((rank, dev, s, s + rng.choice([0, 5, 80, 400])))
+    u = pl.DataFrame(u_rows, schema={"rank": pl.Int32, "device": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64},
+                     orient="row").sort(KEY + ["start_ns"])
+    c = pl.DataFrame(c_rows, schema=u.schema, orient="row").sort(KEY + ["start_ns"], maintain_order=True)
+    got = exposed_collectives._near(u, c, KEY)
+    want = [r for r in u.iter_rows() if any(cr[:2] == r[:2] and cr[2] < r[3] and cr[3] > r[2] for cr in c_rows)]
+    assert got.rows() == want
+    assert 0 < len(want) < u.height  # some kept, some left out: the test can tell
+
+
+@pytest.fixture(scope="module")
+def straggler_set(tmp_path_factory):
+    bs, _ = _build(late={3: LATE_NS})
+    d = tmp_path_factory.mktemp("batched")
+    write_ranks(bs, d)
+    return _read(d)
+
+
+def _span_near(u: pl.DataFrame, c: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+    """What the detector read before: every union interval inside its device's collectives' span."""
+    span = c.group_by(key).agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
+    return (u.join(span, on=key).filter(pl.col("end_ns") > pl.col("_lo"), pl.col("start_ns") < pl.col("_hi"))
+            .select(u.columns))
+
+
+def test_exposed_collectives_same_with_the_overlapping_intervals(straggler_set, monkeypatch):
+    now = [f.to_dict() for f in analyze(straggler_set, "h100").findings if f.kind == "exposed_collectives"]
+    monkeypatch.setattr(exposed_collectives, "_near", _span_near)
+    before = [f.to_dict() for f in analyze(straggler_set, "h100").findings if f.kind == "exposed_collectives"]
+    assert now and now == before
+    assert any(f["evidence"]["rank_comm_waiting_on_straggler_ns"] > 0 for f in now)  # waits inside: the union path
+
+
+def _ctx(ops: pl.DataFrame) -> FindingContext:
+    return FindingContext(ops=ops, host=pl.DataFrame(), steps=pl.DataFrame(), chip=get_chip("h100"),
+                          meta=TraceMeta())
+
+
+def test_scope_devices_matches_scopes():
+    ops = pl.DataFrame({
+        "rank": pl.Series([2, 0, 0, 1, 1, 1, 2], dtype=pl.Int32),
+        "device": pl.Series([5, 0, 0, 1, 3, None, 5], dtype=pl.Int32),
+        "start_ns": [0, 0, 10, 0, 5, 7, 20], "dur_ns": [3, 4, 4, 2, 2, 2, 1],
+    })
+    ctx = _ctx(ops)
+    want = [(r, d, sorted(g["device"].unique().to_list(), key=lambda v: (v is None, v or 0)))
+            for r, d, g in scopes(ctx, ops)]
+    got = scope_devices(ctx, ops)
+    assert [(r, d, sorted(v, key=lambda x: (x is None, x or 0))) for r, d, v in got] == want
+    assert [(r, d) for r, d, _ in got] == [(0, None), (1, 1), (1, 3), (1, None), (2, None)]
+
+
+def test_best_per_rank():
+    ops = pl.DataFrame({"rank": pl.Series([0, 0, 0, 1, 1], dtype=pl.Int32),
+                        "label": ["a", "a", "b", "a", "b"],
+                        "rec": [1.0, 2.5, 3.0, float("nan"), 1.0]})
+    assert fp32_matmul._best_per_rank(ops) == {0: 3.5}
+
