@@ -104,3 +104,28 @@ def test_best_per_rank():
                         "rec": [1.0, 2.5, 3.0, float("nan"), 1.0]})
     assert fp32_matmul._best_per_rank(ops) == {0: 3.5}
 
+
+
+def test_while_waiting_imports_the_tail_modules():
+    """What the parent imports while the workers read (analysis._while_waiting): the detectors
+    and the modules the analysis of several ranks would otherwise import after the last
+    worker result (a fresh interpreter: none of them imported before)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's traceroof
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    mods = ["traceroof.accounting", "traceroof.ranks", "traceroof.speed_of_light", "traceroof.waterfall",
+            "traceroof.findings.exposed_collectives"]
+    code = ("import sys, traceroof.analysis as a\n"
+            f"mods = {mods!r}\n"
+            "before = [m in sys.modules for m in mods]\n"
+            "a._while_waiting()\n"
+            "print(before, [m in sys.modules for m in mods])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=env).stdout.split("] [")
+    assert out[0].count("True") == 0  # not imported by the analysis module itself
+    assert out[1].count("True") == len(mods)

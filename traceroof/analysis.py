@@ -522,7 +522,6 @@ def load_report(
     if isinstance(source, Trace):
         trace = source
     else:
-        from .findings import _load_builtin
         from .io import read_trace
         from .report import is_report
 
@@ -535,14 +534,26 @@ def load_report(
             if on_saved is not None:
                 on_saved(report)
             return report
-        # the detectors' modules (~0.03 s of imports) loaded while the workers read their last files
+        # the detectors' and the cross-rank stages' modules loaded while the workers read their last files
         trace = read_trace(paths[0] if len(paths) == 1 else paths, jobs=jobs, progress=progress, prepare=True,
-                           while_waiting=_load_builtin, chip=None if isinstance(chip, ChipSpec) else chip)
+                           while_waiting=_while_waiting, chip=None if isinstance(chip, ChipSpec) else chip)
     with analyzing(trace) if analyzing else contextlib.nullcontext():
         return analyze(trace, chip, **options)
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _while_waiting() -> None:
+    """Called by :func:`traceroof.io.read_trace` once this process has no rank left to read while
+    workers read theirs (several inputs only): the modules the analysis of several ranks imports
+    on first use (the detectors, ~0.03 s; the cross-rank view, the accounting checks, the speed
+    of light and its waterfall, ~0.015 s of CPU) are imported then, off the serial tail that
+    follows the last worker result."""
+    from . import accounting, ranks, speed_of_light, waterfall  # noqa: F401
+    from .findings import _load_builtin
+
+    _load_builtin()
 
 
 def _no_device_ops(trace: Trace, chip: str | os.PathLike[str] | ChipSpec | None = None) -> Report:
