@@ -129,3 +129,50 @@ def test_while_waiting_imports_the_tail_modules():
                          env=env).stdout.split("] [")
     assert out[0].count("True") == 0  # not imported by the analysis module itself
     assert out[1].count("True") == len(mods)
+
+
+def _plain_union_ns(spans: list[tuple[int, int]]) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0)
+
+
+def test_placed_unions_shared_by_rules_2_and_6():
+    """accounting._PlacedUnions (one union_lengths pass for rule 2's busy check and rule 6's
+    bounds) against plain Python unions per (rank, device), ops outside the recording left
+    out, a null device keyed None (rule 6 keys it -1)."""
+    from traceroof import accounting as acc
+
+    rng = random.Random(7)
+    rows = []
+    for rank in (0, 1):
+        for dev in (0, 1, None):
+            t = 0
+            for _ in range(40):
+                t += rng.randint(0, 30)
+                rows.append((rank, dev, t, rng.randint(1, 60), rng.choice(["matmul", "collective", "memcpy"]),
+                             rng.choice(["step", "step", "outside_recording"])))
+    ops = pl.DataFrame(rows, orient="row", schema={"rank": pl.Int32, "device": pl.Int32, "start_ns": pl.Int64,
+                                                   "dur_ns": pl.Int64, "kind": pl.String, "bucket": pl.String})
+    placed = [r for r in rows if r[5] != "outside_recording"]
+    want = {}
+    for key in {(r[0], r[1]) for r in placed}:
+        mine = [r for r in placed if (r[0], r[1]) == key]
+        want[key] = (_plain_union_ns([(r[2], r[2] + r[3]) for r in mine]),
+                     _plain_union_ns([(r[2], r[2] + r[3]) for r in mine if r[4] == "collective"]))
+    u = acc._PlacedUnions(ops)
+    assert u.lengths() == want
+    times = acc._rank_times(ops, u)
+    for rank in (0, 1):
+        mine = [r for r in placed if r[0] == rank]
+        s, e = min(r[2] for r in mine), max(r[2] + r[3] for r in mine)
+        per = {(-1 if d is None else d): (e - s, (e - s) - want[(rank, d)][0], want[(rank, d)][1]) for d in (0, 1, None)}
+        assert times[rank].per_device == per
+        assert times[rank].room == (e - s) * 3 and times[rank].comm == sum(p[2] for p in per.values())
+    assert acc._rank_times(ops) == times  # made there when not handed over

@@ -135,7 +135,7 @@ def _walls_within(rank: Any, device: Any, walls: int, span: int) -> list[Violati
 # --------------------------------------------------------------------------- rule 2
 
 
-def check_buckets(report: Report) -> list[Violation]:
+def check_buckets(report: Report, unions: _PlacedUnions | None = None) -> list[Violation]:
     """Rule 2: every device op is in exactly one bucket, and the buckets account for the time.
 
     Checked on the report's timeline section (none: nothing to check) and op table: every
@@ -143,6 +143,7 @@ def check_buckets(report: Report) -> list[Violation]:
     table equal the section's (unless ``--step`` kept a part of the ops); per (rank, device)
     the bucket walls sum to the recorded span; and the steps' walls (× devices) sum to the
     ``step`` bucket walls, so no other bucket's time is inside a step (counted as idle).
+    ``unions``: the op unions :func:`check` shares with :func:`check_findings` (None: made here).
     """
     tl = report.summary.timeline
     if tl is None or not tl.buckets:
@@ -190,22 +191,53 @@ def check_buckets(report: Report) -> list[Violation]:
                                         "(time of another bucket counted in a step)", rank=rank,
                                      numbers={"steps_wall_ns": float(w), "bucket_wall_ns": float(want)}))
     if not filtered and ops is not None and ops.height and "bucket" in ops.columns:
-        out += _check_busy_against_union(ops, tl.buckets)
+        out += _check_busy_against_union(unions or _PlacedUnions(ops), tl.buckets)
     return out
 
 
-def _check_busy_against_union(ops: pl.DataFrame, buckets: list[dict[str, Any]]) -> list[Violation]:
+class _PlacedUnions:
+    """Per (rank, device), the union lengths (ns) of the device ops on the timeline (all but
+    ``outside_recording`` when the table has buckets): ``busy`` of all of them and ``comm`` of
+    the collectives (:func:`traceroof.intervals.union_lengths`, one pass for both), computed on
+    first use and shared by rule 2's check (:func:`_check_busy_against_union`) and rule 6's
+    (:func:`_rank_times`). :attr:`table`: the placed ops (``rank``, ``device``, ``start_ns``,
+    ``dur_ns``, ``kind``); :meth:`lengths`: ``{(rank, device): (busy_ns, comm_ns)}`` (a null
+    device keyed None)."""
+
+    def __init__(self, ops: pl.DataFrame) -> None:
+        self._ops = ops
+        self._table: pl.DataFrame | None = None
+        self._lengths: dict[tuple[Any, Any], tuple[int, int]] | None = None
+
+    @property
+    def table(self) -> pl.DataFrame:
+        if self._table is None:
+            ops = self._ops
+            if "bucket" in ops.columns:  # ops off the recorded timeline are in no window (rule 2)
+                # the five columns read, in one lazy query (an eager filter copied every column)
+                self._table = (ops.lazy().filter(pl.col("bucket") != "outside_recording")
+                               .select("rank", "device", "start_ns", "dur_ns", "kind").collect())
+            else:
+                self._table = ops.select("rank", "device", "start_ns", "dur_ns", "kind")
+        return self._table
+
+    def lengths(self) -> dict[tuple[Any, Any], tuple[int, int]]:
+        if self._lengths is None:
+            t = self.table.select("rank", "device", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                                  "kind")
+            u = iv.union_lengths(t, {"busy": pl.lit(True), "comm": pl.col("kind") == "collective"}, ["rank", "device"])
+            self._lengths = {(r, d): (int(b), int(c)) for r, d, b, c in u.iter_rows()}
+        return self._lengths
+
+
+def _check_busy_against_union(unions: _PlacedUnions, buckets: list[dict[str, Any]]) -> list[Violation]:
     """Rule 2 against an independent figure: per (rank, device), the busy time of the
     buckets on the timeline (all but ``outside_recording``) sums to the plain union of the
     device intervals of its ops on the timeline, computed here from the op table (not from
     the partition's pieces). Time lost or counted twice between buckets breaks it."""
-    from . import intervals as iv
-
-    placed = ops.lazy().filter(pl.col("bucket") != "outside_recording").select(
-        "rank", "device", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")).collect()
-    if placed.height == 0:
+    if unions.table.height == 0:
         return []
-    union = {(r, d): int(u) for r, d, u in iv.union_lengths(placed, {"u": pl.lit(True)}, ["rank", "device"]).iter_rows()}
+    union = {key: b for key, (b, _) in unions.lengths().items()}
     busy: dict[tuple[Any, Any], int] = defaultdict(int)
     for b in buckets:
         if b["bucket"] != "outside_recording":
@@ -350,36 +382,30 @@ class _RankTime:
     per_device: dict[Any, tuple[int, int, int]] = field(default_factory=dict)
 
 
-def _rank_times(ops: pl.DataFrame | None) -> dict[Any, _RankTime]:
+def _rank_times(ops: pl.DataFrame | None, unions: _PlacedUnions | None = None) -> dict[Any, _RankTime]:
     """:class:`_RankTime` per rank of the op table (the window is the rank's first device-op
-    start to last end, as the detectors' ``windows``)."""
+    start to last end, as the detectors' ``windows``); ``unions``: :class:`_PlacedUnions` of
+    ``ops`` when the caller has it."""
     if ops is None or ops.height == 0:
         return {}
-    if "bucket" in ops.columns:  # ops off the recorded timeline are in no window (rule 2)
-        # the five columns read, in one lazy query (an eager filter copied every column)
-        ops = (ops.lazy().filter(pl.col("bucket") != "outside_recording")
-               .select("rank", "device", "start_ns", "dur_ns", "kind").collect())
-        if ops.height == 0:
-            return {}
-    d = ops.select("rank", pl.col("device").fill_null(-1), "start_ns",
-                   (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "kind")
-    spans = _op_spans(ops)
-    length = (pl.col("end_ns") - pl.col("start_ns")).sum()
-    busy = iv.union(d, by=["rank", "device"]).group_by("rank", "device").agg(length.alias("b"))
-    comm_ns = {}
-    if (ops["kind"] == "collective").any():  # (without a collective: no union of none)
-        comm = iv.union(d.filter(pl.col("kind") == "collective"), by=["rank", "device"])
-        comm_ns = {(r, dv): int(v) for r, dv, v in comm.group_by("rank", "device").agg(length).iter_rows()}
-    out = {}
-    for (rank,), g in busy.group_by(["rank"]):
+    unions = unions or _PlacedUnions(ops)
+    placed = unions.table
+    if placed.height == 0:
+        return {}
+    spans = _op_spans(placed)
+    per_rank: dict[Any, dict[Any, tuple[int, int, int]]] = defaultdict(dict)
+    for (rank, dv), (b, c) in unions.lengths().items():
         s, e = spans[rank]
-        per = {dv: (e - s, (e - s) - int(b), comm_ns.get((rank, dv), 0)) for _, dv, b in g.iter_rows()}
+        per_rank[rank][-1 if dv is None else dv] = (e - s, (e - s) - b, c)
+    out = {}
+    for rank, per in per_rank.items():
+        s, e = spans[rank]
         out[rank] = _RankTime(room=(e - s) * len(per), idle=sum(p[1] for p in per.values()),
                               comm=sum(p[2] for p in per.values()), devices=len(per), per_device=per)
     return out
 
 
-def check_findings(report: Report) -> list[Violation]:
+def check_findings(report: Report, unions: _PlacedUnions | None = None) -> list[Violation]:
     """Rule 6: findings never claim more than they explain, on the devices they name. Per
     rank: all claims ≤ the rank's window × its devices; ``device_idle`` claims ≤ the rank's
     idle (window − busy union, summed over its devices); ``exposed_collectives`` claims ≤ its
@@ -390,7 +416,7 @@ def check_findings(report: Report) -> list[Violation]:
     out: list[Violation] = []
     if not report.findings:  # no claim: nothing to bound (and no query for the bounds)
         return out
-    times = _rank_times(report.ops)
+    times = _rank_times(report.ops, unions)
     claims: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     on_device: dict[tuple[Any, Any], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for f in report.findings:
@@ -526,10 +552,11 @@ def check(report: Report) -> list[Violation]:
         The violations, empty when the report's accounting holds. Never raises on a
         well-formed report; a table missing a column skips that rule's check.
     """
+    unions = _PlacedUnions(report.ops) if report.ops is not None else None  # (made on first use)
     return [
-        *check_windows(report.steps, report.ops, report.summary.timeline), *check_buckets(report),
+        *check_windows(report.steps, report.ops, report.summary.timeline), *check_buckets(report, unions),
         *check_steps(report.steps), *check_shares(report),
-        *check_step_time(report), *check_findings(report), *check_ranking(report.ranking),
+        *check_step_time(report), *check_findings(report, unions), *check_ranking(report.ranking),
         *check_light(report),
     ]
 
