@@ -176,3 +176,34 @@ def test_placed_unions_shared_by_rules_2_and_6():
         assert times[rank].per_device == per
         assert times[rank].room == (e - s) * 3 and times[rank].comm == sum(p[2] for p in per.values())
     assert acc._rank_times(ops) == times  # made there when not handed over
+
+
+def test_copy_blockers_remove_what_every_kernel_removes():
+    """host_device_copies._blockers (the kernels overlapping a copy of their device, by an
+    as-of join) against the union of every kernel of the device: each device's copies minus
+    either give the same intervals; a null device is a device of its own."""
+    from traceroof.findings._common import subtract, subtract_sorted, union
+    from traceroof.findings.host_device_copies import _blockers
+
+    rng = random.Random(19)
+    rows = []
+    for rank in (0, 1):
+        for dev in (0, 3, None):
+            t = 0
+            for _ in range(80):
+                t += rng.randint(0, 40)
+                kind = rng.choice(["matmul", "elementwise", "collective", "memset", "memcpy"])
+                rows.append((rank, dev, t, rng.randint(0, 70), kind))
+    ops = pl.DataFrame(rows, orient="row", schema={"rank": pl.Int32, "device": pl.Int32, "start_ns": pl.Int64,
+                                                   "dur_ns": pl.Int64, "kind": pl.String})
+    ctx = _ctx(ops)
+    copies = ops.filter(pl.col("kind") == "memcpy").with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    got = _blockers(ctx, copies)
+    for rank in (0, 1):
+        for dev in (0, 3, None):
+            mine = [r for r in rows if r[0] == rank and r[1] == dev]
+            u_cp = union((r[2], r[2] + r[3]) for r in mine if r[4] == "memcpy")
+            every = union((r[2], r[2] + r[3]) for r in mine if r[4] not in ("memcpy", "memset"))
+            starts, ends = got.get((rank, dev), ([], []))
+            assert subtract_sorted(u_cp, starts, ends) == subtract(u_cp, every)
+            assert len(starts) < len(every)  # fewer intervals than the device's whole union

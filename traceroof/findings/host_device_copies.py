@@ -67,7 +67,7 @@ def detect(ctx: FindingContext) -> list[Finding]:
                                                    for c, (_, rx) in zip(_DIRECTION_COLS, _DIRECTIONS)))
     mem = {(r, d): g for r, d, g in scopes(ctx, copies)}
     # what a copy cannot claim, per (rank, device): built once, for every rank holding copies
-    kernels = _kernel_unions(ctx) if mem else {}
+    kernels = _blockers(ctx, copies) if mem else {}
     # the sync-owned gaps of every rank (device), split once
     sync_gaps = {(r, d): g for r, d, g in scopes(ctx, timeline(ctx).filter(pl.col("owner") == OWNER_SYNC))}
     for key in sorted(mem.keys() | sync_gaps.keys(), key=lambda k: (k[0], k[1] is not None, k[1] or 0)):
@@ -81,10 +81,11 @@ def detect(ctx: FindingContext) -> list[Finding]:
 
 
 def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
-                   kernels: dict[tuple[int, int], tuple[pl.Series, pl.Series]], on: int | None = None) -> list[Finding]:
+                   kernels: dict[tuple[int, int | None], tuple[list[int], list[int]]],
+                   on: int | None = None) -> list[Finding]:
     """The copy findings of rank ``rank`` (``mem``: its memcpy ops, with ``end_ns`` and the
     :data:`_DIRECTION_COLS`, all on its device ``on`` when it drives several; ``kernels``:
-    :func:`_kernel_unions`).
+    :func:`_blockers`).
 
     The exposed time of each direction is worked out on the copies' rows as Python lists
     (a rank holds few copies); the copies of a direction become a table of their own only
@@ -108,7 +109,7 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
         exposed = 0
         for dev, spans in sorted(on_dev.items(), key=lambda kv: str((kv[0],))):  # (as the partitions' keys sorted)
             u_cp = union(spans)
-            mine = subtract(subtract_sorted(u_cp, *_blockers_near(kernels.get((rank, dev)), u_cp)), claimed.get(dev, []))
+            mine = subtract(subtract_sorted(u_cp, *kernels.get((rank, dev), ([], []))), claimed.get(dev, []))
             exposed += total(mine)
             if mine:
                 claimed[dev] = union(claimed.get(dev, []) + mine)
@@ -150,53 +151,40 @@ def _copy_findings(ctx: FindingContext, rank: int, mem: pl.DataFrame,
     return out
 
 
-def _kernel_unions(ctx: FindingContext) -> dict[tuple[int, int], tuple[pl.Series, pl.Series]]:
-    """Per (rank, device) holding copies: the union of its kernels and collectives (what a
-    copy cannot claim) as sorted disjoint ``(starts, ends)`` Series, ns; one pass over the
-    device order for every rank."""
+def _blockers(ctx: FindingContext, copies: pl.DataFrame) -> dict[tuple[int, int | None], tuple[list[int], list[int]]]:
+    """Per (rank, device) holding copies (``copies``: the memcpy rows, with ``end_ns``): the
+    union of its kernels and collectives (every device op but copies and fills: what a copy
+    cannot claim) that overlap one of its copies, as sorted disjoint ``(starts, ends)`` lists,
+    ns.
+
+    A copy minus the union of every kernel of its device is the copy minus the union of the
+    kernels that overlap it (the others remove nothing from it), so the exposed copy time
+    is the same; a device can hold hundreds of thousands of kernels and a few copies. A kernel
+    ``[s, e)`` overlaps one when the last union-of-copies interval of its device starting
+    before ``e`` ends after ``s`` (the copies' union is disjoint and sorted): one as-of join
+    over the device order for every device.
+    """
+    key = ["rank", "_dev"]
+    none = -(2**40)  # a null device matched as a value of its own (as the per-device tables keyed it)
+    dev = pl.col("device").cast(pl.Int64).fill_null(none).alias("_dev")
     d = device_order(ctx)
     kind = ctx.ops["kind"]
     if not d["op_row"].is_sorted():  # sorted: the op table is in device order already
         kind = kind.gather(d["op_row"])
-    devs = ctx.ops.filter(pl.col("kind") == "memcpy").select("rank", "device").unique()
-    kern = d.filter((kind != "memcpy") & (kind != "memset"))
-    if devs.height < int(d["new_group"].sum()):  # some devices hold no copy: leave them out
-        kern = kern.join(devs, on=["rank", "device"], how="semi", maintain_order="left")
-    # a filter of the device order stays sorted by (rank, device, start_ns)
-    return _by_device(iv.union_sorted(kern, by=["rank", "device"]))
-
-
-def _by_device(u: pl.DataFrame) -> dict[tuple[int, int], tuple[pl.Series, pl.Series]]:
-    """``{(rank, device): (starts, ends)}`` of an interval table sorted by ``(rank, device)``:
-    each pair's rows are one contiguous run, taken as a zero-copy slice (no partition)."""
-    new = (pl.col("rank").ne_missing(pl.col("rank").shift(1)) | pl.col("device").ne_missing(pl.col("device").shift(1)))
-    firsts = u.select(pl.arg_where(new.fill_null(True))).to_series().to_list()
+    kern = d.filter((kind != "memcpy") & (kind != "memset")).select("rank", dev, "start_ns", "end_ns")
+    cu = iv.union(copies.select("rank", dev, "start_ns", "end_ns"), by=key)
+    j = (kern.sort("end_ns", maintain_order=True)
+         .join_asof(cu.sort("start_ns", maintain_order=True), left_on="end_ns", right_on="start_ns", by=key,
+                    strategy="backward", allow_exact_matches=False, check_sortedness=False, suffix="_c"))
+    near = j.filter(pl.col("end_ns_c") > pl.col("start_ns")).select(*key, "start_ns", "end_ns")
+    spans: dict[tuple[int, int | None], list[tuple[int, int]]] = {}
+    for r, dv, a, b in near.rows():
+        spans.setdefault((r, None if dv == none else dv), []).append((a, b))
     out = {}
-    for a, b in zip(firsts, [*firsts[1:], u.height]):
-        g = u.slice(a, b - a)
-        out[(g["rank"][0], g["device"][0])] = (g["start_ns"], g["end_ns"])
+    for k, v in spans.items():
+        u = union(v)
+        out[k] = ([a for a, _ in u], [b for _, b in u])
     return out
-
-
-def _blockers_near(
-    blockers: tuple[pl.Series, pl.Series] | None, cp: list[tuple[int, int]]
-) -> tuple[list[int], list[int]]:
-    """The part of a device's kernel union (``blockers``: sorted disjoint starts/ends) that
-    overlaps the copy intervals ``cp`` (sorted, disjoint), as ``(starts, ends)`` lists.
-
-    :func:`subtract_sorted` only ever reads the blockers that end after a copy starts and start
-    before it ends, so the result of subtracting this subset is the same as subtracting all
-    of them; the subset is found by binary search, and only it becomes Python lists (a device
-    can hold hundreds of thousands of kernels and a few copies).
-    """
-    if blockers is None or not cp:
-        return [], []
-    starts, ends = blockers
-    lo = ends.search_sorted(pl.Series([s for s, _ in cp], dtype=pl.Int64), side="right").to_list()
-    hi = starts.search_sorted(pl.Series([e for _, e in cp], dtype=pl.Int64), side="left").to_list()
-    rows = sorted({i for a, b in zip(lo, hi) for i in range(a, b)})
-    at = pl.Series(rows, dtype=pl.UInt32)
-    return starts.gather(at).to_list(), ends.gather(at).to_list()
 
 
 def _sync_finding(ctx: FindingContext, rank: int, g: pl.DataFrame | None, dev: int | None = None) -> Finding | None:
