@@ -40,10 +40,21 @@ def detect(ctx: FindingContext) -> list[Finding]:
     )
     out: list[Finding] = []
     for rank, dev, r in scopes(ctx, mine):
-        f = _idle_finding(ctx, int(rank), r, dev)
+        # the two sums each finding needs to reach its bar, from the rows as lists: a scope
+        # below both makes no table of its own (each finding checks its bar again)
+        idle_n = idle_ns = wait_n = wait_ns = 0
+        for owner, label, gap in r.select("owner", "label", "gap_ns").iter_rows():
+            if owner == OWNER_IDLE:
+                idle_n += 1
+                idle_ns += gap or 0
+            if label == "wait" and gap is not None and gap >= IDLE_MIN_GAP_NS:
+                wait_n += 1
+                wait_ns += gap
+        wall = scope_wall_ns(ctx, int(rank), dev)
+        f = _idle_finding(ctx, int(rank), r, dev) if idle_n and idle_ns >= MIN_SHARE * wall else None
         if f is not None:
             out.append(f)
-        f = _wait_finding(ctx, int(rank), r, dev)
+        f = _wait_finding(ctx, int(rank), r, dev) if wait_n and wait_ns >= WAIT_MIN_SHARE * wall else None
         if f is not None:
             out.append(f)
     return out
