@@ -142,8 +142,8 @@ def per_rank_summary(steps: pl.DataFrame) -> pl.DataFrame:
                if steps.height else {})
     for r in sorted(of_rank):
         st = of_rank[r]
-        s = steps_mod.summarize(st)
-        done = st.filter(~pl.col("partial"))
+        done = steps_mod.complete(st)  # (one filter for the summary and the HFU)
+        s = steps_mod.summarize_complete(st, done)
         full = done if done.height else st
         hfu = None
         if "hfu" in st.columns and full["hfu"].is_not_null().any():

@@ -296,7 +296,12 @@ def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
     """
     if steps.height == 0:
         return {"steps": 0}
-    full = complete(steps)
+    return summarize_complete(steps, complete(steps))
+
+
+def summarize_complete(steps: pl.DataFrame, full: pl.DataFrame) -> dict[str, float | int | None]:
+    """:func:`summarize` of the non-empty step table ``steps`` whose complete rows
+    (:func:`complete`) the caller has already: ``full``."""
     n_full = full.height
     if n_full == 0:
         return {"steps": steps.height, "complete_steps": 0, "step_time_ns": None,
@@ -305,8 +310,12 @@ def summarize(steps: pl.DataFrame) -> dict[str, float | int | None]:
     busy = float(full["busy_ns"].mean())
 
     def mean(col: str) -> float | None:
-        v = full[col].drop_nulls() if col in full.columns else None
-        return float(v.mean()) if v is not None and v.len() else None
+        if col not in full.columns:
+            return None
+        v = full[col]
+        if v.null_count():  # (without a null, drop_nulls is the column itself: no query for it)
+            v = v.drop_nulls()
+        return float(v.mean()) if v.len() else None
 
     return {
         "steps": steps.height,
