@@ -333,12 +333,13 @@ def _read_worker(path: str, prepare: bool = False, identify: bool = False, chip:
 def warm_worker() -> None:
     """What a worker process imports before its first file (:data:`traceroof.parallel.WARM_UP`):
     the format registry's readers and the per-rank stages (:mod:`traceroof.rank_prep`, the
-    costing, the eager match), while the parent is still importing its own modules."""
+    costing, the eager match), while the parent is still importing its own modules. Not the
+    segmentation's (``steps``, ``timeline``, ``roofline``, ``chip_detect``): the readers
+    segment only with :data:`SEGMENT_MIN_PROCESSES` processes or more, and import them then."""
     import importlib
 
     registry.folder_suffixes()  # loads every registered format's module
-    for name in ("parsers.kineto", "parsers.kineto_native", "rank_prep", "costing", "unlaunched", "graph_replay",
-                 "roofline", "steps", "chip_detect"):
+    for name in ("parsers.kineto", "parsers.kineto_native", "rank_prep", "costing", "unlaunched", "graph_replay"):
         importlib.import_module(f"{__package__}.{name}")
 
 
