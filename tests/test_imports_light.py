@@ -113,3 +113,16 @@ def test_an_xplane_analyze_imports_no_kineto_decoder():
     assert _loaded(got, KINETO_ONLY) == []
     assert _loaded(got, PROCESSES) == []
     assert _loaded(got, ("numpy", "traceroof.parsers.xplane_proto")) == ["numpy", "traceroof.parsers.xplane_proto"]
+
+
+def test_a_reading_worker_warms_up_without_the_segmentation():
+    # a worker imports what a read needs before its first file (io.warm_worker, overlapping
+    # the parent's start); the per-rank segmentation only runs with three processes or more
+    # (io.SEGMENT_MIN_PROCESSES): with two its modules (~15-30 ms of CPU) are not imported
+    probe = ("import json, sys; from traceroof.io import warm_worker; warm_worker(); "
+             "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    modules = set(json.loads(out.stdout))
+    assert {"traceroof.parsers.kineto", "traceroof.rank_prep", "traceroof.costing", "traceroof.unlaunched"} <= modules
+    assert not modules & {"traceroof.steps", "traceroof.timeline", "traceroof.roofline", "traceroof.chip_detect"}

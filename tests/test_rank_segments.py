@@ -15,6 +15,11 @@ The partition decides one input over the whole table (whether it has a step mark
 ``steps.segments_agree``): the last test mixes ranks whose markers are of every kind (host and
 device, host only, device only, none, a rank without device ops) and compares folder
 ``--jobs 1``, ``--jobs 2``, the same files in a tar and the whole table on every field.
+
+The readers segment only when at least ``io.SEGMENT_MIN_PROCESSES`` processes share the
+reading (session 13: with two the merged table's one segmentation is cheaper); these tests
+lower it to two (fixture ``readers_segment_from_two``), so that ``--jobs 2`` takes the per-rank
+path, except the last, which checks the default.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from make_multirank import OPS, write_doc
 from test_rank_prep import cli_json, report_json
 from tracegen import Kernel, TraceBuilder
 
-from traceroof import read_trace
+from traceroof import io, read_trace
 from traceroof.rank_prep import Prepared
 
 #: steps per rank (rank r issues 3 + r ops per step, :data:`make_multirank.OPS`)
@@ -54,6 +59,16 @@ def _rank_doc(r: int) -> dict:
         last = max(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
         del doc["traceEvents"][last]
     return doc
+
+
+#: ``io.SEGMENT_MIN_PROCESSES`` as the module sets it
+DEFAULT_SEGMENT_MIN = io.SEGMENT_MIN_PROCESSES
+
+
+@pytest.fixture(autouse=True)
+def readers_segment_from_two(monkeypatch) -> None:
+    """``--jobs 2`` segments in the readers (the path under test), whatever the default."""
+    monkeypatch.setattr(io, "SEGMENT_MIN_PROCESSES", 2)
 
 
 @pytest.fixture
@@ -228,3 +243,18 @@ def test_one_reading_process_leaves_the_segmentation_to_the_parent(ranks_dir):
     assert isinstance(one.prepared, Prepared) and one.prepared.segments == ()
     assert len(two.prepared.segments) == len(STEPS)
     assert report_json(one) == report_json(two)
+
+
+def test_the_readers_segment_from_three_processes(ranks_dir, joined, monkeypatch):
+    # with two processes a rank segmented alone (~93 small queries, mostly fixed cost) costs
+    # the readers more than the merged table's one segmentation costs the parent: the readers
+    # segment only from three (docs/perf-s13-r.md)
+    monkeypatch.setattr(io, "SEGMENT_MIN_PROCESSES", DEFAULT_SEGMENT_MIN)
+    assert DEFAULT_SEGMENT_MIN == 3
+    two = read_trace(ranks_dir, jobs=2, prepare=True, chip="h100")
+    three = read_trace(ranks_dir, jobs=3, prepare=True, chip="h100")
+    assert isinstance(two.prepared, Prepared) and two.prepared.segments == ()
+    assert [p.steps.steps["rank"].unique().to_list() for p in three.prepared.segments] == [[0], [1], [2]]
+    want = report_json(read_trace(ranks_dir, jobs=1))
+    assert report_json(two) == want and report_json(three) == want
+    assert joined == [1, 1, 3]  # the whole tables of jobs 1 and 2 segmented by the parent; three's ranks joined

@@ -214,10 +214,7 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             if progress is not None:
                 progress.file_done(units[0], sizes[0], event_count(trace))
         else:
-            # the per-rank segmentation pays only where other processes share the reading: in
-            # one process it is the whole table's segmentation again, rank by rank (16 ranks
-            # of bench_ranks.py: ~0.3 s more CPU with --jobs 1), so there it is left to analyze
-            segment = prepare and min(jobs or default_jobs(), len(units)) > 1
+            segment = prepare and min(jobs or default_jobs(), len(units)) >= SEGMENT_MIN_PROCESSES
             worker = functools.partial(_read_worker, prepare=prepare, identify=True, chip=chip, segment=segment)
             read = run_parallel(worker, units, jobs=jobs, progress=progress, sizes=sizes,
                                 events_of=lambda r: event_count(r.trace), while_waiting=while_waiting)
@@ -234,6 +231,16 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
     finally:
         if progress is not None:
             progress.close(ok=ok)
+
+
+#: the fewest reading processes with which the readers segment each rank themselves
+#: (``read_trace(prepare=True)``); with fewer the parent's analysis segments the merged table
+#: once. A rank segmented alone costs ~25–45 ms of CPU (~93 small queries, mostly fixed), the
+#: merged table's segmentation ~7–13 ms per rank (16 ranks of ``bench_ranks.py``: 0.11–0.21 s
+#: in the parent's serial tail); the readers' share of the per-rank cost is that over the
+#: processes, so it pays from about three (docs/perf-s13-r.md: with two, ~0.3 s more CPU in
+#: all, the parent's path ~0.07–0.15 s longer)
+SEGMENT_MIN_PROCESSES = 3
 
 
 def merge_inputs(traces: list[Trace], identities: Sequence[pl.DataFrame | None] | None = None) -> Trace:
@@ -326,12 +333,13 @@ def _read_worker(path: str, prepare: bool = False, identify: bool = False, chip:
 def warm_worker() -> None:
     """What a worker process imports before its first file (:data:`traceroof.parallel.WARM_UP`):
     the format registry's readers and the per-rank stages (:mod:`traceroof.rank_prep`, the
-    costing, the eager match), while the parent is still importing its own modules."""
+    costing, the eager match), while the parent is still importing its own modules. Not the
+    segmentation's (``steps``, ``timeline``, ``roofline``, ``chip_detect``): the readers
+    segment only with :data:`SEGMENT_MIN_PROCESSES` processes or more, and import them then."""
     import importlib
 
     registry.folder_suffixes()  # loads every registered format's module
-    for name in ("parsers.kineto", "parsers.kineto_native", "rank_prep", "costing", "unlaunched", "graph_replay",
-                 "roofline", "steps", "chip_detect"):
+    for name in ("parsers.kineto", "parsers.kineto_native", "rank_prep", "costing", "unlaunched", "graph_replay"):
         importlib.import_module(f"{__package__}.{name}")
 
 

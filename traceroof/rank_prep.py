@@ -37,15 +37,17 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import polars as pl
 
 from .chip_table import ChipSpec
 from .merge import merge_meta, renumber
 from .sections import UnlaunchedInfo
-from .steps import RankSegments
 from .trace import StoredCosts, Trace
+
+if TYPE_CHECKING:  # the segmentation's modules are imported where a rank is segmented
+    from .steps import RankSegments
 
 ChipArg = Union[str, os.PathLike, ChipSpec, None]
 
