@@ -57,11 +57,20 @@ def build_tables(
         return empty(OP_SCHEMA), host_tbl
 
     ops = _device_columns(dev, rank, origin)
+    # the raw device frame is not held past here: its columns that the op table does not keep
+    # (pid, tid, the raw arguments) are freed by the select below, the others by the sort
+    del dev
     ops = _link_launches(ops, host_tbl)
     ops = _link_framework_ops(ops, host_tbl, meta)
     ops = _classify(ops)
-    ops = conform(ops, OP_SCHEMA).select(list(OP_SCHEMA))
-    ops = _gather_by_column([ops], ops.select(pl.arg_sort_by(["device", "stream", "start_ns"]))[:, 0])
+    # handed over in a box and the name released: the unsorted columns are freed one by one
+    # as their sorted copies are made (the name held the whole unsorted table until the
+    # gather returned: a second copy of the op table at the read's peak)
+    box = [conform(ops, OP_SCHEMA).select(list(OP_SCHEMA))]
+    del ops
+    order = box[0].select(pl.arg_sort_by(["device", "stream", "start_ns"]))[:, 0]
+    ops = _gather_by_column(box, order)
+    del order
     ops = assign_steps(ops, host_tbl, meta)
 
     _warn_links(ops, host_tbl, meta)
@@ -253,27 +262,30 @@ def _classify(ops: pl.DataFrame) -> pl.DataFrame:
 def _warn_links(ops: pl.DataFrame, host_tbl: pl.DataFrame, meta: TraceMeta) -> None:
     """Warnings (and stats) for kernels without a launch, graph replays, and host-side
     collectives without device kernels."""
-    n_kernels = ops.filter(pl.col("kind") != "memcpy", pl.col("kind") != "memset").height
+    # counts and sums over the columns they read (a filter of the op table copied every
+    # column of the rows it kept: nearly the whole table for the kernel count)
+    n_kernels = ops.select(((pl.col("kind") != "memcpy") & (pl.col("kind") != "memset")).sum()).item()
     if n_kernels:
-        unlinked = ops.filter(pl.col("launch_start_ns").is_null())
-        if unlinked.height:
-            share = unlinked["dur_ns"].sum() / max(ops["dur_ns"].sum(), 1)
-            meta.stats["unlinked_device_ops"] = unlinked.height
+        no_launch = pl.col("launch_start_ns").is_null()
+        n_unlinked, unlinked_ns = ops.select(no_launch.sum(), pl.col("dur_ns").filter(no_launch).sum()).row(0)
+        if n_unlinked:
+            share = unlinked_ns / max(ops["dur_ns"].sum(), 1)
+            meta.stats["unlinked_device_ops"] = n_unlinked
             meta.warn(
-                f"{unlinked.height} device ops ({share:.1%} of device time) have no host launch in "
+                f"{n_unlinked} device ops ({share:.1%} of device time) have no host launch in "
                 "the trace window (no matching correlation); they have no framework op or shapes"
             )
     n_graph = int(ops["graph"].sum())
     if n_graph:
         meta.stats["graph_kernels"] = n_graph
-        share = ops.filter("graph")["dur_ns"].sum() / max(ops["dur_ns"].sum(), 1)
+        share = ops.select(pl.col("dur_ns").filter("graph").sum()).item() / max(ops["dur_ns"].sum(), 1)
         meta.warn(
             f"{n_graph} kernels ({share:.1%} of device time) were replayed from CUDA/HIP graphs: "
             "their per-op attribution and shapes are unavailable"
         )
     # a count of the names (a filter of the table would copy every host column); null names never match
     cpu_colls = int(host_tbl["name"].str.contains(r"^(nccl|rccl|gloo):").sum())
-    if cpu_colls and not ops.filter(pl.col("kind") == "collective").height:
+    if cpu_colls and not ops.select((pl.col("kind") == "collective").any()).item():
         meta.warn(
             f"{cpu_colls} host-side collective annotations (nccl:/gloo:) but no device collective "
             "kernels: communication time cannot be measured on the device"
