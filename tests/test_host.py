@@ -57,3 +57,30 @@ def test_many_rows_against_a_loop_over_the_rows():
         if c == "cpu_op" and e is not None and ((r, e) not in kept or s >= kept[(r, e)][0]):
             kept[(r, e)] = (s, i)
     assert innermost_cpu_ops(h, ["rank", "external_id"]).to_list() == sorted(i for _, i in kept.values())
+
+
+def test_a_table_flagged_in_start_order_picks_the_rows_of_the_sort():
+    """A host table flagged sorted by ``start_ns`` (as the Kineto reader's is) takes the
+    path without a sort; it picks the rows the sorting path picks on the same rows (ties in
+    start, nested ops, several ranks, keys without an External id), and a table that is not
+    flagged, or has a null start, takes the sorting path."""
+    import numpy as np
+
+    from traceroof import host as host_mod
+
+    rng = np.random.default_rng(7)
+    n = 50_000
+    ext = rng.integers(0, 2_000, n).astype(float)
+    ext[rng.random(n) < 0.02] = np.nan
+    h = pl.DataFrame({"rank": rng.integers(0, 2, n).astype(np.int32),
+                      "cat": np.where(rng.random(n) < 0.6, "cpu_op", "cuda_runtime"),
+                      "start_ns": np.sort(rng.integers(0, 3_000, n)),  # many ties
+                      "external_id": pl.Series(ext).fill_nan(None).cast(pl.Int64), "name": ["x"] * n})
+    flagged = h.with_columns(pl.col("start_ns").set_sorted())
+    assert not host_mod._in_start_order(h) and host_mod._in_start_order(flagged)
+    assert not host_mod._in_start_order(flagged.with_columns(pl.col("start_ns").set_sorted().shift(1)))
+    for by in (["external_id"], ["rank", "external_id"]):
+        fast = innermost_cpu_ops(flagged, by)
+        assert fast.dtype == pl.UInt32
+        assert fast.to_list() == innermost_cpu_ops(h, by).to_list()
+        assert len(fast) > 1_000

@@ -100,9 +100,12 @@ def _link_launches(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
     # The op's row of the launch is found on integer columns alone (a join of one column);
     # each launch column is then gathered with it, so the op table is never copied by a join
     # (a join of the whole table copied every op column; 1 GB trace: -0.15 GB of peak RSS)
+    # (the first row of each correlation as a ``unique``: the rows and order of a
+    # ``group_by(maintain_order=True).agg(first)``, at half its memory and a third of its CPU
+    # on the 1 GB trace's 327 k runtime rows: 52 -> 23 MB, 0.067 -> 0.021 s)
     first = host_tbl.lazy().select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_h"), "cat", "correlation").filter(
         pl.col("cat") == "runtime", pl.col("correlation").is_not_null()
-    ).group_by("correlation", maintain_order=True).agg(pl.col("_h").first()).collect()
+    ).select("_h", "correlation").unique("correlation", keep="first", maintain_order=True).collect()
     at = ops.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_h"]
     # (a null name is no graph launch: the test's null is filled, not the text; filling the
     # text column with "" copied every name)
