@@ -26,7 +26,7 @@ def innermost_cpu_ops(host: pl.DataFrame, by: list[str]) -> pl.Series:
     # the rows are in table order (``_h`` ascending), so a stable sort by start alone orders
     # equal starts by row; the last row of each key is then the latest start, and of equal
     # starts the last in table order (one integer sort key: 1 GB trace, 0.16 -> 0.12 s CPU)
-    if _in_start_order(host):
+    if in_start_order(host):
         # that sort leaves a table in start order as it is: the last row of a key is its
         # largest row number (no sort: 1 GB trace, 711 k cpu_ops, 75 -> 43 MB, 0.10 -> 0.07 s)
         return (
@@ -53,7 +53,7 @@ def innermost_cpu_ops(host: pl.DataFrame, by: list[str]) -> pl.Series:
     )["_h"]
 
 
-def _in_start_order(host: pl.DataFrame) -> bool:
+def in_start_order(host: pl.DataFrame) -> bool:
     """Whether ``host``'s rows are known to be in ascending ``start_ns`` order: the column
     flagged sorted (as the Kineto reader's host table is, :func:`~traceroof.parsers.kineto_link.build_tables`)
     and without nulls. Reads the flag only; never raises."""
