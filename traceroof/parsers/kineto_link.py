@@ -106,7 +106,7 @@ def _link_launches(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
     first = host_tbl.lazy().select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_h"), "cat", "correlation").filter(
         pl.col("cat") == "runtime", pl.col("correlation").is_not_null()
     ).select("_h", "correlation").unique("correlation", keep="first", maintain_order=True).collect()
-    at = ops.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_h"]
+    at = _lookup_unique(first, "correlation", ops["correlation"], "_h")
     # (a null name is no graph launch: the test's null is filled, not the text; filling the
     # text column with "" copied every name)
     graph_launch = host_tbl["name"].gather(at).str.contains("|".join(V.GRAPH_LAUNCH_SUBSTRINGS)).fill_null(False)
@@ -126,6 +126,21 @@ def _link_launches(ops: pl.DataFrame, host_tbl: pl.DataFrame) -> pl.DataFrame:
         (is_graph_launch & pl.col("correlation").is_not_null() & (per_corr > 1)).alias("graph")
     )
     return ops
+
+
+def _lookup_unique(table: pl.DataFrame, key: str, values: pl.Series, column: str) -> pl.Series:
+    """``table[column]`` at the row whose ``key`` equals each of ``values`` (``key`` unique in
+    ``table``; null where no row has it, or the value is null): a left join of ``values``
+    with ``table`` on ``key``, by a binary search of the sorted keys instead of a hash table
+    (the launch link's 290 k correlations against 327 k runtime rows on the 1 GB trace:
+    28 -> 14 MB of extra peak, 0.032 -> 0.020 s of CPU)."""
+    if table.height == 0:
+        return pl.Series(column, [None] * len(values), dtype=table.schema[column])
+    by_key = table.select(key, column).sort(key)
+    keys = by_key[key]
+    pos = keys.search_sorted(values, side="left").clip(0, table.height - 1)
+    hit = keys.gather(pos) == values
+    return pl.select(pl.when(hit).then(by_key[column].gather(pos))).to_series().alias(column)
 
 
 def _link_framework_ops(ops: pl.DataFrame, host_tbl: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
