@@ -136,7 +136,7 @@ def _eager_fill(ops: pl.DataFrame) -> pl.DataFrame:
 
     src = inspect.getsource(costing._fill_from_formulas)
     src = (src.replace("def _fill_from_formulas(", "def _eager(").replace("ops.lazy().with_columns(", "ops.with_columns(")
-           .replace("    ).collect()\n", "    )\n"))
+           .replace("    ).collect()\n", "    )\n").replace(".collect().rechunk()", ".rechunk()"))
     assert ".lazy()" not in src and ".collect()" not in src
     ns = dict(vars(costing))
     exec(compile(src, "<eager fill>", "exec"), ns)

@@ -250,3 +250,25 @@ def test_alexnet_links_every_kernel_but_recorded_no_shapes_and_says_so():
     assert cov.by_source_ns["trace"] == copies * 1000
     assert any("record_shapes=True" in w for w in r.warnings)
     assert any("aten::cudnn_convolution" in w and "no shapes recorded" in w for w in r.warnings)
+
+
+def test_lookup_unique_is_a_left_join_on_the_key():
+    """kineto_link._lookup_unique: the value of the row with each key, null for a missing or
+    null key, as a left join (keys unsorted, values repeated, below and above every key)."""
+    import numpy as np
+
+    from traceroof.parsers.kineto_link import _lookup_unique
+
+    rng = np.random.default_rng(3)
+    keys = rng.permutation(np.arange(0, 20_000, 2))  # even keys, unsorted
+    table = pl.DataFrame({"correlation": keys, "_h": pl.Series(np.arange(len(keys)), dtype=pl.UInt32)})
+    v = rng.integers(-5, 20_010, 8_000).astype(float)
+    v[rng.random(8_000) < 0.05] = np.nan
+    values = pl.Series("correlation", v).fill_nan(None).cast(pl.Int64)
+    got = _lookup_unique(table, "correlation", values, "_h")
+    want = values.to_frame().join(table, on="correlation", how="left", maintain_order="left")["_h"]
+    assert got.dtype == pl.UInt32 and got.name == "_h"
+    assert got.to_list() == want.to_list()
+    assert 0 < got.null_count() < len(values)
+    empty = _lookup_unique(table.clear(), "correlation", values, "_h")
+    assert empty.dtype == pl.UInt32 and empty.null_count() == len(values)

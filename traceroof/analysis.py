@@ -461,25 +461,29 @@ def analyze(
         replays = attribute_replays(trace, capture_traces)
         costed = cost_ops(trace, rank, replays)
         ops = apply_roofline(costed.ops, spec)
-        seg = segment_steps(ops, costed.host, meta, step, segments_of(trace, spec, rank, ops))
+        # the costed op table is not held past its roofline copy (each stage's table is a new
+        # copy of every column on polars' default engine: ~40 MB a copy on the 1 GB trace)
+        host, cov = costed.host, costed.coverage
+        del costed
+        seg = segment_steps(ops, host, meta, step, segments_of(trace, spec, rank, ops))
         ops, steps = seg.ops, seg.steps
         group_by = group_by or facts_for(meta.format).default_group_by
         ranking = rank_groups(ops, group_by)
-        util = summarize(ops, steps, spec, reason, meta, costed.coverage, model_flops_per_step,
+        util = summarize(ops, steps, spec, reason, meta, cov, model_flops_per_step,
                          model_flops_formula, n_devices, seg.timeline, seg.device_steps)
         above = check_roofs(ops, spec, group_by)
         ranks, comparison = compare_ranks(ops, util.steps, meta, rank)
-        found, found_warnings = detect_findings(ops, costed.host, util.steps, spec, meta, ranks, comparison, findings,
+        found, found_warnings = detect_findings(ops, host, util.steps, spec, meta, ranks, comparison, findings,
                                                 seg.captures)
         light = light_speed(ops, seg, util.steps, util.summary, found, ranking)
-        trace_info, chip_info = describe_trace(meta, ops, costed.host), describe_chip(spec, reason, meta)
-        coverage = describe_coverage(costed.coverage, replays.graphs, replays.unlaunched)
+        trace_info, chip_info = describe_trace(meta, ops, host), describe_chip(spec, reason, meta)
+        coverage = describe_coverage(cov, replays.graphs, replays.unlaunched)
         return check_accounting(Report(
             trace=trace_info, chip=chip_info, coverage=coverage, summary=util.summary,
             steps=util.steps,
             ranking=ranking, ops=ops,
             warnings=unlaunched.replace_warning(graph_replay.replace_warning(
-                collect_warnings(meta, ops, costed.coverage), replays), replays, costed.coverage.device_ns)
+                collect_warnings(meta, ops, cov), replays), replays, cov.device_ns)
             + mfu_above_hfu(util.summary, coverage) + found_warnings,
             inconsistencies=util.inconsistencies + above, findings=found,
             filters=Filters(rank=rank, step=step, group_by=group_by),

@@ -26,6 +26,19 @@ def innermost_cpu_ops(host: pl.DataFrame, by: list[str]) -> pl.Series:
     # the rows are in table order (``_h`` ascending), so a stable sort by start alone orders
     # equal starts by row; the last row of each key is then the latest start, and of equal
     # starts the last in table order (one integer sort key: 1 GB trace, 0.16 -> 0.12 s CPU)
+    if in_start_order(host):
+        # that sort leaves a table in start order as it is: the last row of a key is its
+        # largest row number (no sort: 1 GB trace, 711 k cpu_ops, 75 -> 43 MB, 0.10 -> 0.07 s)
+        return (
+            host.lazy()
+            .select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_h"), "cat", *by)
+            .filter(pl.col("cat") == "cpu_op", pl.col("external_id").is_not_null())
+            .group_by(by)
+            .agg(pl.col("_h").max())
+            .select("_h")
+            .sort("_h")
+            .collect()
+        )["_h"]
     return (
         host.lazy()
         .select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_h"), "cat", "start_ns", *by)
@@ -38,6 +51,14 @@ def innermost_cpu_ops(host: pl.DataFrame, by: list[str]) -> pl.Series:
         .sort("_h")
         .collect()
     )["_h"]
+
+
+def in_start_order(host: pl.DataFrame) -> bool:
+    """Whether ``host``'s rows are known to be in ascending ``start_ns`` order: the column
+    flagged sorted (as the Kineto reader's host table is, :func:`~traceroof.parsers.kineto_link.build_tables`)
+    and without nulls. Reads the flag only; never raises."""
+    s = host.get_column("start_ns", default=None)
+    return s is not None and s.null_count() == 0 and bool(s.flags.get("SORTED_ASC"))
 
 
 # runtime calls that put work on a device: a kernel launch (CUDA, HIP, the driver API, a graph
