@@ -248,7 +248,8 @@ def test_one_reading_process_leaves_the_segmentation_to_the_parent(ranks_dir):
 def test_the_readers_segment_from_three_processes(ranks_dir, joined, monkeypatch):
     # with two processes a rank segmented alone (~93 small queries, mostly fixed cost) costs
     # the readers more than the merged table's one segmentation costs the parent: the readers
-    # segment only from three (docs/perf-s13-r.md)
+    # segment only from three (docs/performance.md, "Ranks in parallel: where `--jobs 2`
+    # costs more than half of `--jobs 1` (session 13)")
     monkeypatch.setattr(io, "SEGMENT_MIN_PROCESSES", DEFAULT_SEGMENT_MIN)
     assert DEFAULT_SEGMENT_MIN == 3
     two = read_trace(ranks_dir, jobs=2, prepare=True, chip="h100")

@@ -238,8 +238,9 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
 #: once. A rank segmented alone costs ~25–45 ms of CPU (~93 small queries, mostly fixed), the
 #: merged table's segmentation ~7–13 ms per rank (16 ranks of ``bench_ranks.py``: 0.11–0.21 s
 #: in the parent's serial tail); the readers' share of the per-rank cost is that over the
-#: processes, so it pays from about three (docs/perf-s13-r.md: with two, ~0.3 s more CPU in
-#: all, the parent's path ~0.07–0.15 s longer)
+#: processes, so it pays from about three (with two: ~0.3 s more CPU in all, the parent's
+#: path ~0.07–0.15 s longer; docs/performance.md, "Ranks in parallel: where `--jobs 2` costs
+#: more than half of `--jobs 1` (session 13)")
 SEGMENT_MIN_PROCESSES = 3
 
 
