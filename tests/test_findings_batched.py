@@ -207,3 +207,19 @@ def test_copy_blockers_remove_what_every_kernel_removes():
             starts, ends = got.get((rank, dev), ([], []))
             assert subtract_sorted(u_cp, starts, ends) == subtract(u_cp, every)
             assert len(starts) < len(every)  # fewer intervals than the device's whole union
+
+
+def test_rule6_reads_a_null_device_as_device_minus_one():
+    """Rule 6's bounds (accounting._rank_times) read a null device as device -1, as before the
+    shared unions: a rank with ops on both gets one device with the union of all of them, not
+    one of the two (the shared unions key them apart; keying both -1 kept only the last).
+    Hand arithmetic: window [0, 200); ops [0, 100) ∪ [100, 120) ∪ [150, 200) = 170 ns busy,
+    so 30 ns idle; the collective [150, 200): 50 ns of communication."""
+    from traceroof import accounting as acc
+
+    ops = pl.DataFrame({"rank": [0, 0, 0], "device": [None, -1, -1], "start_ns": [0, 100, 150],
+                        "dur_ns": [100, 20, 50], "kind": ["matmul", "matmul", "collective"],
+                        "bucket": ["step"] * 3}, schema_overrides={"device": pl.Int32})
+    t = acc._rank_times(ops)[0]
+    assert t.per_device == {-1: (200, 30, 50)}
+    assert (t.room, t.idle, t.comm, t.devices) == (200, 30, 50, 1)

@@ -393,8 +393,14 @@ def _rank_times(ops: pl.DataFrame | None, unions: _PlacedUnions | None = None) -
     if placed.height == 0:
         return {}
     spans = _op_spans(placed)
+    lengths = unions.lengths()
+    if any(dv is None and (rank, -1) in lengths for rank, dv in lengths):
+        # rule 6 reads a null device as device -1 (one device with the ops of both): a rank
+        # with both gets the union of their ops together, not one of the two (rare: a table
+        # built by hand; the readers give every device op a device)
+        lengths = _PlacedUnions(placed.with_columns(pl.col("device").fill_null(-1))).lengths()
     per_rank: dict[Any, dict[Any, tuple[int, int, int]]] = defaultdict(dict)
-    for (rank, dv), (b, c) in unions.lengths().items():
+    for (rank, dv), (b, c) in lengths.items():
         s, e = spans[rank]
         per_rank[rank][-1 if dv is None else dv] = (e - s, (e - s) - b, c)
     out = {}
