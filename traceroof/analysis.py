@@ -479,8 +479,7 @@ def analyze(
         trace_info, chip_info = describe_trace(meta, ops, host), describe_chip(spec, reason, meta)
         coverage = describe_coverage(cov, replays.graphs, replays.unlaunched)
         return check_accounting(Report(
-            trace=trace_info, chip=chip_info, coverage=coverage, summary=util.summary,
-            steps=util.steps,
+            trace=trace_info, chip=chip_info, coverage=coverage, summary=util.summary, steps=util.steps,
             ranking=ranking, ops=ops,
             warnings=unlaunched.replace_warning(graph_replay.replace_warning(
                 collect_warnings(meta, ops, cov), replays), replays, cov.device_ns)
