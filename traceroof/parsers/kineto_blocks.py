@@ -37,8 +37,10 @@ ENV_READ_AHEAD = "TRACEROOF_READ_AHEAD"
 ENV_MMAP = "TRACEROOF_MMAP"
 
 #: a mapped file's pages behind the decoder are unmapped (``MADV_DONTNEED``) once this many
-#: bytes are behind it, keeping the last :data:`MAP_LAG_BYTES` (the scan worker may still be
-#: reading the pieces just before the decoder's position)
+#: bytes are behind it, keeping the last :data:`MAP_LAG_BYTES`, and never those from the
+#: start of the scanning threads' job on (:meth:`MappedBuffer.pin`: a job may be longer than
+#: the lag; before session 14 the pages of a job over 4 MiB were unmapped while a thread read
+#: them, mapped again by its reads and then never released: 0.5 GB of the 1 GB file resident)
 MAP_RELEASE_BYTES = 4 << 20
 MAP_LAG_BYTES = 4 << 20
 
@@ -275,6 +277,11 @@ class Buffer:
         self._off += n
         self.base += n
 
+    def pin(self) -> None:
+        """The bytes from the start on are read by a scanning thread until the next pin
+        (:class:`MappedBuffer`: never released before then); nothing to do here, where the
+        threads read a copy."""
+
     def unshift(self, b: Any) -> None:
         """Put back in front the bytes just before ``base`` (dropped earlier: the caller
         kept them)."""
@@ -392,6 +399,7 @@ class MappedBuffer(Buffer):
         self._mv = memoryview(src.mm)
         self._off = self._end = self._released = src.start
         self._released -= src.start % mmap.PAGESIZE
+        self._pinned: int | None = None  # pin(): pages from this file offset on are kept
 
     @property
     def data(self) -> bytes:
@@ -416,17 +424,27 @@ class MappedBuffer(Buffer):
 
     def drop(self, n: int) -> None:
         """Remove the first ``n`` bytes; every :data:`MAP_RELEASE_BYTES`, the pages more than
-        :data:`MAP_LAG_BYTES` behind are unmapped."""
+        :data:`MAP_LAG_BYTES` behind are unmapped, up to the last :meth:`pin` at most."""
         n = min(n, len(self))
         self._off += n
         self.base += n
         if self._off - self._released > MAP_RELEASE_BYTES + MAP_LAG_BYTES:
-            to = (self._off - MAP_LAG_BYTES) // mmap.PAGESIZE * mmap.PAGESIZE
+            to = self._off - MAP_LAG_BYTES
+            if self._pinned is not None:
+                to = min(to, self._pinned)
+            to = to // mmap.PAGESIZE * mmap.PAGESIZE
+            if to <= self._released:
+                return
             try:  # the pages stay in the page cache: a later read of them maps them again
                 self.src.mm.madvise(mmap.MADV_DONTNEED, self._released, to - self._released)
             except (OSError, ValueError):
                 pass
             self._released = to
+
+    def pin(self) -> None:
+        """The pages from the start on are read by a scanning thread (its job's pieces, in
+        place) until the next pin: :meth:`drop` releases none of them before then."""
+        self._pinned = self._off
 
     def unshift(self, b: Any) -> None:
         """Move the start back over the ``len(b)`` bytes before it (dropped earlier: ``b``

@@ -43,7 +43,9 @@ from .text_head import drop_lead, encoding_problem, other_encoding
 logger = logging.getLogger(__name__)
 
 #: decompressed bytes per piece when streaming: the decoded events of a piece take ~2.7x its
-#: size, so the transient memory is ~10x this; 1 MiB is as fast as 4 MiB on big traces
+#: size, so the transient memory is ~10x this. 1 MiB: 2 MiB read the 1 GB trace ~0.05-0.1 s
+#: faster (the per-piece Python paid half as often) but held ~5 MB more per piece in flight
+#: (+13 MB on a 56 MiB file, over tests/test_streaming.py's 0.5x bound; session 14)
 STREAM_BLOCK_BYTES = 1 << 20
 
 #: a file whose layout the streaming decoder cannot follow (no ``"traceEvents": [`` key, or an
@@ -66,8 +68,12 @@ MIN_CORES = 1.15
 #: pieces the worker thread scans in one job (on a copy of their bytes, ~this many blocks)
 WORKER_PIECES = 2
 #: while the worker's job runs, this thread (which also hands every piece on: numpy column
-#: building, about half the cost of a scan) scans at most this many pieces after it
-OWN_PIECES_MAX = 1
+#: building, about a quarter of the cost of a scan) scans at most this many pieces after it.
+#: 2, not 1: with one, this thread waited ~0.3 s on the worker over the 1 GB trace (two free
+#: cores: 1.97-2.12 s with 1, 1.75-1.85 s with 2-6, WORKER_PIECES 2-6). A helper *thread*
+#: scanning a fixed share instead was slower (1.88-1.97 s against 1.76-1.88 s, 2 MiB pieces):
+#: docs/performance.md, "The 1 GB read: the two scanning threads balanced (session 14)"
+OWN_PIECES_MAX = 2
 
 
 @dataclass
@@ -406,6 +412,7 @@ class _Stream:
                 self._copy = bytearray(n + (n >> 2))
             copy = memoryview(self._copy)[:n]
             copy[:] = self.buf.view()[:n]
+        self.buf.pin()  # a mapped file's pages of the job stay mapped until the next job
         self.buf.drop(n)  # held once: the copy (put back if a piece is not handled)
         spans = [(p.start - start, p.stop - start) for p in pieces]
         if self._worker is None:
