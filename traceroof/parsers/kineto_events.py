@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from . import kineto_vocab as V
+from .kineto_native import decode_piece
 
 Num = int | float | str | None
 
@@ -151,3 +152,29 @@ def merge_headers(a: Top, b: Top) -> Top:
         if getattr(a, f) is None and getattr(b, f) is not None:
             setattr(a, f, getattr(b, f))
     return a
+
+
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+#: what follows the ``]`` that closes the event array: ``, "key"`` or the closing ``}``
+_AFTER_CLOSE = re.compile(rb'\]\s*(?:,\s*"|\})')
+
+
+def closing_bracket(wrapped: bytes, exc: Exception, scanner: Any = None) -> tuple[int, list[Event]] | None:
+    """Where the event array closes, when the strict decode of ``wrapped`` (``[`` + piece +
+    ``]``) failed because the array ended inside the piece (msgspec: ``trailing characters
+    (byte N)``, N at or just past the first character after the array) and the header tail
+    follows (``, "key"`` or ``}``): the index of that ``]`` in the piece, and the events
+    before it (decoded by ``scanner``, a :class:`~.kineto_native.Scanner` or None:
+    :func:`~.kineto_native.decode_piece`); None otherwise."""
+    m = _TRAILING.search(str(exc))
+    if m is None:
+        return None
+    at = int(m.group(1))
+    close = wrapped.rfind(b"]", 0, at)
+    if close < 1 or len(wrapped[close + 1 : at].strip()) > 1 or not _AFTER_CLOSE.match(wrapped, close):
+        return None
+    try:
+        events = decode_piece(scanner, memoryview(wrapped)[: close + 1])
+    except DECODE_ERRORS:
+        return None
+    return close - 1, events

@@ -33,6 +33,7 @@ from .kineto_events import (
     Event,
     OnChunk,
     Top,
+    closing_bracket,
     decode_header_prefix,
     decode_prefix_strict,
     merge_headers,
@@ -43,18 +44,13 @@ from .text_head import drop_lead, encoding_problem, other_encoding
 logger = logging.getLogger(__name__)
 
 #: decompressed bytes per piece when streaming: the decoded events of a piece take ~2.7x its
-#: size, so the transient memory is ~10x this. 1 MiB: 2 MiB read the 1 GB trace ~0.05-0.1 s
-#: faster (the per-piece Python paid half as often) but held ~5 MB more per piece in flight
-#: (+13 MB on a 56 MiB file, over tests/test_streaming.py's 0.5x bound; session 14)
+#: size, so the transient memory is ~10x this (2 MiB: faster, over test_streaming's bound)
 STREAM_BLOCK_BYTES = 1 << 20
 
 #: a file whose layout the streaming decoder cannot follow (no ``"traceEvents": [`` key, or an
 #: invalid header before it) is decoded in memory when it is at most this big
 STREAM_FALLBACK_BYTES = 64 << 20
 
-_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
-#: what follows the ``]`` that closes the event array: ``, "key"`` or the closing ``}``
-_AFTER_CLOSE = re.compile(rb'\]\s*(?:,\s*"|\})')
 #: ``}`` ``]`` ``, "`` or ``}``: the event array may end here (kineto_recover.find_array_end)
 _ARRAY_END_OPEN = re.compile(rb'\}\s*\]\s*(?:,\s*"|\})')
 #: ``TRACEROOF_SCAN_AHEAD=0`` scans every piece in the reading thread (no worker: comparisons)
@@ -68,11 +64,9 @@ MIN_CORES = 1.15
 #: pieces the worker thread scans in one job (on a copy of their bytes, ~this many blocks)
 WORKER_PIECES = 2
 #: while the worker's job runs, this thread (which also hands every piece on: numpy column
-#: building, about a quarter of the cost of a scan) scans at most this many pieces after it.
-#: 2, not 1: with one, this thread waited ~0.3 s on the worker over the 1 GB trace (two free
-#: cores: 1.97-2.12 s with 1, 1.75-1.85 s with 2-6, WORKER_PIECES 2-6). A helper *thread*
-#: scanning a fixed share instead was slower (1.88-1.97 s against 1.76-1.88 s, 2 MiB pieces):
-#: docs/performance.md, "The 1 GB read: the two scanning threads balanced (session 14)"
+#: building, about a quarter of the cost of a scan) scans at most this many pieces after it
+#: (2, not 1: with one it waited ~0.3 s on the worker over 1 GB; both constants and the two
+#: tried alternatives: docs/performance.md, "The 1 GB read: the two scanning threads balanced")
 OWN_PIECES_MAX = 2
 
 
@@ -449,7 +443,7 @@ class _Stream:
             try:
                 return m, decode_piece(None, piece)
             except DECODE_ERRORS as exc:
-                end = _closing_bracket(piece, exc, self.scanner)
+                end = closing_bracket(piece, exc, self.scanner)
                 if end is not None:
                     # the array ends in this piece: the rest of the stream is the tail
                     del piece
@@ -523,26 +517,6 @@ class _Stream:
         self.stats.strict = False
         from .kineto_recover import recover_region  # damaged input only
         return recover_region(region, 0, base, self.emit, self.stats)
-
-
-def _closing_bracket(wrapped: bytes, exc: Exception, scanner: Scanner | None = None) -> tuple[int, list[Event]] | None:
-    """Where the event array closes, when the strict decode of ``wrapped`` (``[`` + piece +
-    ``]``) failed because the array ended inside the piece (msgspec: ``trailing characters
-    (byte N)``, N at or just past the first character after the array) and the header tail
-    follows (``, "key"`` or ``}``): the index of that ``]`` in the piece, and the events
-    before it; None otherwise."""
-    m = _TRAILING.search(str(exc))
-    if m is None:
-        return None
-    at = int(m.group(1))
-    close = wrapped.rfind(b"]", 0, at)
-    if close < 1 or len(wrapped[close + 1 : at].strip()) > 1 or not _AFTER_CLOSE.match(wrapped, close):
-        return None
-    try:
-        events = decode_piece(scanner, memoryview(wrapped)[: close + 1])
-    except DECODE_ERRORS:
-        return None
-    return close - 1, events
 
 
 def decode_stream(
