@@ -12,9 +12,11 @@ what several of them read is a typed field of :class:`Shared`, filled once by it
 
 from __future__ import annotations
 
+import copy
+import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import polars as pl
 
@@ -35,12 +37,17 @@ class RankView(NamedTuple):
     section: dict[str, Any] | None
 
 
+T = TypeVar("T")
+
+
 @dataclass
 class Shared:
     """Results derived from a context that several detectors (or several ranks of one detector)
-    read: each is computed once, on first use, by the one function that owns it, and is None
-    until then. Owning the idle timeline in one place is what attributes every device-idle gap
-    once, to exactly one detector.
+    read: each is computed once, on first use, by the one function that owns it
+    (:meth:`once`), and is None until then. Owning the idle timeline in one place is what
+    attributes every device-idle gap once, to exactly one detector. Detectors may run in
+    threads (:func:`run_detectors`): :meth:`once` computes a field under its own lock, so a
+    second thread that needs it waits for the first one's value instead of computing it again.
 
     Attributes:
         device_order: :func:`~traceroof.findings._common.device_order`.
@@ -66,6 +73,26 @@ class Shared:
     rank_view: RankView | None = None
     stragglers: list[tuple[dict[str, Any], float, int, float | None]] | None = None
     straggler_waits: pl.DataFrame | None = None
+    _locks: dict[str, threading.RLock] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._locks = {f.name: threading.RLock() for f in fields(self) if not f.name.startswith("_")}
+
+    def once(self, name: str, compute: Callable[[], T]) -> T:
+        """The field ``name``, set to ``compute()`` first when it is None: computed once per
+        context even when detectors in several threads ask at the same time (each field has
+        its own re-entrant lock; a field's computation may ask for another field, never the
+        other way round, so the locks are always taken in one order). ``compute`` may set other
+        fields first (the idle timeline sets ``stretches``, then returns the timeline)."""
+        value = getattr(self, name)
+        if value is not None:
+            return value  # type: ignore[no-any-return]
+        with self._locks[name]:
+            value = getattr(self, name)
+            if value is None:
+                value = compute()
+                setattr(self, name, value)
+        return value  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -162,14 +189,28 @@ Detector = Callable[[FindingContext], list[Finding]]
 
 DETECTORS: dict[str, Detector] = {}
 
+#: detectors that take most of the time (measured per detector with
+#: ``benchmarks/bench_rank_tail.py``; docs/performance.md, "Detectors in two threads
+#: (session 17)"): started first when the detectors run in threads, so the longest one does
+#: not start last
+HEAVY: set[str] = set()
 
-def register(name: str) -> Callable[[Detector], Detector]:
-    """Register a detector under ``name`` (a duplicate name raises ``ValueError``)."""
+#: the threads :func:`run_detectors` runs the detectors in by default (at most the cores this
+#: process may run on): measured on 2 cores, from bert's 61 ops to the 1 GB trace's 290,190
+#: (docs/performance.md, "Detectors in two threads (session 17)")
+DETECTOR_THREADS = 2
+
+
+def register(name: str, *, heavy: bool = False) -> Callable[[Detector], Detector]:
+    """Register a detector under ``name`` (a duplicate name raises ``ValueError``);
+    ``heavy``: one of the longest (:data:`HEAVY`)."""
 
     def deco(fn: Detector) -> Detector:
         if name in DETECTORS:
             raise ValueError(f"detector {name!r} registered twice")
         DETECTORS[name] = fn
+        if heavy:
+            HEAVY.add(name)
         return fn
 
     return deco
@@ -184,12 +225,21 @@ def _load_builtin() -> None:
             importlib.import_module(f"{__name__}.{m.name}")
 
 
-def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[Finding]:
-    """Run the named detectors (default: all), one after the other in this thread, largest
-    recoverable time first.
+def run_detectors(ctx: FindingContext, names: list[str] | None = None, *, threads: int | None = None) -> list[Finding]:
+    """Run the named detectors (default: all) and return their findings, largest recoverable
+    time first.
+
+    With ``threads`` > 1 (default: :data:`DETECTOR_THREADS`, at most the cores this process
+    may run on) the detectors run in that many threads, the :data:`HEAVY` ones started first:
+    polars releases the GIL while it runs a query, and most of a detector's time is in its
+    queries. The result is
+    the same as one after the other: each detector writes its warnings to a list of its own
+    (appended to ``ctx.warnings`` in the order of ``names``), reads the shared results through
+    :meth:`Shared.once`, and its findings are taken in the order of ``names`` before the sort.
 
     Raises:
         UsageError: an unknown detector name (the message lists the known ones).
+        Whatever a detector raises (the first in the order of ``names``).
     """
     _load_builtin()
     if names is None:
@@ -203,11 +253,41 @@ def run_detectors(ctx: FindingContext, names: list[str] | None = None) -> list[F
     if ctx.ops.height == 0:
         return out
     ctx.chosen = tuple(chosen)  # detectors that leave time to another check it runs
-    for name in chosen:
-        out.extend(DETECTORS[name](ctx))
+    for found in _run_each(ctx, chosen, _threads(threads)):
+        out.extend(found)
     out = sorted(out, key=lambda f: (-(f.recoverable_ns or 0.0), f.kind, f.title))
     _cap_to_window(ctx, out)
     return sorted(out, key=lambda f: (-(f.recoverable_ns or 0.0), f.kind, f.title))
+
+
+def _threads(threads: int | None) -> int:
+    """:func:`run_detectors`' thread count: ``threads``, else :data:`DETECTOR_THREADS` or the
+    cores this process may run on, the fewer."""
+    if threads is not None:
+        return max(int(threads), 1)
+    from ..parallel import default_jobs
+
+    return max(min(DETECTOR_THREADS, default_jobs()), 1)
+
+
+def _run_each(ctx: FindingContext, chosen: list[str], threads: int) -> list[list[Finding]]:
+    """Each chosen detector's findings, in the order of ``chosen``: one after the other in
+    this thread, or in ``threads`` threads (:func:`run_detectors`), each on a copy of ``ctx``
+    that shares everything but its ``warnings``."""
+    if threads <= 1 or len(chosen) < 2:
+        return [DETECTORS[name](ctx) for name in chosen]
+    from concurrent.futures import ThreadPoolExecutor
+
+    views = {name: copy.copy(ctx) for name in chosen}
+    for view in views.values():
+        view.warnings = []
+    start = sorted(chosen, key=lambda n: n not in HEAVY)  # stable: the heavy ones first
+    with ThreadPoolExecutor(max_workers=min(threads, len(chosen)), thread_name_prefix="traceroof-detector") as pool:
+        futures = {name: pool.submit(DETECTORS[name], views[name]) for name in start}
+        results = [futures[name].result() for name in chosen]
+    for name in chosen:
+        ctx.warnings.extend(views[name].warnings)
+    return results
 
 
 def _cap_to_window(ctx: FindingContext, findings: list[Finding]) -> None:

@@ -78,7 +78,8 @@ def windows(ctx: FindingContext) -> dict[int, tuple[int, int]]:
     its length (BC-33), and severity is the recoverable share of it.
     """
     shared = ctx.shared
-    if shared.windows is None:
+
+    def compute() -> dict[int, tuple[int, int]]:
         # the device order (when an idle detector built it) holds every op's start and end,
         # sorted by rank: a cheaper group-by than the op table's, with the same result
         if shared.device_order is not None:
@@ -86,17 +87,19 @@ def windows(ctx: FindingContext) -> dict[int, tuple[int, int]]:
         else:
             d, end = ctx.ops, end_expr()
         w = d.group_by("rank").agg(pl.col("start_ns").min().alias("s"), end.max().alias("e"))
-        shared.windows = {int(r): (int(s), int(e)) for r, s, e in w.iter_rows()}
-    return shared.windows
+        return {int(r): (int(s), int(e)) for r, s, e in w.iter_rows()}
+
+    return shared.once("windows", compute)
 
 
 def devices(ctx: FindingContext) -> dict[int, int]:
     """Per rank: how many devices its ops run on (a null device counts as one), computed once
     per context from the first op of each (rank, device) in :func:`device_order`."""
-    if ctx.shared.devices is None:
+    def compute() -> dict[int, int]:
         firsts = device_order(ctx).filter("new_group")
-        ctx.shared.devices = {int(r): int(n) for r, n in firsts.group_by("rank").len().iter_rows()}
-    return ctx.shared.devices
+        return {int(r): int(n) for r, n in firsts.group_by("rank").len().iter_rows()}
+
+    return ctx.shared.once("devices", compute)
 
 
 def wall_ns(ctx: FindingContext, rank: int) -> int:
@@ -162,14 +165,13 @@ def scope_wall_ns(ctx: FindingContext, rank: int, device: int | None) -> int:
 def device_busy_ns(ctx: FindingContext, rank: int, device: int | None) -> int:
     """Busy time (ns) of one device of a rank: the union of its ops' intervals over all its
     streams, computed once per context for every (rank, device) from :func:`device_order`."""
-    if ctx.shared.device_busy is None:
+    def compute() -> dict[tuple[int, int | None], int]:
         d = device_order(ctx)
         grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
         u = d.group_by("rank", "device").agg(grow.sum().alias("busy"))
-        ctx.shared.device_busy = {
-            (int(r), None if dv is None else int(dv)): int(v) for r, dv, v in u.iter_rows() if r is not None
-        }
-    return ctx.shared.device_busy.get((int(rank), device), 0)
+        return {(int(r), None if dv is None else int(dv)): int(v) for r, dv, v in u.iter_rows() if r is not None}
+
+    return ctx.shared.once("device_busy", compute).get((int(rank), device), 0)
 
 
 def device_idle_ns(ctx: FindingContext, rank: int, device: int) -> int:
@@ -228,9 +230,7 @@ def device_order(ctx: FindingContext) -> pl.DataFrame:
     ``gap_start_ns`` (``cover_ns`` of the previous op of the rank/device; null on its first op)
     and ``gap_ns`` (idle before the op: ``start_ns − gap_start_ns`` when positive, else 0), ns.
     """
-    if ctx.shared.device_order is None:
-        ctx.shared.device_order = _device_order(ctx.ops)
-    return ctx.shared.device_order
+    return ctx.shared.once("device_order", lambda: _device_order(ctx.ops))
 
 
 def _device_order(ops: pl.DataFrame) -> pl.DataFrame:
@@ -254,14 +254,15 @@ def _device_order(ops: pl.DataFrame) -> pl.DataFrame:
 def busy_ns(ctx: FindingContext, rank: int) -> int:
     """Device busy time of a rank: the union of its device ops' intervals (all streams, summed
     over its devices), ns."""
-    if ctx.shared.busy is None:
+    def compute() -> dict[int, int]:
         d = device_order(ctx)
         # In start order each op extends the union by ``cover_ns − max(start_ns, previous
         # cover_ns)`` (≥ 0 as durations are ≥ 0): summed, that is the union's length, exactly.
         grow = pl.col("cover_ns") - pl.max_horizontal("start_ns", "gap_start_ns")
         u = d.group_by("rank").agg(grow.sum().alias("busy"))
-        ctx.shared.busy = {int(r): int(v) for r, v in u.iter_rows() if r is not None}
-    return ctx.shared.busy.get(int(rank), 0)
+        return {int(r): int(v) for r, v in u.iter_rows() if r is not None}
+
+    return ctx.shared.once("busy", compute).get(int(rank), 0)
 
 
 def union_of(df: pl.DataFrame) -> list[Interval]:

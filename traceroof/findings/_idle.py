@@ -385,9 +385,12 @@ def timeline(ctx: FindingContext) -> pl.DataFrame:
     ns. Computed once per context, with :func:`stretches` (``ctx.shared``).
     """
     shared = ctx.shared
-    if shared.timeline is None:
-        shared.timeline, shared.stretches = _timeline_and_stretches(ctx)
-    return shared.timeline
+
+    def compute() -> pl.DataFrame:
+        tl, shared.stretches = _timeline_and_stretches(ctx)  # the stretches first: set with it
+        return tl
+
+    return shared.once("timeline", compute)
 
 
 def _timeline_and_stretches(ctx: FindingContext) -> tuple[pl.DataFrame, pl.DataFrame]:

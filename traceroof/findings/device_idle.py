@@ -29,7 +29,7 @@ WAIT_MIN_SHARE = 0.10
 TOP_GAPS = 5
 
 
-@register("device_idle")
+@register("device_idle", heavy=True)
 def detect(ctx: FindingContext) -> list[Finding]:
     """One finding per rank for host-bound idle time, one for queued-work waits; per
     (rank, device) for a rank driving several devices (:func:`~._common.scopes`)."""

@@ -40,8 +40,7 @@ def rank_view(ctx: FindingContext) -> RankView:
     the caller passed (``ctx.rank_comparison``, ``ctx.ranks``: ``analyze`` has both), else
     computed from the op table (:func:`traceroof.ranks.compare_collectives`,
     :func:`traceroof.ranks.analyze_ranks`; both None with fewer than 2 ranks)."""
-    shared = ctx.shared
-    if shared.rank_view is None:
+    def compute() -> RankView:
         from ..ranks import analyze_ranks, compare_collectives
 
         cmp = ctx.rank_comparison
@@ -50,8 +49,9 @@ def rank_view(ctx: FindingContext) -> RankView:
         sec = ctx.ranks
         if sec is None and cmp is not None:
             sec = analyze_ranks(ctx.ops, ctx.steps, ctx.meta.stats, cmp)
-        shared.rank_view = RankView(cmp, sec)
-    return shared.rank_view
+        return RankView(cmp, sec)
+
+    return ctx.shared.once("rank_view", compute)
 
 
 @register("straggler")
@@ -65,9 +65,7 @@ def detect(ctx: FindingContext) -> list[Finding]:
 def _reported(ctx: FindingContext) -> list[tuple[dict[str, Any], float, int, float | None]]:
     """The straggler ranks worth a finding: ``(per_rank row, mean wait per other rank (ns),
     steps, median step time (ns))`` each."""
-    if ctx.shared.stragglers is None:
-        ctx.shared.stragglers = _find_stragglers(ctx)
-    return ctx.shared.stragglers
+    return ctx.shared.once("stragglers", lambda: _find_stragglers(ctx))
 
 
 def _find_stragglers(ctx: FindingContext) -> list[tuple[dict[str, Any], float, int, float | None]]:
@@ -98,12 +96,13 @@ def claimed_waits(ctx: FindingContext) -> pl.DataFrame:
     these to the straggler finding, so no nanosecond is claimed twice (BC-33)."""
     from ..ranks import wait_intervals
 
-    if ctx.shared.straggler_waits is None:
+    def compute() -> pl.DataFrame:
         runs = ctx.chosen is None or "straggler" in ctx.chosen
         reported = [int(row["rank"]) for row, *_ in _reported(ctx)] if runs else []
         w = wait_intervals(rank_view(ctx).comparison if reported else None)
-        ctx.shared.straggler_waits = w.filter(pl.col("last_rank").is_in(reported))
-    return ctx.shared.straggler_waits
+        return w.filter(pl.col("last_rank").is_in(reported))
+
+    return ctx.shared.once("straggler_waits", compute)
 
 
 def _finding(ctx: FindingContext, sec: dict[str, Any], row: dict[str, Any], mean_wait: float, n_steps: int,

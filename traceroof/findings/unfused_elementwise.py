@@ -54,7 +54,7 @@ MIN_NS = 1_000
 MAX_FINDINGS = 10
 
 
-@register("unfused_elementwise")
+@register("unfused_elementwise", heavy=True)
 def detect(ctx: FindingContext) -> list[Finding]:
     """One finding per (rank, chain signature) worth reporting."""
     found = find_chains(ctx)
