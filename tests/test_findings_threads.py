@@ -142,16 +142,23 @@ def test_shared_once_nests_without_deadlock():
 
 
 def _fake_detectors(monkeypatch, delays: dict[str, float], heavy: set[str], started: list[str],
-                    fail: set[str] = frozenset()):
+                    fail: set[str] = frozenset(), waits: dict[str, threading.Event] | None = None,
+                    sets: dict[str, threading.Event] | None = None):
     """Replace the registry with detectors that record their start, sleep, write one warning
-    and return one finding each (or raise)."""
+    and return one finding each (or raise). A name in ``waits`` blocks until its event is set
+    (and fails the test after 5 s: it ran alone); a name in ``sets`` sets its event."""
     lock = threading.Lock()
+    waits, sets = waits or {}, sets or {}
 
     def make(name):
         def detect(ctx):
             with lock:
                 started.append(name)
             time.sleep(delays[name])
+            if name in sets:
+                sets[name].set()
+            if name in waits:
+                assert waits[name].wait(5), f"{name} waited 5 s for a detector that never ran beside it"
             if name in fail:
                 raise RuntimeError(f"{name} failed")
             ctx.warnings.append(f"{name}: warned")
@@ -170,16 +177,14 @@ def _ctx(late_ranks) -> FindingContext:
 
 def test_heavy_detectors_start_first_and_warnings_keep_the_order(late_ranks, monkeypatch):
     started: list[str] = []
-    # "zz" is last in the registry's order and the longest: without HEAVY it would start last
-    delays = {"a": 0.03, "b": 0.0, "c": 0.0, "zz": 0.15}
+    # "zz" is last in the registry's order: without HEAVY it would start last. It finishes only
+    # once "c", the last of the others, has run: one after the other, it would never finish.
+    delays = {"a": 0.0, "b": 0.0, "c": 0.0, "zz": 0.0}
+    others_ran = threading.Event()
     ctx = _ctx(late_ranks)
-    _fake_detectors(monkeypatch, delays, {"zz"}, started)
-    t0 = time.perf_counter()
+    _fake_detectors(monkeypatch, delays, {"zz"}, started, waits={"zz": others_ran}, sets={"c": others_ran})
     found = run_detectors(ctx, threads=2)
-    wall = time.perf_counter() - t0
-    assert "zz" in started[:2], started
-    # the others ran beside it: the wall is the longest one's, not the sum (0.18 s)
-    assert wall < 0.15 + 0.025, wall
+    assert started.index("zz") < started.index("c"), started
     # warnings in the registry's order, not in the order the threads finished ("zz" last)
     assert ctx.warnings == [f"{n}: warned" for n in delays]
     assert sorted(f.kind for f in found) == sorted(delays)

@@ -73,7 +73,7 @@ class Shared:
     rank_view: RankView | None = None
     stragglers: list[tuple[dict[str, Any], float, int, float | None]] | None = None
     straggler_waits: pl.DataFrame | None = None
-    _locks: dict[str, threading.RLock] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _locks: dict[str, threading.RLock] = field(init=False, repr=False, compare=False)  # set in __post_init__
 
     def __post_init__(self) -> None:
         self._locks = {f.name: threading.RLock() for f in fields(self) if not f.name.startswith("_")}
