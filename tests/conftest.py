@@ -36,6 +36,18 @@ def require_native(*, module_level: bool = False) -> None:
                 allow_module_level=module_level)
 
 
+def require_xplane_native() -> None:
+    """Skip when the C XPlane event decoder (``traceroof.parsers._xplane_scan``) is not built,
+    but fail under ``TRACEROOF_REQUIRE_NATIVE=1``, as :func:`require_native`."""
+    from traceroof.parsers import xplane_proto_events
+
+    if xplane_proto_events.NATIVE:
+        return
+    if os.environ.get("TRACEROOF_REQUIRE_NATIVE") == "1":
+        pytest.fail("TRACEROOF_REQUIRE_NATIVE=1 but traceroof.parsers._xplane_scan is not built")
+    pytest.skip("the C XPlane decoder is not built (python setup.py build_ext --inplace)")
+
+
 def real(*parts: str) -> Path:
     """Path of a real fixture; raises (test fails) when it is missing."""
     p = REAL.joinpath(*parts)

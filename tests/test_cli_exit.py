@@ -81,3 +81,25 @@ def test_an_output_file_is_whole_and_the_error_codes_stay(tmp_path):
 def test_other_commands_exit_as_usual(tmp_path):
     p, hook_ran = _run(tmp_path, "--version")
     assert p.returncode == 0 and hook_ran and p.stdout.strip()
+
+
+def test_the_command_line_keeps_openblas_to_one_thread(monkeypatch):
+    """``entry`` sets ``OPENBLAS_NUM_THREADS=1`` before anything imports numpy (its OpenBLAS
+    would start a thread per core, ~0.1 s of CPU, for no linear algebra), unless the user set
+    it: their value stays."""
+    import traceroof.cli as cli
+    from traceroof import cli_entry
+
+    seen = []
+    monkeypatch.setattr(cli, "main", lambda: seen.append(os.environ.get("OPENBLAS_NUM_THREADS")))
+    monkeypatch.setattr(cli, "_one_shot", lambda _ctx: False)  # exits by SystemExit, not os._exit
+    for preset, want in ((None, "1"), ("4", "4")):
+        if preset is None:
+            monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OPENBLAS_NUM_THREADS", preset)
+        try:
+            cli_entry.entry()
+        except SystemExit as exc:
+            assert exc.code == 0
+        assert seen[-1] == want

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_xplane_native
 from google.protobuf import descriptor_pool
 
 from traceroof.parsers import xplane_proto as xp
@@ -20,6 +21,24 @@ from traceroof.parsers import xplane_proto_messages as xpm
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 OWN = Path(__file__).resolve().parents[1] / "fixtures" / "jax_cpu" / "train_step.xplane.pb"
 REAL_XPLANES = sorted(REAL.rglob("*.xplane.pb"))
+
+
+@pytest.fixture(autouse=True)
+def _python_decoder(request, monkeypatch):
+    """The numpy / protobuf decoder, the subject of this module's tests, unless a test takes
+    the ``decoder`` parameter (then both: the C decoder must give what protobuf gives too)."""
+    if "decoder" not in request.fixturenames:
+        monkeypatch.setenv("TRACEROOF_DECODER", "python")
+
+
+@pytest.fixture(params=["python", "native"])
+def decoder(request, monkeypatch):
+    if request.param == "native":
+        require_xplane_native()
+        monkeypatch.delenv("TRACEROOF_DECODER", raising=False)
+    else:
+        monkeypatch.setenv("TRACEROOF_DECODER", "python")
+    return request.param
 
 
 def _kind_name(k: int) -> str | None:
@@ -73,7 +92,7 @@ def test_real_fixtures_present():
 
 
 @pytest.mark.parametrize("path", REAL_XPLANES + [OWN], ids=lambda p: "/".join(p.parts[-3:]))
-def test_decoder_matches_protobuf_on_real_files(path):
+def test_decoder_matches_protobuf_on_real_files(path, decoder):
     data = path.read_bytes()
     space = xp.scan_space(data)
     ref = xp.XSpace()
@@ -127,7 +146,7 @@ def _line_bytes(line: xp.XLine) -> bytes:
 
 
 @pytest.mark.parametrize("chunk", [1 << 18, 64, 23])
-def test_decoder_edge_cases(monkeypatch, chunk):
+def test_decoder_edge_cases(monkeypatch, chunk, decoder):
     monkeypatch.setattr(xpe, "CHUNK_BYTES", chunk)
     monkeypatch.setattr(xpe, "_SMALL_CHUNK", max(8, chunk // 4))
     line = _edge_line()
@@ -138,7 +157,7 @@ def test_decoder_edge_cases(monkeypatch, chunk):
     _assert_line_equal(got.events, line)
 
 
-def test_decoder_unknown_fields_and_non_canonical_order():
+def test_decoder_unknown_fields_and_non_canonical_order(decoder):
     """An event with a field this schema does not know (as a newer writer might add) and line
     fields written after the events: protobuf semantics, nothing lost."""
     ev = xp.XEvent(metadata_id=3, offset_ps=10, duration_ps=20)

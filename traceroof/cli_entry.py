@@ -24,10 +24,18 @@ def entry() -> None:
     profiler that writes its data at exit), the interpreter exits as usual. ``main``
     itself never ends the process this way (library and test callers).
 
+    Before the command, ``OPENBLAS_NUM_THREADS`` is set to 1 unless the user set it: numpy's
+    OpenBLAS would start a thread per core when the XPlane reader (or a big Kineto file)
+    imports numpy, ~0.1 s of CPU per run, and no command does linear algebra
+    (docs/performance.md, "XPlane events in C (session 18)").
+
     Raises:
         SystemExit: the command's exit code (documented in docs/cli.md), when it does not
             end the process itself.
     """
+    # numpy's OpenBLAS starts a thread per core when numpy is imported (the XPlane reader, a
+    # big Kineto file); the command does no linear algebra: ~0.1 s of CPU less per run
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from .cli import _one_shot, main
 
     try:

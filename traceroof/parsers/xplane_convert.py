@@ -27,6 +27,7 @@ from .xplane import file_stem
 from .xplane_host import annotation_rows, assign_steps, device_step_spans, host_rows
 from .xplane_ops import cpu_thunk_ops, device_info, device_ops
 from .xplane_planes import LOST_NAME, Parts, Plane
+from .xplane_proto_events import native_active
 from .xplane_source import with_sources
 
 log = logging.getLogger(__name__)
@@ -222,7 +223,8 @@ def _convert(space: xp.SpaceScan, path: str, rank: int, out: Parts) -> dict[str,
     for plane in planes:
         if plane.name.startswith("/host:") and plane.name != "/host:metadata":
             plane.prefetch_ids = list(range(len(plane.scan.line_ranges)))
-    feed = LineFeed([(p, i) for p in planes for i in p.prefetch_ids])
+    # the C decoder takes a line in well under the cost of a hand-over to a thread: no pool
+    feed = LineFeed([(p, i) for p in planes for i in p.prefetch_ids], 1 if native_active() else MAX_THREADS)
     for p in planes:
         p.feed = feed
     try:

@@ -5,15 +5,54 @@ events, so the common all-varint events are decoded here with numpy (:func:`_fas
 on the pairs of :func:`~.xplane_proto_tokens.tokenise`); events holding a double, string
 or bytes stat (or anything unexpected) go through protobuf, which is the arbiter of what is
 valid (:func:`decode_events`).
+
+Before either, the optional C decoder (``_xplane_scan.c``: :data:`NATIVE`) takes the whole
+run of events in one call, the GIL released, every field protobuf's way (the last value of a
+field, the last member of a oneof); it hands back anything it does not fully understand
+(another field, a wire type, a varint or length out of bounds, a str_value that is not UTF-8),
+which then goes the way above: the same columns either way (``tests/test_xplane_native.py``).
+``TRACEROOF_DECODER=python`` leaves it out, as it does the Kineto scanner.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
 from .xplane_proto_messages import XEvent, XLine
 from .xplane_proto_tokens import CHUNK_BYTES, pos_buffer, tokenise
 from .xplane_proto_wire import WireError, find_break, read_varint
+
+try:  # the optional C decoder (setup.py); without it, numpy and protobuf alone
+    from . import _xplane_scan
+except ImportError:  # pragma: no cover - not built
+    _xplane_scan = None  # type: ignore[assignment]
+
+#: the C event decoder was built and imports
+NATIVE: bool = _xplane_scan is not None
+
+
+def native_active() -> bool:
+    """True when the C decoder is used: built, and ``TRACEROOF_DECODER`` is not ``python``."""
+    return NATIVE and os.environ.get("TRACEROOF_DECODER", "").strip().lower() != "python"
+
+
+def _native_columns(d: dict) -> EventColumns:
+    """:class:`EventColumns` from the C decoder's dict (the arrays as it laid them out)."""
+    i64 = np.int64
+    part = {
+        "metadata_id": np.frombuffer(d["metadata_id"], i64),
+        "offset_ps": np.frombuffer(d["offset_ps"], i64),
+        "duration_ps": np.frombuffer(d["duration_ps"], i64),
+        "aggregated": np.frombuffer(d["aggregated"], np.uint8).view(np.bool_),
+        "stat_event": np.frombuffer(d["stat_event"], i64),
+        "stat_mid": np.frombuffer(d["stat_mid"], i64),
+        "stat_kind": np.frombuffer(d["stat_kind"], np.uint8),
+        "stat_value": np.frombuffer(d["stat_value"], np.uint64),
+        "stat_objects": dict(zip(np.frombuffer(d["obj_index"], i64).tolist(), d["objects"])),
+    }
+    return EventColumns([part])
 
 # Tags (field << 3 | wire type) of the fields the fast decoder understands.
 T_EVENT = 0x22  # XLine.events / XEvent.stats (field 4, LEN)
@@ -421,6 +460,10 @@ def decode_events(buf, start: int, end: int):
     message parsed from ``buf[stop_of_fast_part:end]`` (its non-event fields belong to the
     line), else None. Raises :class:`WireError` (absolute offset) on broken bytes.
     """
+    if native_active():
+        d = _xplane_scan.events(buf, start, end)
+        if d is not None:
+            return _native_columns(d), d["stop"], None
     parts: list[dict] = []
     pos = start
     chunk = CHUNK_BYTES
