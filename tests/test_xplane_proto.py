@@ -177,6 +177,27 @@ def test_decoder_unknown_fields_and_non_canonical_order(decoder):
     assert _decoded(got.events) == [(1, 1, "ref_value", 4)]
 
 
+def test_decoder_keeps_the_oneof_member_set_last(decoder):
+    """An event whose bytes set ``num_occurrences`` then ``offset_ps`` (a merge of two
+    messages writes that) is not aggregated and keeps its offset; the other order is
+    aggregated, ``offset_ps`` 0: protobuf's oneof rule, in both decoders, whether or not the
+    event has stats (the numpy decoder's regular and general layouts)."""
+    def ev(**f) -> bytes:
+        return xp.XEvent(**f).SerializeToString()
+
+    stat = b"\x22\x04\x08\x01\x18\x02"  # a stat: metadata_id 1, uint64 2
+    bodies = [ev(num_occurrences=3) + ev(offset_ps=7), ev(offset_ps=7) + ev(num_occurrences=4),
+              ev(num_occurrences=3) + ev(offset_ps=9) + stat, ev(offset_ps=5, duration_ps=2) + stat,
+              ev(offset_ps=1) + ev(num_occurrences=0) + stat]
+    data = b"".join(bytes([0x22, len(b)]) + b for b in bodies)
+    ref = xp.XLine()
+    ref.ParseFromString(data)
+    got = xp.scan_line(data, 0, len(data))
+    _assert_line_equal(got.events, ref)
+    assert got.events.aggregated.tolist() == [False, True, False, False, True]
+    assert got.events.offset_ps.tolist() == [7, 0, 9, 5, 0]
+
+
 def _string_line(n: int):
     line = xp.XLine(id=1, name="python")
     for i in range(n):

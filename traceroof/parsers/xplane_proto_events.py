@@ -178,20 +178,23 @@ _LUT_STATVAL[[0x18, 0x20, 0x38]] = True
 
 def _event_scalars(part: dict, n_ev: int, ev_of, field, values) -> None:
     """Set the event columns of ``part`` from the event-level varint fields (1..5) given as
-    the owning event, the field number and the value of each: one scatter into an
-    ``[event, field]`` table. ``aggregated``: field 5 (``num_occurrences``) is set."""
+    the owning event, the field number and the value of each, in file order (``ev_of`` non
+    decreasing): one scatter into an ``[event, field]`` table, the last value of a field
+    kept. ``aggregated``: the ``data`` oneof's member set last is field 5
+    (``num_occurrences``), and then ``offset_ps`` reads 0, as protobuf has it."""
     table = np.zeros((n_ev, 6), np.int64)
     table.reshape(-1)[ev_of.astype(np.int64) * 6 + field] = values
     part["metadata_id"] = table[:, 1]
-    part["offset_ps"] = table[:, 2]
     part["duration_ps"] = table[:, 3]
-    part["aggregated"] = table[:, 5] != 0
-    if (table[:, 5] == 0).any():
-        f5 = field == 5
-        if f5.any():  # num_occurrences = 0 is set too
-            agg = np.zeros(n_ev, np.bool_)
-            agg[ev_of[f5]] = True
-            part["aggregated"] = agg
+    data = np.flatnonzero((field == 2) | (field == 5))  # the oneof's pairs, in file order
+    agg = np.zeros(n_ev, np.bool_)
+    if len(data):
+        ev = ev_of[data]
+        last = np.ones(len(data), np.bool_)  # the last oneof pair of its event
+        last[:-1] = ev[1:] != ev[:-1]
+        agg[ev[last]] = field[data[last]] == 5
+    part["aggregated"] = agg
+    part["offset_ps"] = np.where(agg, 0, table[:, 2]) if agg.any() else table[:, 2]
 
 
 def _regular_layout(n_bytes: int, tag8, val, tag_pos, val_end, tail_pos: int):
