@@ -358,6 +358,39 @@ def run_xplane_scan(data: bytes) -> None:
                 len(line.events)
 
 
+def run_xplane_native(data: bytes) -> None:
+    """The C event decoder (``_xplane_scan``, when built) against protobuf: every run of
+    events it takes, at the first event field of each line of the XSpace and after each run
+    it stops, must parse in protobuf, alone, to the same columns (an ``AssertionError``, a
+    crash, otherwise); what it hands back (None) is the numpy decoder's, fuzzed above."""
+    from traceroof.parsers import xplane_proto as xp
+    from traceroof.parsers import xplane_proto_events as xpe
+
+    if not xpe.NATIVE:
+        return
+    from traceroof.parsers import _xplane_scan
+    from traceroof.parsers.xplane_proto_messages import XLine
+
+    buf = memoryview(data)
+    for plane in xp.scan_space(data).planes:
+        for start, end in plane.line_ranges:
+            try:
+                runs = [tag for f, _wt, _v, tag, _e in xp.iter_fields(data, start, end) if f == 4]
+            except xp.WireError:
+                continue
+            for at in runs[:8]:
+                d = _xplane_scan.events(buf, at, end)
+                if d is None:
+                    continue
+                ref = XLine()
+                ref.ParseFromString(data[at:d["stop"]])  # raises (a crash) if protobuf rejects it
+                got, want = xpe._native_columns(d), xpe.EventColumns([xpe._part_from_messages(ref.events)])
+                for k in ("metadata_id", "offset_ps", "duration_ps", "aggregated", "stat_event",
+                          "stat_mid", "stat_kind", "stat_value"):
+                    assert (getattr(got, k) == getattr(want, k)).all() and len(getattr(got, k)) == len(getattr(want, k)), k
+                assert got.stat_objects == want.stat_objects
+
+
 def run_xplane(data: bytes) -> None:
     """The XPlane reader (:func:`traceroof.parsers.xplane.read_bytes`), tables built."""
     from traceroof.errors import TraceroofError
@@ -513,6 +546,8 @@ def targets() -> dict[str, Target]:
         Target("piped", 2, make_piped, run_piped, E, "stdin / a FIFO: a Kineto trace, a tar or an XSpace on a stream"),
         Target("protowire", 30, make_small_xplane, run_protowire, (), "protobuf wire walkers alone"),
         Target("xplane_scan", 12, make_small_xplane, run_xplane_scan, (), "XSpace scanner and event decoder"),
+        Target("xplane_native", 12, make_small_xplane, run_xplane_native, (),
+               "the C event decoder against protobuf, run by run"),
         Target("xplane", 3, make_xplane, run_xplane, E, "XPlane reader (read_bytes), tables built"),
         Target("xplane_file", 1, make_small_xplane, run_xplane_file, E, "read_trace on an .xplane.pb"),
         Target("cache", 1, make_cache, run_cache, E, "a Parquet cache (single or dataset) with a JSON file or a part damaged, or a file deleted"),

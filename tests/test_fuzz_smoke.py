@@ -144,3 +144,27 @@ def test_half_the_reader_inputs_force_the_native_scanner(monkeypatch):
         assert "TRACEROOF_DECODER" not in os.environ
     assert all((v == "native") == (zlib.crc32(d) % 2 == 0) for d, v in seen.items())
     assert 16 < sum(v == "native" for v in seen.values()) < 48
+
+
+def test_the_native_xplane_target_catches_a_wrong_column(monkeypatch):
+    """The differential target (C event decoder against protobuf) passes on a seed and fails
+    when one column of the C decoder's is off by one: its "no crash" means something."""
+    from conftest import require_xplane_native
+
+    require_xplane_native()
+    from fuzz import seeds
+    from traceroof.parsers import xplane_proto_events as xpe
+
+    t = targets()["xplane_native"]
+    data = seeds.xplane_seeds()[0]
+    t.run(data)
+    real = xpe._native_columns
+
+    def off_by_one(d):
+        cols = real(d)
+        cols.duration_ps = cols.duration_ps + 1
+        return cols
+
+    monkeypatch.setattr(xpe, "_native_columns", off_by_one)
+    with pytest.raises(AssertionError):
+        t.run(data)
