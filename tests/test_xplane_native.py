@@ -168,6 +168,13 @@ def test_the_run_stops_at_the_first_other_field():
     _len(0x22, b"\x08" + b"\xff" * 10 + b"\x01"),             # a varint of 11 bytes
     _len(0x22, b"\x08" + b"\xff" * 9 + b"\x02"),              # a varint beyond 64 bits
     _len(0x22, b"\x0b\x0c"),                                  # a group (wire types 3, 4)
+    # tags and length prefixes longer than upb reads them (5 bytes): protobuf rejects these
+    bytes.fromhex("22808080808000"),                          # an event's length in 6 bytes
+    bytes.fromhex("2280808080808080808000"),                  # ... in 10 bytes
+    bytes.fromhex("220788808080800005"),                      # an XEvent tag in 6 bytes
+    bytes.fromhex("2209220788808080800005"),                  # an XStat tag in 6 bytes
+    bytes.fromhex("220722808080808000"),                      # a stat's length in 6 bytes
+    _len(0x22, b"\x88\x80\x80\x80\x10\x05"),                 # a 5-byte tag above UINT32_MAX
 ])
 def test_what_it_does_not_understand_it_hands_back(data, monkeypatch):
     assert _xplane_scan.events(data, 0, len(data)) is None

@@ -198,6 +198,20 @@ def test_decoder_keeps_the_oneof_member_set_last(decoder):
     assert got.events.offset_ps.tolist() == [7, 0, 9, 5, 0]
 
 
+def test_an_event_under_an_over_long_tag_is_kept(decoder):
+    """``a2 00`` is tag 0x22 (field 4, LEN) in two bytes: protobuf reads the event after it;
+    so does the line's decoder (it was dropped), and a broken one under it is a WireError."""
+    data = bytes.fromhex("2206080510071809a20006080510071809")
+    ref = xp.XLine()
+    ref.ParseFromString(data)
+    got = xp.scan_line(data, 0, len(data))
+    assert len(ref.events) == 2
+    _assert_line_equal(got.events, ref)
+    with pytest.raises(xp.WireError):
+        bad = bytes.fromhex("a2000608051007ff")  # its last varint cut
+        xp.scan_line(bad, 0, len(bad))
+
+
 def _string_line(n: int):
     line = xp.XLine(id=1, name="python")
     for i in range(n):

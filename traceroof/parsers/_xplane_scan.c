@@ -9,8 +9,9 @@
  * Decodes the run of XLine.events fields from ``start`` to the first field that is not one
  * (not consumed) or to ``end``. Returns None ("not handled") for anything it does not fully
  * understand: a field other than those below, a wire type other than the field's, a varint
- * longer than 10 bytes or beyond 64 bits, a length past its message's end, a str_value that
- * is not UTF-8. The caller then decodes the same bytes with the Python decoder
+ * longer than 10 bytes or beyond 64 bits, a tag or length prefix longer than 5 bytes or
+ * beyond what upb takes (a tag above UINT32_MAX, a length from INT32_MAX), a length past its
+ * message's end, a str_value that is not UTF-8. The caller then decodes the same bytes with the Python decoder
  * (traceroof.parsers.xplane_proto_events), which is the arbiter through protobuf, exactly as
  * without this module.
  *
@@ -48,6 +49,8 @@ typedef struct {
 } Vec;
 
 static int grow(Vec *v, size_t item) {
+    if (v->cap > SIZE_MAX / 2 / item)
+        return -1;
     size_t cap = v->cap ? v->cap * 2 : 1024;
     char *q = (char *)realloc(v->p, cap * item);
     if (q == NULL)
@@ -103,10 +106,19 @@ static inline int varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) 
     return -1;
 }
 
+/* A tag or a length prefix as upb reads them (upb/wire/reader.c): at most 5 bytes and at
+ * most ``max`` (a tag: UINT32_MAX; a length: below INT32_MAX); else -1 (protobuf rejects it). */
+static inline int varint5(const uint8_t **pp, const uint8_t *end, uint64_t *out, uint64_t max) {
+    const uint8_t *p0 = *pp;
+    if (varint(pp, end, out) < 0 || *pp - p0 > 5 || *out > max)
+        return -1;
+    return 0;
+}
+
 /* A LEN field's content after its tag: [*pp + length prefix, + length) within ``end``. */
 static inline int span(const uint8_t **pp, const uint8_t *end, const uint8_t **q) {
     uint64_t n;
-    if (varint(pp, end, &n) < 0 || n > (uint64_t)(end - *pp))
+    if (varint5(pp, end, &n, INT32_MAX - 1) < 0 || n > (uint64_t)(end - *pp))
         return -1;
     *q = *pp + n;
     return 0;
@@ -118,7 +130,7 @@ static int xstat(const uint8_t *p, const uint8_t *end, const uint8_t *base, int6
     const uint8_t *obj = NULL;
     size_t obj_len = 0;
     while (p < end) {
-        if (varint(&p, end, &tag) < 0)
+        if (varint5(&p, end, &tag, UINT32_MAX) < 0)
             return ERR_UNHANDLED;
         uint64_t field = tag >> 3, wt = tag & 7;
         if (wt == 0 && (field == 1 || field == 3 || field == 4 || field == 7)) {
@@ -171,7 +183,7 @@ static int xevent(const uint8_t *p, const uint8_t *end, const uint8_t *base, Out
     uint8_t agg = 0;
     int64_t index = (int64_t)o->mid.n;
     while (p < end) {
-        if (varint(&p, end, &tag) < 0)
+        if (varint5(&p, end, &tag, UINT32_MAX) < 0)
             return ERR_UNHANDLED;
         uint64_t field = tag >> 3, wt = tag & 7;
         if (wt == 0 && (field == 1 || field == 2 || field == 3 || field == 5)) {
