@@ -282,6 +282,9 @@ class Buffer:
         (:class:`MappedBuffer`: never released before then); nothing to do here, where the
         threads read a copy."""
 
+    def unpin(self) -> None:
+        """No scanning thread reads the bytes any more (:meth:`pin`'s hold is over)."""
+
     def unshift(self, b: Any) -> None:
         """Put back in front the bytes just before ``base`` (dropped earlier: the caller
         kept them)."""
@@ -445,6 +448,12 @@ class MappedBuffer(Buffer):
         """The pages from the start on are read by a scanning thread (its job's pieces, in
         place) until the next pin: :meth:`drop` releases none of them before then."""
         self._pinned = self._off
+
+    def unpin(self) -> None:
+        """No scanning thread reads the pages any more: :meth:`drop` releases them again as
+        it goes (a pin never followed by another held every page after it mapped: the 1 GB
+        read peaked at 1.2 GB instead of 0.36 GB once the threads were given up under load)."""
+        self._pinned = None
 
     def unshift(self, b: Any) -> None:
         """Move the start back over the ``len(b)`` bytes before it (dropped earlier: ``b``

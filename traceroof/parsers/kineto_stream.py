@@ -393,6 +393,7 @@ class _Stream:
         ``start`` (fewer at the stream's end), on a copy of their bytes; None when there is
         no scanner or ``TRACEROOF_SCAN_AHEAD=0``."""
         if self.scanner is None or not self._ahead:
+            self.buf.unpin()  # no worker job from here on (none is running when this is called)
             return None
         pieces = [self._piece(start)]
         while len(pieces) < WORKER_PIECES and pieces[-1].next is not None:

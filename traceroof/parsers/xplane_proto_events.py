@@ -9,7 +9,8 @@ valid (:func:`decode_events`).
 Before either, the optional C decoder (``_xplane_scan.c``: :data:`NATIVE`) takes the whole
 run of events in one call, the GIL released, every field protobuf's way (the last value of a
 field, the last member of a oneof); it hands back anything it does not fully understand
-(another field, a wire type, a varint or length out of bounds, a str_value that is not UTF-8),
+(another field, a wire type, a tag or length longer than upb reads, a varint or length out
+of bounds, a str_value that is not UTF-8),
 which then goes the way above: the same columns either way (``tests/test_xplane_native.py``).
 ``TRACEROOF_DECODER=python`` leaves it out, as it does the Kineto scanner.
 """
