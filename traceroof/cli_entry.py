@@ -33,9 +33,7 @@ def entry() -> None:
         SystemExit: the command's exit code (documented in docs/cli.md), when it does not
             end the process itself.
     """
-    # numpy's OpenBLAS starts a thread per core when numpy is imported (the XPlane reader, a
-    # big Kineto file); the command does no linear algebra: ~0.1 s of CPU less per run
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy is imported (docstring)
     from .cli import _one_shot, main
 
     try:

@@ -34,8 +34,8 @@ from .xplane_proto_events import (
     STAT_UINT64,
     T_EVENT,
     EventColumns,
-    _part_from_messages,
     decode_events,
+    protobuf_event,
 )
 from .xplane_proto_messages import (
     POOL,
@@ -154,7 +154,7 @@ def scan_line(buf, start: int, end: int, want=None) -> LineScan:
             if field == 4:  # an event under a tag written over-long (not 0x22): protobuf's
                 if want is not None and not want(line.name):
                     return line
-                parts.append(_one_event(buf, tag_pos, pos, n))
+                parts.append(EventColumns([protobuf_event(buf, tag_pos, pos, n)]))
             elif field in (2, 11):
                 raw = bytes(buf[pos : pos + n])
                 try:
@@ -181,18 +181,6 @@ def scan_line(buf, start: int, end: int, want=None) -> LineScan:
     else:
         line.events = _concat_columns(parts)
     return line
-
-
-def _one_event(buf, tag_pos: int, pos: int, n: int) -> EventColumns:
-    """The XEvent at ``buf[pos:pos + n]`` through protobuf, as columns (the field's tag at
-    ``tag_pos``, in a non-canonical encoding that the event decoders do not look for).
-    Raises :class:`WireError` where protobuf cannot parse it."""
-    ev = XEvent()
-    try:
-        ev.ParseFromString(bytes(buf[pos : pos + n]))
-    except Exception as exc:  # protobuf DecodeError: locate it
-        raise find_break(buf, pos, pos + n, "XEvent") or WireError(tag_pos, f"undecodable event: {exc}") from None
-    return EventColumns([_part_from_messages([ev])])
 
 
 def _concat_columns(parts: list[EventColumns]) -> EventColumns:

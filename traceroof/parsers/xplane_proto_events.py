@@ -170,6 +170,20 @@ def _part_from_messages(events) -> dict:
     }
 
 
+def protobuf_event(buf, tag_pos: int, start: int, length: int) -> dict:
+    """The columns (:func:`_part_from_messages`) of the one XEvent at
+    ``buf[start:start + length]``, parsed by protobuf; its field's tag at ``tag_pos``.
+    Raises :class:`WireError` where protobuf cannot parse it (located by
+    :func:`~.xplane_proto_wire.find_break` when it can be)."""
+    ev = XEvent()
+    try:
+        ev.ParseFromString(bytes(memoryview(buf)[start : start + length]))
+    except Exception as exc:  # protobuf DecodeError: locate it
+        err = find_break(buf, start, start + length, "XEvent")
+        raise err or WireError(tag_pos, f"undecodable event: {exc}") from None
+    return _part_from_messages([ev])
+
+
 #: Tags valid as XEvent-level (depth 1) varint fields, and as XStat values.
 _LUT_EVFIELD = np.zeros(256, np.bool_)
 _LUT_EVFIELD[[0x08, 0x10, 0x18, 0x28]] = True
@@ -513,13 +527,7 @@ def decode_events(buf, start: int, end: int):
         length, p = read_varint(buf, p, end)
         if length > end - p:
             raise WireError(pos, f"event declares {length} bytes but only {end - p} remain")
-        ev = XEvent()
-        try:
-            ev.ParseFromString(bytes(mv[p : p + length]))
-        except Exception as exc:  # protobuf DecodeError: locate it
-            err = find_break(buf, p, p + length, "XEvent")
-            raise err or WireError(pos, f"undecodable event: {exc}") from None
-        parts.append(_part_from_messages([ev]))
+        parts.append(protobuf_event(buf, pos, p, length))
         pos = p + length
         chunk = _SMALL_CHUNK
     return EventColumns(parts), pos, None
