@@ -305,6 +305,37 @@ def run_tar(data: bytes) -> None:
     _read_file(data, "fuzz.tar.gz" if data[:2] == b"\x1f\x8b" else "fuzz.tar")
 
 
+def run_tar_shares(data: bytes) -> None:
+    """The parallel read of a tar (``read_trace`` with ``jobs`` > 1) in this process: its two
+    shares read as the two processes read them; when the archive reads whole in one share,
+    the two hold its members between them, each once, with the same traces, and merge."""
+    from traceroof.errors import TraceroofError
+    from traceroof.parsers import tar
+
+    f = S.workdir() / ("fuzz.tar.gz" if data[:2] == b"\x1f\x8b" else "fuzz.tar")
+    f.write_bytes(data)
+    with _decoder_for(data):
+        try:
+            one = tar.read_share(f, 0, 1)
+        except TraceroofError as exc:
+            check_error(exc, str(f))
+            one = None
+        parts = []
+        for k in (0, 1):
+            try:
+                parts += tar.read_share(f, k, 2)
+            except TraceroofError as exc:
+                if one is not None:
+                    raise AssertionError(f"share {k} of 2 failed where one share read it all: {exc}") from exc
+                check_error(exc, str(f))
+    if one is None:
+        return
+    key = sorted((n, p, t.ops.height, t.host.height) for n, p, t in parts)
+    if key != sorted((n, p, t.ops.height, t.host.height) for n, p, t in one):
+        raise AssertionError(f"two shares {key} != one {[(n, p) for n, p, _ in one]}")
+    tar.merge_members(parts)
+
+
 def make_piped(rng: random.Random) -> bytes:
     """What a pipe may carry: a Kineto trace (maybe gzipped, damaged), a tar of them, or an
     XSpace."""
@@ -543,6 +574,8 @@ def targets() -> dict[str, Target]:
         Target("kineto_file", 5, make_kineto_any, run_kineto_file, E,
                "read_trace on a .json/.json.gz file: sniff, stream, gzip wrappers"),
         Target("tar", 2, make_tar, run_tar, E, "read_trace on a .tar/.tar.gz of Kineto members"),
+        Target("tar_shares", 1, make_tar, run_tar_shares, E,
+               "a tar's two shares read as the parallel read's processes read them, against one share"),
         Target("piped", 2, make_piped, run_piped, E, "stdin / a FIFO: a Kineto trace, a tar or an XSpace on a stream"),
         Target("protowire", 30, make_small_xplane, run_protowire, (), "protobuf wire walkers alone"),
         Target("xplane_scan", 12, make_small_xplane, run_xplane_scan, (), "XSpace scanner and event decoder"),

@@ -100,8 +100,8 @@ def _progress_bar() -> Any:
 def jobs_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--jobs", type=click.IntRange(min=1),
-        help="Processes reading multi-file traces (directories, globs, several files). "
-        "Default: the core count.",
+        help="Processes reading multi-file traces (directories, globs, several files, the "
+        "members of a tar). Default: the core count.",
     )(fn)
 
 
@@ -112,7 +112,7 @@ def early_workers(traces: Sequence[str], jobs: int | None) -> ContextManager[Non
     defaulting to the core count; none for one file. Shut down when the block is left."""
     from .parallel import default_jobs, early_workers, likely_files
 
-    return early_workers(min(jobs or default_jobs(), likely_files(traces)) - 1)
+    return early_workers(min(jobs or default_jobs(), likely_files(traces, jobs)) - 1)
 
 
 def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

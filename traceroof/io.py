@@ -32,7 +32,7 @@ from .errors import (
     path_text,
 )
 from .merge import event_count, merge
-from .parallel import default_jobs, drop_early, input_size, run_parallel
+from .parallel import default_jobs, drop_early, input_size, run_parallel, tar_processes
 from .parsers import piped, registry
 from .parsers.piped import STDIN
 from .trace import Trace
@@ -175,8 +175,8 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
             warning names them. ``"-"`` is the trace piped into stdin, and a FIFO is read as
             a stream too (:mod:`traceroof.parsers.piped`: sniffed from its first bytes, a
             Kineto trace streamed, another format copied to a temporary file first).
-        jobs: worker processes for multi-file inputs (default: the core count; 1 reads them
-            one after another in this process).
+        jobs: worker processes for multi-file inputs, a tar's members included (default:
+            the core count; 1 reads them one after another in this process).
         progress: a :class:`~traceroof.progress.Progress` to report files, bytes and events
             to; ``None`` (the default) prints nothing.
         prepare: with several inputs, also do the per-rank stages of the analysis in the
@@ -208,7 +208,10 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
         progress.start(files=len(units), bytes=sum(sizes))
     ok = False
     try:
-        if len(units) == 1:
+        if len(units) == 1 and _archive_in_parallel(units[0], jobs):
+            trace = _read_archive(units[0], jobs=jobs, progress=progress, prepare=prepare, chip=chip,
+                                  while_waiting=while_waiting)
+        elif len(units) == 1:
             drop_early()  # workers started for a read of several files: not needed
             trace = read_one(units[0], progress=progress)
             if progress is not None:
@@ -242,6 +245,69 @@ def read_trace(path: PathArg | Sequence[PathArg], *, jobs: int | None = None,
 #: path ~0.07–0.15 s longer; docs/performance.md, "Ranks in parallel: where `--jobs 2` costs
 #: more than half of `--jobs 1` (session 13)")
 SEGMENT_MIN_PROCESSES = 3
+
+
+def _archive_in_parallel(unit: str, jobs: int | None) -> bool:
+    """Whether the one input ``unit`` is a tar of traces (a regular file the registry sniffs
+    as one) that more than one process reads (:func:`traceroof.parallel.tar_processes`)."""
+    if (jobs or default_jobs()) < 2 or unit == STDIN:
+        return False
+    p = Path(unit)
+    try:
+        if not (stat.S_ISREG(p.stat().st_mode) and registry.detect(p).name == "tar"):
+            return False
+        from .parsers.tar import compressed
+
+        return tar_processes(jobs or default_jobs(), compressed(p)) > 1
+    except (OSError, TraceroofError):
+        return False  # (read_one says what is wrong with it)
+
+
+def _read_archive(unit: str, *, jobs: int | None, progress: Progress | None, prepare: bool, chip: Any,
+                  while_waiting: Callable[[], None] | None) -> Trace:
+    """A tar of per-rank traces read as a folder of them is: its members shared among
+    ``jobs`` processes (:func:`run_parallel`, each share read in one pass over the archive by
+    :func:`traceroof.parsers.tar.read_share`; with ``prepare`` each member's per-rank stages
+    done there too), merged as :func:`traceroof.parsers.tar.read` merges them
+    (:func:`merge_inputs`: the copies among them left out, the prepared stages attached).
+
+    Raises:
+        TraceFormatError: as :func:`traceroof.parsers.tar.read`.
+    """
+    from .parsers import tar
+
+    shares = jobs or default_jobs()
+    size = input_size(unit)
+    items = [f"{path_text(unit)} (share {k + 1} of {shares})" for k in range(shares)]
+    worker = functools.partial(_read_share, archive=unit, shares=shares, prepare=prepare, chip=chip,
+                               segment=prepare and shares >= SEGMENT_MIN_PROCESSES)
+    parts = run_parallel(worker, items, jobs=shares, while_waiting=while_waiting)
+    read = sorted((r for part in parts for r in part), key=lambda r: (r[0], r[1]))
+    if not read:
+        raise TraceFormatError(unit, "archive", tar.NO_MEMBER)
+    if progress is not None:  # (the members are counted once read: the shares are no files)
+        for i, (name, _, r) in enumerate(read):
+            progress.file_done(name, size // len(read) + (size % len(read) if i == 0 else 0), event_count(r.trace))
+    return merge_inputs([r.trace for _, _, r in read], [r.identities for _, _, r in read])
+
+
+def _read_share(item: str, *, archive: str, shares: int, prepare: bool, chip: Any,
+                segment: bool) -> list[tuple[str, int, _Read]]:
+    """What a process runs for one share of a tar (``item``: its name, ``… (share K of N)``):
+    the share's members (:func:`traceroof.parsers.tar.read_share`), each as :func:`_read_worker`
+    sends a file back: ``[(member name, place in the archive, _Read)]``."""
+    from .parsers import tar
+
+    share = int(item.rsplit("(share ", 1)[1].split(" ", 1)[0]) - 1
+    try:
+        read = tar.read_share(Path(archive), share, shares)
+        return [(name, place, _sent(t, prepare, True, chip, segment)) for name, place, t in read]
+    except TraceroofError:
+        raise
+    except (OSError, EOFError) as exc:
+        raise TraceFormatError(archive, "file", f"a readable file ({type(exc).__name__}: {exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - re-raised with the archive named
+        raise RuntimeError(f"{item}: {type(exc).__name__}: {exc}") from exc
 
 
 def merge_inputs(traces: list[Trace], identities: Sequence[pl.DataFrame | None] | None = None) -> Trace:
@@ -317,18 +383,22 @@ def _read_worker(path: str, prepare: bool = False, identify: bool = False, chip:
     Unexpected exceptions are re-raised naming the file, so that a failure among hundreds of
     files says which one."""
     try:
-        t = read_one(path)
-        t.ops = t.ops.rechunk()
-        t.host = t.host.rechunk()
-        if prepare:
-            from .rank_prep import prepare as prepare_rank
-
-            t.prepared = prepare_rank(t, chip, segment=segment)
-        return _Read(t, op_identities(t, 0).rechunk() if identify else None)
+        return _sent(read_one(path), prepare, identify, chip, segment)
     except TraceroofError:
         raise
     except Exception as exc:  # noqa: BLE001 - re-raised with the file named
         raise RuntimeError(f"{path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _sent(t: Trace, prepare: bool, identify: bool, chip: Any, segment: bool) -> _Read:
+    """A trace read in a worker as it is sent back (:func:`_read_worker`)."""
+    t.ops = t.ops.rechunk()
+    t.host = t.host.rechunk()
+    if prepare:
+        from .rank_prep import prepare as prepare_rank
+
+        t.prepared = prepare_rank(t, chip, segment=segment)
+    return _Read(t, op_identities(t, 0).rechunk() if identify else None)
 
 
 def warm_worker() -> None:
