@@ -135,6 +135,16 @@ def test_the_same_script_with_the_guard_reads_every_rank(tmp_path, ranks):
     assert res.stdout.split() == ["ranks", "4"]
 
 
+def test_a_script_piped_into_python_reads_with_workers(ranks):
+    # ``python -``: the main module is ``<stdin>``, no file a spawned worker can run (it died
+    # looking for one, and the read said "out of memory? try fewer --jobs")
+    res = subprocess.run([sys.executable, "-", str(ranks)], input=SCRIPT_NO_GUARD, capture_output=True,
+                         text=True, env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["ranks", "4"]
+    assert "Traceback" not in res.stderr
+
+
 def modules_after_reading(path: str) -> tuple[int, list[str]]:
     """Run in a worker: read and prepare ``path`` as ``analyze`` does, then say who ran it and
     which modules that process holds."""

@@ -39,8 +39,8 @@ from .cache import (
     meta_from_json,
     part_crc32,
 )
-from .errors import InputNotFoundError, TraceFormatError, TraceroofError, UsageError
-from .io import read_one, resolve_inputs
+from .errors import InputNotFoundError, TraceFormatError, UsageError
+from .io import read_one, resolve_inputs, worker_errors
 from .merge import event_count, merge_meta
 from .parallel import input_size, run_parallel
 from .trace import Trace, TraceMeta
@@ -244,14 +244,8 @@ def ingest_file(trace_path: str | os.PathLike[str], out_dir: str | os.PathLike[s
 
 def _ingest_worker(trace_path: str, out_dir: str) -> int:
     """``ingest_file`` in a worker process: returns the file's event count, for progress."""
-    try:
+    with worker_errors(trace_path):
         return _ingest(trace_path, out_dir)[1]
-    except TraceroofError:
-        raise
-    except (OSError, EOFError) as exc:
-        raise TraceFormatError(trace_path, "file", f"a readable file ({type(exc).__name__}: {exc})") from exc
-    except Exception as exc:  # noqa: BLE001 - re-raised with the file named
-        raise RuntimeError(f"{trace_path}: {type(exc).__name__}: {exc}") from exc
 
 
 def ingest_files(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],

@@ -11,12 +11,13 @@ files, a glob, a list) are read in parallel processes, the copies among them lef
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob as _glob
 import os
 import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
@@ -299,15 +300,25 @@ def _read_share(item: str, *, archive: str, shares: int, prepare: bool, chip: An
     from .parsers import tar
 
     share = int(item.rsplit("(share ", 1)[1].split(" ", 1)[0]) - 1
-    try:
+    with worker_errors(archive, item):
         read = tar.read_share(Path(archive), share, shares)
         return [(name, place, _sent(t, prepare, True, chip, segment)) for name, place, t in read]
+
+
+@contextlib.contextmanager
+def worker_errors(path: str, item: str | None = None) -> Iterator[None]:
+    """What a worker process raises, named: ours as they are, an ``OSError`` as a
+    :class:`TraceFormatError` naming the file ``path`` (exit code 4, as :func:`read_one`
+    says it), anything else as a ``RuntimeError`` naming ``item`` (default: ``path``), so
+    that a failure among hundreds of files says which one."""
+    try:
+        yield
     except TraceroofError:
         raise
     except (OSError, EOFError) as exc:
-        raise TraceFormatError(archive, "file", f"a readable file ({type(exc).__name__}: {exc})") from exc
-    except Exception as exc:  # noqa: BLE001 - re-raised with the archive named
-        raise RuntimeError(f"{item}: {type(exc).__name__}: {exc}") from exc
+        raise TraceFormatError(path, "file", f"a readable file ({type(exc).__name__}: {exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - re-raised with the file named
+        raise RuntimeError(f"{item or path}: {type(exc).__name__}: {exc}") from exc
 
 
 def merge_inputs(traces: list[Trace], identities: Sequence[pl.DataFrame | None] | None = None) -> Trace:

@@ -139,7 +139,9 @@ class _Pool:
                      if q is not None]
         self.used, self.workers = False, workers
         self._leaving: Any = None  # the pool's manager thread once released (:meth:`release`)
-        hide = not main and not self.forked  # a forked child runs no main module anyway
+        # (a forked child runs no main module anyway; one read from stdin, ``python -``, has
+        # no file a spawned worker could run: it died looking for ``<stdin>``)
+        hide = (not main or not _main_is_a_file()) and not self.forked
         with self.guard.exported(), (_main_hidden() if hide else contextlib.nullcontext()):  # the workers inherit it
             for _ in range(workers):  # a pool spawns a worker per submit while none is idle
                 with contextlib.suppress(BrokenProcessPool):  # one died already: run() says so
@@ -295,6 +297,14 @@ def _main_hidden() -> Iterator[None]:
             setattr(main, k, v)
 
 
+def _main_is_a_file() -> bool:
+    """Whether the main module has a file a spawned worker can run (not ``python -``'s
+    ``<stdin>``); True when it has no ``__file__`` (``python -c``: spawn runs nothing)."""
+    main = sys.modules.get("__main__")
+    f = getattr(main, "__file__", None)
+    return f is None or os.path.isfile(f)
+
+
 def tar_processes(jobs: int, compressed: bool) -> int:
     """The processes that read one tar of traces (:func:`traceroof.io.read_trace`) given
     ``jobs``: all of them for an uncompressed tar (each reads its share of the members at
@@ -305,9 +315,9 @@ def tar_processes(jobs: int, compressed: bool) -> int:
 
 #: the fewest processes that share a compressed tar's members (:func:`tar_processes`). Each
 #: decompresses the whole archive: with two, on 2 cores, that ate the gain (16 ranks of 17.8
-#: MB as one .tar.gz: 2.70-3.34 s shared, 2.84-3.45 s read by one process, with 1.4-2.2 s
-#: more CPU); for N processes the read is about inflate + parse / N against inflate + parse
-#: (docs/performance.md, "A tar of ranks (session 19)")
+#: MB as one .tar.gz: shared by two 2.70-3.34 s, with 1.4-2.2 s more CPU; the old read by
+#: one process 2.84-3.45 s); for N processes the read is about inflate + parse / N against
+#: inflate + parse (docs/performance.md, "A tar of ranks (session 19)")
 TAR_GZ_MIN_PROCESSES = 3
 
 
