@@ -148,7 +148,7 @@ def gzip_wrap(rng: random.Random, data: bytes) -> bytes:
 
 
 def make_tar(rng: random.Random) -> bytes:
-    """A tar (maybe gzipped) of 1–3 Kineto members, some gzipped, some not JSON; maybe damaged."""
+    """A tar (maybe gzipped) of 1–3 Kineto members, some gzipped, some not JSON; maybe damaged or cut."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
         for k in range(rng.randint(1, 3)):
@@ -164,7 +164,7 @@ def make_tar(rng: random.Random) -> bytes:
         raw = gzip.compress(raw, compresslevel=1, mtime=0)
     if rng.random() < 0.25:
         raw = J.mutate_bytes(rng, raw, 1)
-    return raw
+    return raw[: rng.randint(0, len(raw))] if rng.random() < 0.2 else raw  # cut anywhere (a stopped transfer)
 
 
 def make_xplane(rng: random.Random) -> bytes:
@@ -316,14 +316,15 @@ def run_tar_shares(data: bytes) -> None:
     f.write_bytes(data)
     with _decoder_for(data):
         try:
-            one = tar.read_share(f, 0, 1)
+            one, one_notes = tar.read_share(f, 0, 1)
         except TraceroofError as exc:
             check_error(exc, str(f))
             one = None
-        parts = []
+        parts, notes = [], []
         for k in (0, 1):
             try:
-                parts += tar.read_share(f, k, 2)
+                got, said = tar.read_share(f, k, 2)
+                parts, notes = parts + got, notes + said
             except TraceroofError as exc:
                 if one is not None:
                     raise AssertionError(f"share {k} of 2 failed where one share read it all: {exc}") from exc
@@ -333,7 +334,9 @@ def run_tar_shares(data: bytes) -> None:
     key = sorted((n, p, t.ops.height, t.host.height) for n, p, t in parts)
     if key != sorted((n, p, t.ops.height, t.host.height) for n, p, t in one):
         raise AssertionError(f"two shares {key} != one {[(n, p) for n, p, _ in one]}")
-    tar.merge_members(parts)
+    if sorted(notes) != sorted(one_notes):  # a fault told once, as one share alone tells it
+        raise AssertionError(f"two shares said {notes} != one share {one_notes}")
+    tar.merge_members(parts, notes)
 
 
 def make_piped(rng: random.Random) -> bytes:

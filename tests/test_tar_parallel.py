@@ -22,7 +22,14 @@ from tracegen import Kernel, TraceBuilder
 
 from traceroof import analyze, read_trace
 from traceroof.errors import TraceFormatError
-from traceroof.parallel import TAR_GUESS, likely_files, tar_processes
+from traceroof.parallel import (
+    SMALL_MEMBER_BYTES,
+    TAR_GUESS,
+    first_member_bytes,
+    likely_files,
+    tar_processes,
+)
+from traceroof.parsers import kineto
 from traceroof.parsers import tar as tar_mod
 
 
@@ -71,13 +78,15 @@ def ranks(tmp_path_factory) -> tuple[Path, list[Path]]:
     return d, write_ranks(d / "run", 4)
 
 
-@pytest.mark.parametrize("mode,plain", [("w:gz", True), ("w:gz", False), ("w", True), ("w", False)])
-def test_a_tar_read_in_parallel_equals_the_folder_and_jobs_1(ranks, tmp_path, mode, plain):
+@pytest.mark.parametrize("mode,plain,jobs", [("w:gz", True, 2), ("w:gz", True, 3), ("w:gz", False, 3),
+                                             ("w", True, 2), ("w", False, 2)])
+def test_a_tar_read_in_parallel_equals_the_folder_and_jobs_1(ranks, tmp_path, mode, plain, jobs):
     folder, files = ranks
     archive = _archive(tmp_path, files, "run.tar.gz" if mode == "w:gz" else "run.tar", mode, plain=plain)
     want = _report(read_trace(folder / "run", jobs=1))
-    # (2 processes share an uncompressed tar, 3 a compressed one: tar_processes)
-    two = read_trace(archive, jobs=3 if mode == "w:gz" else 2, prepare=True)
+    # (2 processes share an uncompressed tar and a compressed one of small .json members, 3
+    # a compressed one of .json.gz members: tar_processes)
+    two = read_trace(archive, jobs=jobs, prepare=True)
     assert two.prepared is not None  # read by the processes (one reading alone prepares nothing)
     assert two.meta.ranks == [0, 1, 2, 3]
     # the members in name order (rank 0 first), whatever their order in the archive
@@ -106,7 +115,7 @@ def test_the_shares_split_the_members_once_by_bytes_as_the_headers_come(tmp_path
         to = held.index(min(held))
         held[to] += m.size
         want[to].append((m.name, place))
-    got = {k: [(name, place) for name, place, _ in tar_mod.read_share(out, k, 3)] for k in range(3)}
+    got = {k: [(name, place) for name, place, _ in tar_mod.read_share(out, k, 3)[0]] for k in range(3)}
     assert got == want
     assert sum(len(v) for v in got.values()) == len(sizes) and all(got.values())
 
@@ -142,7 +151,7 @@ def test_a_tar_gz_is_decompressed_once_whatever_the_order_of_its_members(ranks, 
     if share is None:
         tar_mod.read(archive)
     else:
-        assert len(tar_mod.read_share(archive, share, 2)) == 2
+        assert len(tar_mod.read_share(archive, share, 2)[0]) == 2
     # one pass: at most the tar itself (the members were written last rank first, so reading
     # them in name order by seeking inflated the archive again from its start for each one)
     assert 0.5 * size < total[0] <= size
@@ -166,11 +175,11 @@ def test_a_share_of_an_uncompressed_tar_reads_its_own_members_alone(ranks, tmp_p
             return n
 
     monkeypatch.setattr(tarfile, "bltn_open", lambda name, mode="rb", *a, **k: Counted(name, "r"))
-    got = tar_mod.read_share(archive, 1, 2)
+    got, notes = tar_mod.read_share(archive, 1, 2)
     monkeypatch.setattr(tarfile, "bltn_open", real_open)
     # 4 members of about the same size: share 1 holds 2 of them, and reads their bytes and
     # the headers, not the others'
-    assert len(got) == 2
+    assert len(got) == 2 and notes == []
     theirs = sum(m.size for m in tarfile.open(archive).getmembers() if f"{archive}!{m.name}" not in
                  {t.meta.sources[0] for _, _, t in got} and m.name.endswith(".json"))
     assert read[0] <= archive.stat().st_size - theirs
@@ -209,15 +218,54 @@ def test_an_archive_without_a_trace_is_the_same_error_read_either_way(tmp_path):
     assert "a tar holding *.json or *.json.gz Kineto traces" in _error_either_way(out)
 
 
-def test_a_compressed_tar_is_shared_from_three_processes_an_uncompressed_one_from_two():
+def test_a_compressed_tar_is_shared_from_three_processes_or_two_for_small_json_members():
     assert [tar_processes(j, compressed=False) for j in (1, 2, 3, 8)] == [1, 2, 3, 8]
     assert [tar_processes(j, compressed=True) for j in (1, 2, 3, 8)] == [1, 1, 3, 8]
+    small, big = SMALL_MEMBER_BYTES - 1, SMALL_MEMBER_BYTES
+    assert [tar_processes(j, True, small) for j in (1, 2, 3, 8)] == [1, 2, 3, 8]
+    assert [tar_processes(j, True, big) for j in (1, 2, 3, 8)] == [1, 1, 3, 8]
+    # the line is the Kineto reader's: below it a member is decoded by msgspec in one thread
+    assert SMALL_MEMBER_BYTES == kineto.NATIVE_MIN_BYTES
 
 
-def test_with_two_processes_a_tar_gz_is_read_by_one(ranks, tmp_path):
+def _tar_of(out: Path, members: list[tuple[str, bytes]], mode: str = "w:gz") -> Path:
+    with tarfile.open(out, mode) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if name.endswith("/"):
+                info.type = tarfile.DIRTYPE
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return out
+
+
+def test_the_first_member_is_found_from_the_headers(tmp_path):
+    rank = tracegen_bytes(0, ops=2)
+    # a folder entry and a file that is no trace before it: passed over (the dlrm archive
+    # starts with its folder)
+    f = _tar_of(tmp_path / "a.tar.gz", [("run/", b""), ("run/README", b"hi"), ("run/rank-0.json", rank)])
+    assert first_member_bytes(f) == len(rank)
+    assert first_member_bytes(_tar_of(tmp_path / "b.tar", [("rank-0.json", rank)], "w")) == len(rank)
+    # a gzipped member: its decompressed size is not in the header (None: not known small)
+    assert first_member_bytes(_tar_of(tmp_path / "c.tar.gz", [("r.json.gz", gzip.compress(rank))])) is None
+    # no trace member in the first MiB: not looked for further
+    assert first_member_bytes(_tar_of(tmp_path / "d.tar.gz", [("big.bin", bytes(2 << 20)), ("r.json", rank)])) is None
+    cut = tmp_path / "e.tar.gz"
+    cut.write_bytes(f.read_bytes()[:60])  # its first headers cut: None, the read says what is wrong
+    assert first_member_bytes(cut) is None
+    assert first_member_bytes(tmp_path / "missing.tar") is None
+
+
+def test_with_two_processes_a_tar_gz_of_json_gz_members_is_read_by_one(ranks, tmp_path):
     _, files = ranks
-    t = read_trace(_archive(tmp_path, files, "run.tar.gz", "w:gz"), jobs=2, prepare=True)
+    t = read_trace(_archive(tmp_path, files, "run.tar.gz", "w:gz", plain=False), jobs=2, prepare=True)
     assert t.prepared is None and t.meta.ranks == [0, 1, 2, 3]
+
+
+def test_a_tar_of_big_json_members_is_read_by_one_of_two_processes(tmp_path):
+    big = b'{"traceEvents": []' + b" " * SMALL_MEMBER_BYTES + b"}"
+    f = _tar_of(tmp_path / "big.tar.gz", [("rank-0.json", big)])
+    assert first_member_bytes(f) == len(big) and likely_files([str(f)], 2) == 1
 
 
 def test_a_tar_is_guessed_to_hold_several_files_for_the_early_workers(tmp_path):
@@ -226,3 +274,5 @@ def test_a_tar_is_guessed_to_hold_several_files_for_the_early_workers(tmp_path):
         (tmp_path / name).write_bytes(b"x")
     assert [likely_files([str(tmp_path / n)], 2) for n in names] == [TAR_GUESS, 1, 1, 1]
     assert [likely_files([str(tmp_path / n)], 3) for n in names] == [TAR_GUESS, TAR_GUESS, TAR_GUESS, 1]
+    small = _tar_of(tmp_path / "small.tar.gz", [("rank-0.json", tracegen_bytes(0, ops=2))])
+    assert likely_files([str(small)], 2) == TAR_GUESS and likely_files([str(small)], 1) == 1

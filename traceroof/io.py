@@ -33,7 +33,14 @@ from .errors import (
     path_text,
 )
 from .merge import event_count, merge
-from .parallel import default_jobs, drop_early, input_size, run_parallel, tar_processes
+from .parallel import (
+    default_jobs,
+    drop_early,
+    first_member_bytes,
+    input_size,
+    run_parallel,
+    tar_processes,
+)
 from .parsers import piped, registry
 from .parsers.piped import STDIN
 from .trace import Trace
@@ -259,7 +266,8 @@ def _archive_in_parallel(unit: str, jobs: int | None) -> bool:
             return False
         from .parsers.tar import compressed
 
-        return tar_processes(jobs or default_jobs(), compressed(p)) > 1
+        n, packed = jobs or default_jobs(), compressed(p)
+        return tar_processes(n, packed) > 1 or tar_processes(n, packed, first_member_bytes(p)) > 1
     except (OSError, TraceroofError):
         return False  # (read_one says what is wrong with it)
 
@@ -283,26 +291,32 @@ def _read_archive(unit: str, *, jobs: int | None, progress: Progress | None, pre
     worker = functools.partial(_read_share, archive=unit, shares=shares, prepare=prepare, chip=chip,
                                segment=prepare and shares >= SEGMENT_MIN_PROCESSES)
     parts = run_parallel(worker, items, jobs=shares, while_waiting=while_waiting)
-    read = sorted((r for part in parts for r in part), key=lambda r: (r[0], r[1]))
+    read = sorted((r for members, _ in parts for r in members), key=lambda r: (r[0], r[1]))
+    notes = [n for _, part_notes in parts for n in part_notes]  # (one share says each: tar.read_share)
     if not read:
-        raise TraceFormatError(unit, "archive", tar.NO_MEMBER)
+        raise TraceFormatError(unit, "archive", f"a readable tar archive ({notes[0].split(': ', 1)[1]})"
+                               if notes else tar.NO_MEMBER)
     if progress is not None:  # (the members are counted once read: the shares are no files)
         for i, (name, _, r) in enumerate(read):
             progress.file_done(name, size // len(read) + (size % len(read) if i == 0 else 0), event_count(r.trace))
-    return merge_inputs([r.trace for _, _, r in read], [r.identities for _, _, r in read])
+    trace = merge_inputs([r.trace for _, _, r in read], [r.identities for _, _, r in read])
+    for note in notes:
+        trace.meta.warn(note)
+    return trace
 
 
 def _read_share(item: str, *, archive: str, shares: int, prepare: bool, chip: Any,
-                segment: bool) -> list[tuple[str, int, _Read]]:
+                segment: bool) -> tuple[list[tuple[str, int, _Read]], list[str]]:
     """What a process runs for one share of a tar (``item``: its name, ``… (share K of N)``):
     the share's members (:func:`traceroof.parsers.tar.read_share`), each as :func:`_read_worker`
-    sends a file back: ``[(member name, place in the archive, _Read)]``."""
+    sends a file back, and the share's notes of a cut or damaged archive:
+    ``([(member name, place in the archive, _Read)], notes)``."""
     from .parsers import tar
 
     share = int(item.rsplit("(share ", 1)[1].split(" ", 1)[0]) - 1
     with worker_errors(archive, item):
-        read = tar.read_share(Path(archive), share, shares)
-        return [(name, place, _sent(t, prepare, True, chip, segment)) for name, place, t in read]
+        read, notes = tar.read_share(Path(archive), share, shares)
+        return [(name, place, _sent(t, prepare, True, chip, segment)) for name, place, t in read], notes
 
 
 @contextlib.contextmanager

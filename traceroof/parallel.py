@@ -305,12 +305,17 @@ def _main_is_a_file() -> bool:
     return f is None or os.path.isfile(f)
 
 
-def tar_processes(jobs: int, compressed: bool) -> int:
+def tar_processes(jobs: int, compressed: bool, first_member_bytes: int | None = None) -> int:
     """The processes that read one tar of traces (:func:`traceroof.io.read_trace`) given
     ``jobs``: all of them for an uncompressed tar (each reads its share of the members at
-    their offsets), and for a compressed one (each process decompresses the whole archive,
-    which cannot be entered at an offset) from :data:`TAR_GZ_MIN_PROCESSES`, else one."""
-    return jobs if not compressed or jobs >= TAR_GZ_MIN_PROCESSES else 1
+    their offsets); for a compressed one (each process decompresses the whole archive, which
+    cannot be entered at an offset) all of them from :data:`TAR_GZ_MIN_PROCESSES`, or from 2
+    when its first trace member is a plain ``.json`` of fewer than :data:`SMALL_MEMBER_BYTES`
+    (``first_member_bytes``: :func:`first_member_bytes`; None: not known); else one."""
+    if not compressed:
+        return jobs
+    small = first_member_bytes is not None and first_member_bytes < SMALL_MEMBER_BYTES
+    return jobs if jobs >= (2 if small else TAR_GZ_MIN_PROCESSES) else 1
 
 
 #: the fewest processes that share a compressed tar's members (:func:`tar_processes`). Each
@@ -320,13 +325,48 @@ def tar_processes(jobs: int, compressed: bool) -> int:
 #: inflate + parse (docs/performance.md, "A tar of ranks (session 19)")
 TAR_GZ_MIN_PROCESSES = 3
 
+#: a compressed tar whose members are plain JSON below this many bytes is shared from 2
+#: processes (:func:`tar_processes`): the Kineto reader decodes such a member with msgspec in
+#: one thread (``kineto.NATIVE_MIN_BYTES``, the same number), so a second process halves the
+#: parse, which outweighs the second inflate; a larger member is scanned by the native
+#: scanner's two threads, which already fill 2 cores (docs/performance.md, "A cut or damaged
+#: tar, and small members shared by two (session 20)": dlrm, 8 members of 0.9 MB, 0.98 ->
+#: 0.86 s on 2 cores)
+SMALL_MEMBER_BYTES = 15 * 10**6
+
+#: how many bytes of headers and members :func:`first_member_bytes` passes over at the most
+_FIRST_MEMBER_SCAN_BYTES = 1 << 20
+
+
+def first_member_bytes(path: str | Path) -> int | None:
+    """The size (bytes) of the first trace member of the tar ``path`` (compressed or not) when
+    that member is a plain ``*.json`` (the size the Kineto reader picks its decoder by), from
+    the archive's first headers (tarfile's stream mode); None when it is a ``*.json.gz``, when
+    no ``*.json``/``*.json.gz`` regular member starts in the first
+    :data:`_FIRST_MEMBER_SCAN_BYTES`, or when the archive cannot be read (the read says what
+    is wrong). Imports no reader (the command line calls it before its imports)."""
+    import tarfile
+    import zlib
+
+    try:
+        with tarfile.open(path, "r|*") as tf:
+            for m in tf:
+                if m.isfile() and m.name.endswith((".json", ".json.gz")):
+                    return m.size if m.name.endswith(".json") else None
+                if m.offset_data + m.size > _FIRST_MEMBER_SCAN_BYTES:
+                    return None
+    except (OSError, EOFError, zlib.error, tarfile.TarError):
+        return None
+    return None
+
 
 def likely_files(paths: Sequence[str], jobs: int | None = None) -> int:
     """How many trace files ``paths`` (the command line's inputs) probably expand to, told
     without importing a reader (:func:`early_workers` is started on it): each existing
     file 1, but a file named as a tar (``*.tar``, ``*.tar.gz``, ``*.tgz``) :data:`TAR_GUESS`
     when ``jobs`` processes (None: :func:`default_jobs`) would share its members
-    (:func:`tar_processes`, compressed by its name); a folder its ``*.json``/``*.json.gz``
+    (:func:`tar_processes`, compressed by its name, its first member's size read from its
+    headers when that decides); a folder its ``*.json``/``*.json.gz``
     files at the top (0 when it holds a ``meta.json``: a cache); a glob its matches. A
     guess: a wrong one only costs the workers started for nothing."""
     import glob
@@ -340,13 +380,23 @@ def likely_files(paths: Sequence[str], jobs: int | None = None) -> int:
                 if "meta.json" not in names:
                     n += sum(1 for f in names if f.endswith((".json", ".json.gz")))
             elif p.exists():
-                tar = s.endswith((".tar", ".tar.gz", ".tgz"))
-                n += TAR_GUESS if tar and tar_processes(jobs or default_jobs(), not s.endswith(".tar")) > 1 else 1
+                n += TAR_GUESS if _shared_tar(s, jobs or default_jobs()) else 1
             elif any(c in s for c in "*?["):
                 n += len(glob.glob(s, recursive=True))
         except OSError:
             continue
     return n
+
+
+def _shared_tar(s: str, jobs: int) -> bool:
+    """Whether the file ``s``, named as a tar (``*.tar``, ``*.tar.gz``, ``*.tgz``; compressed by
+    its name), would be shared by ``jobs`` processes (:func:`tar_processes`)."""
+    if not s.endswith((".tar", ".tar.gz", ".tgz")) or jobs < 2:
+        return False
+    compressed = not s.endswith(".tar")
+    if tar_processes(jobs, compressed) > 1:
+        return True
+    return tar_processes(jobs, compressed, first_member_bytes(s)) > 1
 
 
 #: the files :func:`likely_files` guesses a tar holds (as many workers as ``--jobs`` allows)

@@ -4,16 +4,17 @@ Every ``*.json``/``*.json.gz`` member is one rank, streamed out of the archive b
 reader (:func:`traceroof.parsers.kineto.read_fileobj`) and merged by
 :func:`traceroof.merge.merge`: in one pass over the archive by one process (:func:`read`),
 or shared among several, each reading its share in its own pass (:func:`read_share`;
-:func:`traceroof.io.read_trace`, docs/distributed.md).
+:func:`traceroof.io.read_trace`, docs/distributed.md). A cut or damaged archive keeps what
+can be read of it and says, in one warning, where it ends and what was lost.
 """
 
 from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..duplicates import find_copies
 from ..errors import TraceFormatError, path_text
@@ -96,8 +97,8 @@ def _kineto_member(m: tarfile.TarInfo) -> bool:
 
 def _archive_error(p: Path, exc: Exception) -> TraceFormatError:
     """The one-line error for a damaged ``.tar`` or its gzip (``exc``: tarfile's, zlib's)."""
-    why = " ".join(str(exc).split())  # tarfile lists one line per method it tried: one line
-    return TraceFormatError(p, "archive", f"a readable tar archive ({type(exc).__name__}: {why})")
+    # (tarfile lists one line per method it tried: one line)
+    return TraceFormatError(p, "archive", f"a readable tar archive ({_why(exc)})")
 
 
 def _archive_errors() -> tuple[type[Exception], ...]:
@@ -126,33 +127,42 @@ def compressed(p: Path) -> bool:
 
 def read(p: Path, progress: Progress | None = None) -> Trace:
     """The Kineto members of the archive ``p``, merged (ordered by rank), read in this process
-    in one pass over the archive (:func:`read_share` with one share).
+    in one pass over the archive (:func:`read_share` with one share). A cut or damaged
+    archive keeps what can be read of it, and says in a warning what was lost.
 
     Raises:
-        TraceFormatError: not a readable tar, no ``*.json``/``*.json.gz`` member, or a member
-            that is not a Kineto trace.
+        TraceFormatError: not a readable tar, no ``*.json``/``*.json.gz`` member (nothing
+            readable before the damage included), or a member that is not a Kineto trace.
     """
-    return merge_members(read_share(p, 0, 1, progress))
+    members, notes = read_share(p, 0, 1, progress)
+    return merge_members(members, notes)
 
 
-def merge_members(read: list[tuple[str, int, Trace]]) -> Trace:
+def merge_members(read: list[tuple[str, int, Trace]], notes: Sequence[str] = ()) -> Trace:
     """The traces of an archive's members (``(member name, place in the archive, trace)``, in
     any order, from one or several :func:`read_share`), merged as the archive's members are
     listed in name order (a tie by their place); per-rank files archived with their merged
-    copy: each op once (:mod:`traceroof.duplicates`).
+    copy: each op once (:mod:`traceroof.duplicates`). ``notes``: what the shares said of a
+    cut or damaged archive, each a warning of the merged trace.
 
     ``read`` holds one member at least (none: the caller raises :data:`NO_MEMBER`)."""
     ordered = [t for _, _, t in sorted(read, key=lambda r: (r[0], r[1]))]
     copies = find_copies(ordered)
     trace = merge(copies.keep(ordered))
     copies.note(trace.meta)
+    for note in notes:
+        trace.meta.warn(note)
     return trace
 
 
-def read_share(p: Path, share: int, shares: int, progress: Progress | None = None) -> list[tuple[str, int, Trace]]:
+Share = tuple[list[tuple[str, int, "Trace"]], list[str]]
+
+
+def read_share(p: Path, share: int, shares: int, progress: Progress | None = None) -> Share:
     """The Kineto members of the archive ``p`` that fall to ``share`` (0-based) of ``shares``,
-    read in one pass over the archive: ``[(member name, its place among the archive's Kineto
-    members, its trace)]``.
+    read in one pass over the archive: ``([(member name, its place among the archive's Kineto
+    members, its trace)], notes)``, the notes saying what this share found lost in a cut or
+    damaged archive (below).
 
     Each member goes to the share holding the fewest bytes of members so far (the lowest
     share on a tie), decided from the headers in archive order, so the processes that read
@@ -165,49 +175,199 @@ def read_share(p: Path, share: int, shares: int, progress: Progress | None = Non
     the Kineto reader (:func:`traceroof.parsers.kineto.read_fileobj`; its rank:
     ``distributedInfo``, else the name ``ARCHIVE!MEMBER``).
 
+    A cut or damaged archive keeps what can be read: the members before the fault whole, the
+    member it cuts as far as its bytes go (the Kineto reader recovers a cut trace event by
+    event), and one note saying where the archive ends or is damaged. The note comes from
+    one share, the same whatever the number of shares: the owner of the member read at the
+    fault (of a member that is no trace: share 0); share 0 checks a compressed archive's end.
+
     Raises:
-        TraceFormatError: not a readable tar, no Kineto member at all (``shares`` == 1 only: a
-            share may hold none), or a member of this share that is not a Kineto trace.
+        TraceFormatError: not a readable tar (its first header included), no Kineto member at
+            all (``shares`` == 1 only: a share may hold none), or a member of this share that
+            is not a Kineto trace.
         OSError: the archive cannot be read.
     """
     import tarfile
 
-    from . import kineto
-
     out: list[tuple[str, int, Trace]] = []
+    notes: list[str] = []
     held = [0] * shares
-    place = done_bytes = done_events = 0
+    place = 0
+    done = [0, 0]  # the bytes and events of this share's members read so far (progress)
+    errors = _archive_errors()
+    archive = path_text(p)
+    last: tuple[str, int] | None = None  # the last member seen, and its share
     try:
         # (the members in archive order, each read as the archive reaches it: a seek back to a
         # member of a .tar.gz decompresses it again from its start; the random-access mode
         # rather than a stream, ``r|*``, whose Python buffering was 15 % slower on 16 ranks)
         with tarfile.open(p, "r:*") as tf:
-            for m in tf:
+            stream = tf.fileobj = _LastRead(tf.fileobj)
+            while True:
+                try:
+                    m = tf.next()
+                    fault = None if m is not None else _end_fault(stream.last, tf.offset)
+                except errors as exc:
+                    m, fault = None, f"ends or is damaged ({_why(exc)})"
+                if m is None:
+                    if fault is not None and last is not None and last[1] == share:
+                        notes.append(f"{archive}: the archive {fault} after member {last[0]}: the members "
+                                     "after it, if any, are lost")
+                    elif fault is None and share == 0 and stream.compressed:
+                        notes += _check_end(stream, archive, errors)
+                    break
                 if not _kineto_member(m):
+                    last = (m.name, 0)
                     continue
                 to = held.index(min(held))
                 held[to] += m.size
                 place += 1
+                last = (m.name, to)
                 if to != share:
                     continue
-                fh = tf.extractfile(m)
-                assert fh is not None
-                name = f"{path_text(p)}!{m.name}"
-                cb = None if progress is None else _offset_cb(progress, done_bytes, done_events)
-                # streamed: the member is decompressed and parsed chunk by chunk
-                # a plain member's size is its JSON's (the decoder's choice: kineto.NATIVE_MIN_BYTES)
-                size = m.size if m.name.endswith(".json") else None
-                t = kineto.read_fileobj(fh, path=name, rank=None, progress=cb, json_bytes=size)
-                out.append((m.name, place - 1, t))
-                done_bytes += m.size
-                done_events += event_count(t)
-                if progress is not None:
-                    progress.update(done_bytes, done_events)
-    except _archive_errors() as exc:
+                t, note = _read_member(tf, stream, m, archive, errors, progress, done)
+                if t is not None:
+                    out.append((m.name, place - 1, t))
+                if note is not None:
+                    notes.append(note)
+                    break
+    except errors as exc:
         raise _archive_error(p, exc) from exc
+    if not out and shares == 1 and notes:
+        raise TraceFormatError(p, "archive", f"a readable tar archive ({notes[0].split(': ', 1)[1]})")
     if not place and shares == 1:
         raise TraceFormatError(p, "archive", NO_MEMBER)
-    return out
+    return out, notes
+
+
+def _read_member(tf: tarfile.TarFile, stream: _LastRead, m: tarfile.TarInfo, archive: str,
+                 errors: tuple[type[Exception], ...], progress: Progress | None,
+                 done: list[int]) -> tuple[Trace | None, str | None]:
+    """The trace of the archive's member ``m`` (None: the archive is cut before anything of
+    it could be read), and the note when the archive ends or is damaged inside it (None: it
+    read whole). ``done``: the bytes and events read before it, counted on.
+
+    Raises:
+        TraceFormatError: the member, read whole, is not a Kineto trace.
+    """
+    from . import kineto
+
+    # (a GNU sparse member, its holes filled by tarfile: a fault in it fails the read)
+    fh = tf.extractfile(m) if m.issparse() else _Member(stream, m, errors)
+    cb = None if progress is None else _offset_cb(progress, done[0], done[1])
+    # streamed: the member is decompressed and parsed chunk by chunk; a plain member's size
+    # is its JSON's (the decoder's choice: kineto.NATIVE_MIN_BYTES)
+    size = m.size if m.name.endswith(".json") else None
+    fault = None
+    try:
+        t = kineto.read_fileobj(fh, path=f"{archive}!{m.name}", rank=None, progress=cb, json_bytes=size)
+    except TraceFormatError:
+        if getattr(fh, "fault", None) is None:
+            raise
+        t = None
+    fault = getattr(fh, "fault", None)
+    if t is not None:
+        done[0] += m.size
+        done[1] += event_count(t)
+        if progress is not None:
+            progress.update(done[0], done[1])
+    if fault is None:
+        return t, None
+    kept = "that rank is what could be read of it" if t is not None else "nothing of it could be read"
+    return t, (f"{archive}: the archive ends or is damaged inside member {m.name} ({_why(fault)}), after "
+               f"{fh.bytes_read:,} of its {m.size:,} bytes: {kept}, and the members after it, if any, are lost")
+
+
+class _LastRead:
+    """The archive's (decompressed) stream as tarfile reads it, keeping the bytes of its last
+    read: where tarfile's iteration ends, the block it read for a header, which says whether
+    it met the end-of-archive marker, the end of the file, or a damaged header (tarfile ends
+    its iteration on each alike). Everything else is the stream's own."""
+
+    def __init__(self, fileobj: BinaryIO) -> None:
+        self._f = fileobj
+        self.last = b""
+        #: decompressed (tarfile's gzip, bz2 or xz stream), not the file itself
+        self.compressed = type(fileobj).__module__ in ("gzip", "bz2", "lzma")
+        #: one read of the file or one inflate at a time (a raw file has no read1: its read is one)
+        self.read1 = getattr(fileobj, "read1", fileobj.read)
+
+    def read(self, n: int = -1) -> bytes:
+        b = self._f.read(n)
+        self.last = b
+        return b
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._f, name)
+
+
+class _Member:
+    """A member's bytes, read straight from the archive's stream (not through
+    ``tarfile.extractfile``, whose reads drop what they got when the archive ends inside
+    them): a read stops, instead of raising, where the archive is cut or damaged (``fault``),
+    so the member keeps every byte before it (``bytes_read``)."""
+
+    def __init__(self, stream: _LastRead, m: tarfile.TarInfo, errors: tuple[type[Exception], ...]) -> None:
+        self._s, self._errors = stream, errors
+        self._at, self._left = m.offset_data, m.size
+        self.fault: Exception | None = None
+        self.bytes_read = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if self.fault is not None or self._left <= 0:
+            return b""
+        want = self._left if n < 0 else min(n, self._left)
+        parts: list[bytes] = []
+        try:
+            if self._s.tell() != self._at:
+                self._s.seek(self._at)
+            while want:
+                # (read1: one read of the file or one inflate at a time, so that a fault
+                # loses none of the bytes read before it)
+                b = self._s.read1(want)
+                if not b:
+                    self.fault = EOFError("the archive ends before the member does")
+                    break
+                parts.append(b)
+                want -= len(b)
+        except self._errors as exc:
+            self.fault = exc
+        out = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._at += len(out)
+        self._left -= len(out)
+        self.bytes_read += len(out)
+        return out
+
+
+def _end_fault(block: bytes, offset: int) -> str | None:
+    """Why tarfile's iteration ended on ``block``, the bytes it read for a header at tar byte
+    ``offset``: None at the end-of-archive marker (a block of zeros, POSIX.1 ustar), else
+    what is wrong, as a phrase (``the archive …``)."""
+    if not block:
+        return "ends without its end-of-archive marker (it is probably cut there)"
+    if len(block) < TAR_BLOCK_BYTES:
+        return f"is cut inside the header at tar byte {offset:,}"
+    if block.count(0) == TAR_BLOCK_BYTES:
+        return None
+    return f"is damaged at tar byte {offset:,} (not a tar header)"
+
+
+def _check_end(stream: _LastRead, archive: str, errors: tuple[type[Exception], ...]) -> list[str]:
+    """The note for a compressed archive whose stream fails its own check past the end of the
+    tar (gzip's CRC-32 and length, in its last 8 bytes: RFC 1952), read to its end (the
+    record's padding, a few KB); none when it passes."""
+    try:
+        while stream.read(1 << 16):
+            pass
+    except errors as exc:
+        return [f"{archive}: the archive's compressed stream fails its check at its end ({_why(exc)}): "
+                "the members read may hold damaged bytes"]
+    return []
+
+
+def _why(exc: Exception) -> str:
+    """``exc`` in one line: its type and message."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 FORMAT = InputFormat(name="tar", read=read, sniff=sniff, describe="a .tar.gz of traces",
