@@ -405,14 +405,10 @@ def _read_worker(path: str, prepare: bool = False, identify: bool = False, chip:
     inputs needs (:func:`merge_inputs`): so the parent, which then analyses the merge alone,
     need not compute them.
 
-    Unexpected exceptions are re-raised naming the file, so that a failure among hundreds of
-    files says which one."""
-    try:
+    Exceptions are re-raised naming the file (:func:`worker_errors`), so that a failure among
+    hundreds of files says which one."""
+    with worker_errors(path):
         return _sent(read_one(path), prepare, identify, chip, segment)
-    except TraceroofError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - re-raised with the file named
-        raise RuntimeError(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
 def _sent(t: Trace, prepare: bool, identify: bool, chip: Any, segment: bool) -> _Read:
