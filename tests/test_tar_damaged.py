@@ -206,3 +206,40 @@ def test_the_command_line_reads_a_cut_archive_and_warns(plain, tmp_path, capsys)
     report = json.loads(out.read_text())
     assert len(report["trace"]["sources"]) == 3
     assert sum("the archive ends or is damaged inside member run/rank-2.json" in w for w in report["warnings"]) == 1
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_zeroed_header_is_no_longer_read_as_the_end(plain, tmp_path, compressed):
+    # a block of zeros is tarfile's end-of-archive marker: a zeroed header (a sector wiped)
+    # ended the listing there, and the members after it were dropped without a word
+    data, members = plain
+    m = _member(members, 2)
+    bad = bytearray(data)
+    bad[m.offset:m.offset + 512] = bytes(512)
+    f = tmp_path / ("run.tar.gz" if compressed else "run.tar")
+    f.write_bytes(gzip.compress(bytes(bad), mtime=0) if compressed else bytes(bad))
+    got, notes = _read_all_ways(f)
+    assert set(got) == {"run/rank-0.json", "run/rank-1.json"}
+    # the README lies between rank 1 and rank 2: the last member seen
+    assert notes == [f"{f}: the archive has a block of zeros at tar byte {m.offset:,} (read as its end) and more "
+                     f"data at tar byte {m.offset + 512:,} (a zeroed header, archives joined end to end, or bytes "
+                     "appended) after member run/README: the members after it, if any, are lost"]
+
+
+def test_two_archives_joined_end_to_end_say_the_second_is_not_read(plain, tmp_path):
+    data, _ = plain
+    f = tmp_path / "run.tar"
+    f.write_bytes(data + data)  # ``cat a.tar b.tar``: tarfile reads the first archive alone
+    got, notes = _read_all_ways(f)
+    assert got == _whole(plain)
+    [note] = notes
+    assert f"more data at tar byte {len(data):,}" in note and "after member run/rank-3.json" in note
+
+
+def test_bytes_after_a_tar_gz_are_told_apart_from_damage(plain, tmp_path):
+    data, _ = plain
+    f = tmp_path / "run.tar.gz"
+    f.write_bytes(gzip.compress(data, mtime=0) + b"x")  # its CRC holds: nothing read is damaged
+    got, notes = _read_all_ways(f)
+    assert got == _whole(plain)
+    assert notes == [f"{f}: the archive's compressed stream is followed by bytes that are not gzip data (left unread)"]

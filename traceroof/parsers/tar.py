@@ -210,11 +210,14 @@ def read_share(p: Path, share: int, shares: int, progress: Progress | None = Non
                 except errors as exc:
                     m, fault = None, f"ends or is damaged ({_why(exc)})"
                 if m is None:
+                    end = None
+                    if fault is None:  # the end-of-archive marker: what follows it is read too
+                        fault, end = _after_marker(stream, tf.offset, archive, errors)
                     if fault is not None and last is not None and last[1] == share:
                         notes.append(f"{archive}: the archive {fault} after member {last[0]}: the members "
                                      "after it, if any, are lost")
-                    elif fault is None and share == 0 and stream.compressed:
-                        notes += _check_end(stream, archive, errors)
+                    elif end is not None and share == 0:
+                        notes.append(end)
                     break
                 if not _kineto_member(m):
                     last = (m.name, 0)
@@ -282,13 +285,12 @@ class _LastRead:
     """The archive's (decompressed) stream as tarfile reads it, keeping the bytes of its last
     read: where tarfile's iteration ends, the block it read for a header, which says whether
     it met the end-of-archive marker, the end of the file, or a damaged header (tarfile ends
-    its iteration on each alike). Everything else is the stream's own."""
+    its iteration on each alike). Everything else is the stream's own (tarfile's plain file,
+    or its gzip stream: the registry sniffs no other compression)."""
 
     def __init__(self, fileobj: BinaryIO) -> None:
         self._f = fileobj
         self.last = b""
-        #: decompressed (tarfile's gzip, bz2 or xz stream), not the file itself
-        self.compressed = type(fileobj).__module__ in ("gzip", "bz2", "lzma")
         #: one read of the file or one inflate at a time (a raw file has no read1: its read is one)
         self.read1 = getattr(fileobj, "read1", fileobj.read)
 
@@ -352,17 +354,32 @@ def _end_fault(block: bytes, offset: int) -> str | None:
     return f"is damaged at tar byte {offset:,} (not a tar header)"
 
 
-def _check_end(stream: _LastRead, archive: str, errors: tuple[type[Exception], ...]) -> list[str]:
-    """The note for a compressed archive whose stream fails its own check past the end of the
-    tar (gzip's CRC-32 and length, in its last 8 bytes: RFC 1952), read to its end (the
-    record's padding, a few KB); none when it passes."""
+def _after_marker(stream: _LastRead, offset: int, archive: str,
+                  errors: tuple[type[Exception], ...]) -> tuple[str | None, str | None]:
+    """What follows the block of zeros at tar byte ``offset`` where tarfile ended its listing,
+    read on to the end of the archive (the record's padding, a few KB, in an archive that
+    ends there): ``(fault, note)``. ``fault`` (a phrase, as :func:`_end_fault`'s) when a
+    byte that is not zero follows: the block was a zeroed header, archives were joined end
+    to end, or bytes appended, and what follows is not read (tarfile reads one archive). ``note``
+    when a compressed stream fails its own check at its end (gzip's CRC-32 and length, its
+    last 8 bytes: RFC 1952), or ends in bytes that are not gzip data."""
+    at = stream.tell()
     try:
-        while stream.read(1 << 16):
-            pass
+        while True:
+            b = stream.read(1 << 16)
+            if not b:
+                return None, None
+            lead = len(b) - len(b.lstrip(b"\0"))
+            if lead < len(b):
+                return (f"has a block of zeros at tar byte {offset:,} (read as its end) and more data at tar "
+                        f"byte {at + lead:,} (a zeroed header, archives joined end to end, or bytes appended)"), None
+            at += len(b)
     except errors as exc:
-        return [f"{archive}: the archive's compressed stream fails its check at its end ({_why(exc)}): "
-                "the members read may hold damaged bytes"]
-    return []
+        if isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):
+            return None, (f"{archive}: the archive's compressed stream is followed by bytes that are not gzip "
+                          "data (left unread)")
+        return None, (f"{archive}: the archive's compressed stream fails its check at its end ({_why(exc)}): "
+                      "the members read may hold damaged bytes")
 
 
 def _why(exc: Exception) -> str:
