@@ -210,14 +210,7 @@ def read_share(p: Path, share: int, shares: int, progress: Progress | None = Non
                 except errors as exc:
                     m, fault = None, f"ends or is damaged ({_why(exc)})"
                 if m is None:
-                    end = None
-                    if fault is None:  # the end-of-archive marker: what follows it is read too
-                        fault, end = _after_marker(stream, tf.offset, archive, errors)
-                    if fault is not None and last is not None and last[1] == share:
-                        notes.append(f"{archive}: the archive {fault} after member {last[0]}: the members "
-                                     "after it, if any, are lost")
-                    elif end is not None and share == 0:
-                        notes.append(end)
+                    notes += _end_notes(stream, tf.offset, fault, last, share, archive, errors)
                     break
                 if not _kineto_member(m):
                     last = (m.name, 0)
@@ -241,6 +234,20 @@ def read_share(p: Path, share: int, shares: int, progress: Progress | None = Non
     if not place and shares == 1:
         raise TraceFormatError(p, "archive", NO_MEMBER)
     return out, notes
+
+
+def _end_notes(stream: _LastRead, offset: int, fault: str | None, last: tuple[str, int] | None, share: int,
+               archive: str, errors: tuple[type[Exception], ...]) -> list[str]:
+    """Where tarfile's listing ended (at tar byte ``offset``; ``fault``: what :func:`_end_fault`
+    or the exception said, None at the end-of-archive marker, past which the archive is read
+    on: :func:`_after_marker`), the notes this ``share`` gives: a fault by the share of the
+    ``last`` member seen (``(name, share)``), a compressed stream's check by share 0."""
+    end = None
+    if fault is None:
+        fault, end = _after_marker(stream, offset, archive, errors)
+    if fault is not None and last is not None and last[1] == share:
+        return [f"{archive}: the archive {fault} after member {last[0]}: the members after it, if any, are lost"]
+    return [end] if end is not None and share == 0 else []
 
 
 def _read_member(tf: tarfile.TarFile, stream: _LastRead, m: tarfile.TarInfo, archive: str,
