@@ -36,10 +36,9 @@ from .merge import event_count, merge
 from .parallel import (
     default_jobs,
     drop_early,
-    first_member_bytes,
     input_size,
     run_parallel,
-    tar_processes,
+    tar_shared,
 )
 from .parsers import piped, registry
 from .parsers.piped import STDIN
@@ -266,8 +265,7 @@ def _archive_in_parallel(unit: str, jobs: int | None) -> bool:
             return False
         from .parsers.tar import compressed
 
-        n, packed = jobs or default_jobs(), compressed(p)
-        return tar_processes(n, packed) > 1 or tar_processes(n, packed, first_member_bytes(p)) > 1
+        return tar_shared(p, jobs or default_jobs(), compressed(p))
     except (OSError, TraceroofError):
         return False  # (read_one says what is wrong with it)
 
@@ -294,8 +292,7 @@ def _read_archive(unit: str, *, jobs: int | None, progress: Progress | None, pre
     read = sorted((r for members, _ in parts for r in members), key=lambda r: (r[0], r[1]))
     notes = [n for _, part_notes in parts for n in part_notes]  # (one share says each: tar.read_share)
     if not read:
-        raise TraceFormatError(unit, "archive", f"a readable tar archive ({notes[0].split(': ', 1)[1]})"
-                               if notes else tar.NO_MEMBER)
+        raise tar.nothing_read(unit, notes)
     if progress is not None:  # (the members are counted once read: the shares are no files)
         for i, (name, _, r) in enumerate(read):
             progress.file_done(name, size // len(read) + (size % len(read) if i == 0 else 0), event_count(r.trace))

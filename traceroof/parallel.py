@@ -390,13 +390,16 @@ def likely_files(paths: Sequence[str], jobs: int | None = None) -> int:
 
 def _shared_tar(s: str, jobs: int) -> bool:
     """Whether the file ``s``, named as a tar (``*.tar``, ``*.tar.gz``, ``*.tgz``; compressed by
-    its name), would be shared by ``jobs`` processes (:func:`tar_processes`)."""
-    if not s.endswith((".tar", ".tar.gz", ".tgz")) or jobs < 2:
+    its name), would be shared by ``jobs`` processes (:func:`tar_shared`)."""
+    return s.endswith((".tar", ".tar.gz", ".tgz")) and tar_shared(s, jobs, not s.endswith(".tar"))
+
+
+def tar_shared(path: str | Path, jobs: int, compressed: bool) -> bool:
+    """Whether more than one of ``jobs`` processes reads the tar ``path`` (:func:`tar_processes`),
+    its first member's headers read (:func:`first_member_bytes`) only when they decide it."""
+    if jobs < 2:
         return False
-    compressed = not s.endswith(".tar")
-    if tar_processes(jobs, compressed) > 1:
-        return True
-    return tar_processes(jobs, compressed, first_member_bytes(s)) > 1
+    return tar_processes(jobs, compressed) > 1 or tar_processes(jobs, compressed, first_member_bytes(path)) > 1
 
 
 #: the files :func:`likely_files` guesses a tar holds (as many workers as ``--jobs`` allows)

@@ -229,11 +229,18 @@ def read_share(p: Path, share: int, shares: int, progress: Progress | None = Non
                     break
     except errors as exc:
         raise _archive_error(p, exc) from exc
-    if not out and shares == 1 and notes:
-        raise TraceFormatError(p, "archive", f"a readable tar archive ({notes[0].split(': ', 1)[1]})")
-    if not place and shares == 1:
-        raise TraceFormatError(p, "archive", NO_MEMBER)
+    if shares == 1 and (not place or (not out and notes)):
+        raise nothing_read(p, notes)
     return out, notes
+
+
+def nothing_read(p: Path | str, notes: Sequence[str]) -> TraceFormatError:
+    """The error for the archive ``p`` of which no trace was read: the first of the shares'
+    ``notes`` when it is cut or damaged (without its leading ``ARCHIVE:``), else
+    :data:`NO_MEMBER`."""
+    if notes:
+        return TraceFormatError(p, "archive", f"a readable tar archive ({notes[0].split(': ', 1)[1]})")
+    return TraceFormatError(p, "archive", NO_MEMBER)
 
 
 def _end_notes(stream: _LastRead, offset: int, fault: str | None, last: tuple[str, int] | None, share: int,
@@ -268,7 +275,6 @@ def _read_member(tf: tarfile.TarFile, stream: _LastRead, m: tarfile.TarInfo, arc
     # streamed: the member is decompressed and parsed chunk by chunk; a plain member's size
     # is its JSON's (the decoder's choice: kineto.NATIVE_MIN_BYTES)
     size = m.size if m.name.endswith(".json") else None
-    fault = None
     try:
         t = kineto.read_fileobj(fh, path=f"{archive}!{m.name}", rank=None, progress=cb, json_bytes=size)
     except TraceFormatError:
